@@ -1,0 +1,60 @@
+"""Test options and fixtures shared by ``pitfalls/`` and ``tests/``.
+
+``--device`` chooses where the tests run (default: every available device), the ``device`` and
+``dtype`` fixtures parametrize over them, and hypothesis loads its ``ci`` profile when ``CI`` is
+set and a ``dev`` profile (no deadline) otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import settings
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def available_devices() -> list[str]:
+    """cpu, plus cuda when torch sees a GPU."""
+    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("attention-pitfalls", "attention pitfall harness")
+    group.addoption(
+        "--device",
+        action="append",
+        choices=["cpu", "cuda"],
+        default=None,
+        help="device to test on; repeat for several (default: every available device)",
+    )
+
+
+def requested_devices(config: pytest.Config) -> list[str]:
+    return config.getoption("--device") or available_devices()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device_name", requested_devices(metafunc.config), scope="session")
+    if "dtype" in metafunc.fixturenames:
+        metafunc.parametrize("dtype_name", list(DTYPES), scope="session")
+
+
+@pytest.fixture(scope="session")
+def device(device_name: str) -> torch.device:
+    """The torch device under test; skips with a reason when it is not available here."""
+    if device_name == "cuda" and not torch.cuda.is_available():
+        pytest.skip("--device cuda was requested but torch.cuda.is_available() is False")
+    return torch.device(device_name)
+
+
+@pytest.fixture(scope="session")
+def dtype(dtype_name: str) -> torch.dtype:
+    """The floating dtype under test: float32, bfloat16 or float16."""
+    return DTYPES[dtype_name]

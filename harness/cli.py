@@ -1,0 +1,181 @@
+"""The command line: list, show, diff and run the catalogue's traps.
+
+Bad input (an unknown id, an absent device, a dtype the device cannot run) is reported as one
+line on stderr with exit status 2, before any work is done and without writing anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from collections.abc import Sequence
+
+import pandas as pd
+import torch
+
+import pitfalls
+from harness.devices import DTYPES, UsageError, available_devices, resolve_device, resolve_dtype
+from harness.diffing import unified_diff
+from harness.measure import Measurement, measure
+from harness.progress import Progress
+
+PROG = "python -m harness"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog=PROG, description="Measure hand-written attention traps.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    sub.add_parser("list", help="one line per trap")
+    show = sub.add_parser("show", help="a trap's card, then its diff")
+    show.add_argument("id")
+    diff = sub.add_parser("diff", help="unified diff of buggy.py against fixed.py")
+    diff.add_argument("id")
+    diff.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    run = sub.add_parser("run", help="measure traps and print their verdicts")
+    run.add_argument("ids", nargs="*", metavar="ID", help="trap ids (default: all)")
+    add_grid_options(run)
+    run.add_argument("--format", choices=["md", "csv", "json"], default="md")
+    return parser
+
+
+def add_grid_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device", action="append", help="cpu or cuda; repeatable (default: every available)"
+    )
+    parser.add_argument(
+        "--dtype",
+        action="append",
+        choices=list(DTYPES),
+        help="repeatable (default: float32, bfloat16, float16)",
+    )
+
+
+def resolve_grid(args: argparse.Namespace) -> list[tuple[torch.device, torch.dtype]]:
+    """Every (device, dtype) asked for, validated up front."""
+    devices = [resolve_device(d) for d in dict.fromkeys(args.device or available_devices())]
+    dtypes = list(dict.fromkeys(args.dtype or DTYPES))
+    return [(dev, resolve_dtype(name, dev)) for dev in devices for name in dtypes]
+
+
+def resolve_pairs(ids: Sequence[str]) -> list[pitfalls.Pair]:
+    try:
+        return [pitfalls.load(i) for i in ids] if ids else pitfalls.load_all()
+    except pitfalls.UnknownPitfall as exc:
+        raise UsageError(str(exc)) from None
+
+
+def measure_grid(
+    pairs: list[pitfalls.Pair], grid: list[tuple[torch.device, torch.dtype]]
+) -> list[Measurement]:
+    """Measure every pair on every (device, dtype), with a progress bar on a terminal."""
+    jobs = [(p, dev, dt) for p in pairs for dev, dt in grid]
+    results = []
+    with Progress(len(jobs)) as bar:
+        for pair, dev, dt in jobs:
+            bar.step(f"{pair.card.id} {dev} {str(dt).removeprefix('torch.')}")
+            results.append(measure(pair, dev, dt))
+    return results
+
+
+def summary_table(measurements: list[Measurement]) -> pd.DataFrame:
+    """One row per measurement, with the card's expected verdict beside the measured one."""
+    rows = []
+    for m in measurements:
+        row = m.summary()
+        row["expected"] = str(pitfalls.load(m.pitfall).card.expected)
+        rows.append(row)
+    columns = [
+        "pitfall", "device", "dtype", "verdict", "expected", "err_bug", "floor", "threshold",
+        "entropy_fix", "entropy_bug", "grad_cosine_min", "trigger", "reason",
+    ]  # fmt: skip
+    return pd.DataFrame(rows)[columns]
+
+
+def cmd_list(args: argparse.Namespace) -> str:
+    pairs = pitfalls.load_all()
+    width = max(len(p.card.id) for p in pairs)
+    return "\n".join(
+        f"{p.card.id:<{width}}  {p.card.section:<5}  {p.card.category:<14}  {p.card.expected}"
+        for p in pairs
+    )
+
+
+def card_text(card: pitfalls.Card) -> str:
+    """The card in words."""
+    wrap = textwrap.TextWrapper(width=96, initial_indent="  ", subsequent_indent="  ")
+    parts = [
+        f"{card.id}: {card.title}",
+        f"tutorial {card.section} | category {card.category} | expected verdict {card.expected}",
+    ]
+    for label, text in (
+        ("The tutorial says", card.claim),
+        ("The trap", card.trap),
+        ("What is true (measured)", card.truth),
+        ("Why it matters", card.why),
+        ("How to avoid it", card.avoid),
+    ):
+        parts += ["", f"{label}:", wrap.fill(text)]
+    setup = [f"mask: {card.mask} ({card.convention})", f"shape: {card.shape.label()}"]
+    setup.append("weights: shared" if card.shared_weights else "weights: compared over seeds")
+    if card.input_scale != 1.0:
+        setup.append(f"input scale: {card.input_scale}")
+    parts += ["", "Measured with: " + "; ".join(setup)]
+    if card.sources:
+        parts.append("Sources: " + ", ".join(card.sources))
+    return "\n".join(parts)
+
+
+def colour_diff(diff: str) -> str:
+    colours = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}
+    lines = []
+    for line in diff.splitlines():
+        colour = colours.get(line[:1]) if not line.startswith(("+++", "---")) else "\033[1m"
+        lines.append(f"{colour}{line}\033[0m" if colour else line)
+    return "\n".join(lines)
+
+
+def cmd_show(args: argparse.Namespace) -> str:
+    pair = resolve_pairs([args.id])[0]
+    return card_text(pair.card) + "\n\n" + unified_diff(pair.folder).rstrip("\n")
+
+
+def cmd_diff(args: argparse.Namespace) -> str:
+    pair = resolve_pairs([args.id])[0]
+    diff = unified_diff(pair.folder).rstrip("\n")
+    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    return colour_diff(diff) if colour else diff
+
+
+def cmd_run(args: argparse.Namespace) -> str:
+    pairs = resolve_pairs(args.ids)
+    grid = resolve_grid(args)
+    table = summary_table(measure_grid(pairs, grid))
+    if args.format == "csv":
+        return table.to_csv(index=False).rstrip("\n")
+    if args.format == "json":
+        return table.to_json(orient="records", indent=2)
+    return table.to_markdown(index=False, floatfmt=".3g")
+
+
+COMMANDS = {"list": cmd_list, "show": cmd_show, "diff": cmd_diff, "run": cmd_run}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        print(COMMANDS[args.command](args))
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,171 @@
+"""Trap-specific numbers for the report: each function takes (pair, device, dtype) -> table.
+
+They answer a card's own question (is the scale really imprecise? how slow is the head loop?)
+with a measurement; tables flagged ``attrs["timing"]`` hold wall-clock numbers, which differ
+from run to run and are kept out of deterministic text.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import torch
+from torch import nn
+
+from harness.inputs import generator, make_inputs, upstream_gradient
+from harness.runner import as_dtype, exact_float32, run, seeded
+from harness.seeds import N_SEEDS, degenerate, seed_stats
+
+if TYPE_CHECKING:
+    from pitfalls import Pair
+
+SCALE_D_KS = (3, 7, 48, 64, 80, 96)
+_INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Largest distance in units in the last place between two same-dtype float tensors."""
+    if a.dtype == torch.float64:
+        ints = a.view(torch.int64), b.view(torch.int64)
+    else:
+        ints = a.view(_INT_VIEW[a.dtype]).long(), b.view(_INT_VIEW[b.dtype]).long()
+    return int((ints[0] - ints[1]).abs().max().item())
+
+
+def scale_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.DataFrame:
+    """The two scales, and how far scores divided by each (or times the reciprocal) differ."""
+    rows = []
+    for d_k in SCALE_D_KS:
+        gen = generator(d_k)
+        scores = (torch.randn(4, 32, 32, generator=gen) * math.sqrt(d_k)).to(device, dtype)
+        tensor_scale = torch.sqrt(torch.tensor(float(d_k)))  # float32, as the tutorial's fix
+        by_tensor = scores / tensor_scale
+        by_float = scores / math.sqrt(d_k)
+        times_reciprocal = scores * (1 / math.sqrt(d_k))
+        rows.append(
+            {
+                "d_k": d_k,
+                "1/math.sqrt(d_k)": repr(1 / math.sqrt(d_k)),
+                "1/torch.sqrt(tensor(d_k))": repr((1 / tensor_scale).item()),
+                "scores differing (÷ float vs ÷ tensor)": int((by_float != by_tensor).sum()),
+                "max ulp (÷ float vs ÷ tensor)": ulp_distance(by_float, by_tensor),
+                "max ulp (× 1/float vs ÷ tensor)": ulp_distance(times_reciprocal, by_tensor),
+                "softmax identical": bool(torch.equal(by_float.softmax(-1), by_tensor.softmax(-1))),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _default_init(pair: Pair):
+    """Build the fixed module, then put every nn.Linear back to its own default init."""
+
+    def build(shape):
+        module = pair.card.build(pair.fixed, shape)
+        for layer in module.modules():
+            if isinstance(layer, nn.Linear):
+                layer.reset_parameters()
+        return module
+
+    return build
+
+
+def init_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.DataFrame:
+    """Fixed (xavier), buggy (normal std 1) and nn.Linear's default init, over seeds."""
+    card = pair.card
+    shape = card.shape
+    fan_in, fan_out = shape.d_model, shape.d_k
+    variants = {
+        "xavier_uniform_ (fixed.py)": (lambda s: card.build(pair.fixed, s), 2 / (fan_in + fan_out)),
+        "normal_(std=1) (buggy.py)": (lambda s: card.build(pair.buggy, s), 1.0),
+        "nn.Linear default": (_default_init(pair), 1 / (3 * fan_in)),
+    }
+    rows = []
+    for name, (builder, variance) in variants.items():
+        att, norms, err = seed_stats(pair, builder, device, dtype, shape, range(N_SEEDS))
+        with seeded(0):
+            measured = builder(shape).W_q.weight.var().item()
+        rows.append(
+            {
+                "init": name,
+                "weight variance (theory)": variance,
+                "weight variance (measured)": measured,
+                "entropy (mean)": att.get("entropy_mean", float("nan")),
+                "saturated rows": att.get("saturated", float("nan")),
+                "grad norm W_q": norms.get("W_q.weight", float("nan")),
+                "grad norm W_v": norms.get("W_v.weight", float("nan")),
+                "degenerate": degenerate(att) if att else None,
+                "error": err or "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def key_bias_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.DataFrame:
+    """With all three biases random: each bias's gradient, and the effect of zeroing it."""
+    card = pair.card
+    shape = card.shape
+    with seeded(0):
+        module = card.build(pair.buggy, shape).eval()  # every bias at nn.Linear's random init
+    inputs = make_inputs(shape, 0, card.mask, card.input_scale)
+    x = inputs.x.to(device, dtype)
+    with exact_float32(device):
+        base = run(as_dtype(module, device, dtype), x, None, lambda s: upstream_gradient(s, 0))
+        rows = []
+        for name in ("W_q", "W_k", "W_v"):
+            ablated = as_dtype(module, device, dtype)
+            getattr(ablated, name).bias.data.zero_()
+            out = run(ablated, x, None, None).output
+            rows.append(
+                {
+                    "bias": f"{name}.bias",
+                    "grad norm": base.grads[f"{name}.bias"].norm().item(),
+                    "weight grad norm": base.grads[f"{name}.weight"].norm().item(),
+                    "max |output change| when zeroed": (out - base.output).abs().max().item(),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _median_ms(module: nn.Module, x: torch.Tensor, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out, _ = module(x)
+        out.sum().backward()
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 1000 * sorted(times)[len(times) // 2]
+
+
+def timing_table(
+    pair: Pair, device: torch.device, dtype: torch.dtype, repeats: int = 15
+) -> pd.DataFrame:
+    """Forward + backward wall time of buggy and fixed at a realistic size (median of runs)."""
+    from harness.shapes import Shape
+
+    shape = Shape(batch=8, seq_len=128, d_model=256, d_k=32, d_v=32, heads=8)
+    x = make_inputs(shape, 0).x.to(device, dtype)
+    ms = {}
+    for name, module in (("fixed", pair.fixed), ("buggy", pair.buggy)):
+        with seeded(0):
+            built = as_dtype(pair.card.build(module, shape), device, dtype)
+        _median_ms(built, x, 2)  # warm-up
+        ms[name] = _median_ms(built, x, repeats)
+    table = pd.DataFrame(
+        [
+            {
+                "shape": shape.label(),
+                "fixed ms": ms["fixed"],
+                "buggy ms": ms["buggy"],
+                "buggy / fixed": ms["buggy"] / ms["fixed"],
+            }
+        ]
+    )
+    table.attrs["timing"] = True
+    return table

@@ -1,0 +1,147 @@
+"""Error against a reference, the noise floor, attention and gradient statistics.
+
+The floor rule follows FlashAttention's tests: a candidate differs from the float64 reference when
+its max abs error exceeds ``factor * floor + atol``, where the floor is the error of the fixed
+module run in the same dtype, ``factor`` is 2 for outputs and 3 for gradients, and
+``atol = 2 * max|ref + 0.3 - 0.3 - ref|`` computed in the dtype (the arithmetic noise of one
+add-subtract at the reference's magnitude).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+OUTPUT_FACTOR = 2.0
+GRAD_FACTOR = 3.0
+SATURATED = 0.99  # a row whose largest weight is at least this is saturated
+
+
+@dataclass(frozen=True)
+class Error:
+    """How far a tensor is from its reference."""
+
+    max_abs: float
+    rel_l2: float
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.max_abs)
+
+
+INFINITE = Error(math.inf, math.inf)
+
+
+def error(test: Tensor | None, ref: Tensor) -> Error:
+    """Max abs error and relative L2 error of ``test`` against ``ref`` (both float64).
+
+    A missing tensor, a shape mismatch, or a non-finite value where the reference is finite
+    counts as an infinite error.
+    """
+    if test is None or test.shape != ref.shape:
+        return INFINITE
+    test, ref = test.double(), ref.double()
+    both_nan = test.isnan() & ref.isnan()
+    same_inf = test.isinf() & ref.isinf() & (test == ref)
+    agree = both_nan | same_inf
+    if (~torch.isfinite(test) & ~agree).any() or (~torch.isfinite(ref) & ~agree).any():
+        return INFINITE
+    diff = (test - ref).masked_fill(agree, 0.0)
+    ref_finite = ref.masked_fill(agree, 0.0)
+    max_abs = diff.abs().max().item() if diff.numel() else 0.0
+    norm = ref_finite.norm().item()
+    rel = diff.norm().item() / norm if norm > 0 else (0.0 if max_abs == 0 else math.inf)
+    return Error(max_abs, rel)
+
+
+def atol(ref: Tensor, dtype: torch.dtype) -> float:
+    """FlashAttention's arithmetic noise floor: ``2 * max|ref + 0.3 - 0.3 - ref|`` in ``dtype``."""
+    r = ref.to(dtype)
+    r = r.masked_fill(~torch.isfinite(r), 0.0)
+    noise = (r + 0.3 - 0.3 - r).abs()
+    return 2.0 * noise.max().item() if noise.numel() else 0.0
+
+
+def threshold(floor: Error, tol: float, factor: float) -> float:
+    """The largest error that still counts as rounding: ``factor * floor + atol``."""
+    return factor * floor.max_abs + tol
+
+
+def differs(candidate: Error, floor: Error, tol: float, factor: float) -> bool:
+    """True when ``candidate`` is beyond the noise floor (non-finite always is)."""
+    if not candidate.finite:
+        return True
+    return candidate.max_abs > threshold(floor, tol, factor)
+
+
+def allowed_keys(weights: Tensor, keep: Tensor | None) -> Tensor:
+    """Per row of ``weights``, how many keys the mask allows (T when unmasked or unaligned)."""
+    seq_len = weights.shape[-1]
+    full = torch.full(weights.shape[:-1], float(seq_len), dtype=torch.float64)
+    if keep is None:
+        return full
+    if weights.dim() == 4 and keep.dim() == 3:
+        keep = keep[:, None]  # (B, 1, T, T): the same mask for every head
+    try:
+        return torch.broadcast_to(keep, weights.shape).sum(-1).double()
+    except RuntimeError:
+        return full
+
+
+def attention_stats(weights: Tensor | None, keep: Tensor | None) -> dict[str, float]:
+    """Statistics of attention rows (the last axis of ``weights``).
+
+    entropy_mean, entropy_min: row entropy divided by log(allowed keys), over finite rows with at
+    least two allowed keys (1 = uniform over what is allowed, 0 = one-hot; above 1 means the row
+    spreads over keys it should not see). saturated: fraction of finite rows whose largest weight
+    is >= 0.99. nan_rows: rows holding a NaN. row_sum_err: max |row sum - 1| over finite rows.
+    """
+    nan = float("nan")
+    if weights is None:
+        return dict(entropy_mean=nan, entropy_min=nan, saturated=nan, nan_rows=nan, row_sum_err=nan)
+    w = weights.double()
+    n_allowed = allowed_keys(w, keep)  # (..., T)
+    rows = w.reshape(-1, w.shape[-1])  # (rows, T)
+    n_allowed = n_allowed.reshape(-1)  # (rows,)
+    nan_row = rows.isnan().any(-1)
+    finite_row = torch.isfinite(rows).all(-1)
+    plogp = torch.where(rows > 0, rows * rows.clamp_min(1e-300).log(), torch.zeros_like(rows))
+    entropy = -plogp.sum(-1)  # (rows,)
+    scored = finite_row & (n_allowed > 1)
+    normalized = entropy[scored] / n_allowed[scored].log()
+    fin = rows[finite_row]
+    return dict(
+        entropy_mean=normalized.mean().item() if normalized.numel() else nan,
+        entropy_min=normalized.min().item() if normalized.numel() else nan,
+        saturated=(fin.max(-1).values >= SATURATED).double().mean().item() if fin.numel() else nan,
+        nan_rows=float(nan_row.sum().item()),
+        row_sum_err=(fin.sum(-1) - 1).abs().max().item() if fin.numel() else nan,
+    )
+
+
+def cosine(a: Tensor, b: Tensor) -> float:
+    """Cosine similarity of two tensors seen as vectors (NaN when either is zero or non-finite)."""
+    if a.shape != b.shape:
+        return float("nan")
+    a, b = a.double().flatten(), b.double().flatten()
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return float("nan")
+    na, nb = a.norm().item(), b.norm().item()
+    if na == 0 or nb == 0:
+        return 1.0 if na == nb else 0.0
+    return (a @ b).item() / (na * nb)
+
+
+def grad_stats(grad: Tensor | None) -> dict[str, float]:
+    """Norm, fraction of exact zeros and count of non-finite entries of one gradient."""
+    if grad is None:
+        return dict(norm=float("nan"), zero_frac=float("nan"), nonfinite=float("nan"))
+    finite = torch.isfinite(grad)
+    return dict(
+        norm=grad[finite].norm().item(),
+        zero_frac=(grad == 0).double().mean().item() if grad.numel() else float("nan"),
+        nonfinite=float((~finite).sum().item()),
+    )

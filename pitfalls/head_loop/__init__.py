@@ -1,0 +1,52 @@
+"""Card for head_loop: multi-head attention as a loop over single heads."""
+
+import torch
+
+from harness.extras import timing_table
+from harness.shapes import Shape
+from harness.verdicts import Verdict
+from pitfalls import Card, multi_head
+
+PROJECTIONS = ("W_q", "W_k", "W_v")
+
+
+def to_buggy(state, shape):
+    """Split each fused (h * d_k, d_model) projection into h row blocks, one per head."""
+    out = {k: v for k, v in state.items() if not k.startswith(PROJECTIONS)}
+    for name in PROJECTIONS:
+        for i, block in enumerate(state[f"{name}.weight"].chunk(shape.heads, dim=0)):
+            out[f"{name}.{i}.weight"] = block.clone()  # (d_k, d_model)
+    return out
+
+
+def to_fixed(grads, shape):
+    """Stack per-head gradients back into the fused layout: the inverse of to_buggy."""
+    out = {k: v for k, v in grads.items() if not k.startswith(PROJECTIONS)}
+    for name in PROJECTIONS:
+        blocks = [grads[f"{name}.{i}.weight"] for i in range(shape.heads)]
+        out[f"{name}.weight"] = torch.cat(blocks, dim=0)  # (h * d_k, d_model)
+    return out
+
+
+CARD = Card(
+    id="head_loop",
+    title="Multi-head attention as a ModuleList of single heads",
+    section="§5.2",
+    category="performance",
+    claim="Multi-head attention is a ModuleList of single-head modules, concatenated.",
+    trap="h separate small projections and attention calls instead of one fused, batched call.",
+    truth=(
+        "Numerically the same function as the fused form (within the noise floor), but h small "
+        "matmuls instead of one: slower, never wrong."
+    ),
+    why="Only speed: worth knowing, not worth fearing.",
+    avoid="Fuse the projections and split heads with view(B, T, h, d_k).transpose(1, 2).",
+    expected=Verdict.BENIGN,
+    build=multi_head,
+    has_heads=True,
+    mask="causal",
+    shape=Shape(batch=2, seq_len=5, d_model=16, d_k=4, d_v=4, heads=4),
+    to_buggy=to_buggy,
+    to_fixed=to_fixed,
+    extra=timing_table,
+)

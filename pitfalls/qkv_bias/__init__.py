@@ -1,0 +1,44 @@
+"""Card for qkv_bias: biases on the Q, K, V projections."""
+
+import torch
+
+from harness.extras import key_bias_table
+from harness.verdicts import Verdict
+from pitfalls import Card
+
+
+def to_buggy(state, shape):
+    """The fixed weights plus biases: b_q = b_v = 0 (as BERT and GPT-2 start), b_k random.
+
+    A random key bias shows the point: it shifts every score of a query by the same q . b_k,
+    which softmax ignores.
+    """
+    gen = torch.Generator().manual_seed(0)
+    d_k, d_v = state["W_k.weight"].shape[0], state["W_v.weight"].shape[0]
+    dtype = state["W_k.weight"].dtype
+    return {
+        **state,
+        "W_q.bias": torch.zeros(d_k, dtype=dtype),
+        "W_k.bias": torch.randn(d_k, generator=gen).to(dtype),
+        "W_v.bias": torch.zeros(d_v, dtype=dtype),
+    }
+
+
+CARD = Card(
+    id="qkv_bias",
+    title="Biases on the Q, K, V projections",
+    section="§3.2",
+    category="initialisation",
+    claim="bias=False is mandatory: a bias breaks attention's symmetry and stability.",
+    trap="nn.Linear(..., bias=True) for W_q, W_k and W_v.",
+    truth=(
+        "Softmax is invariant to adding a constant to a query's scores, so the key bias changes "
+        "nothing and gets exactly zero gradient in exact arithmetic: dead weight, not instability. "
+        "Query and value biases are ordinary parameters (BERT and GPT-2 use them)."
+    ),
+    why="Harmless: at worst d_k wasted parameters in every attention layer.",
+    avoid="Drop the key bias if you like; keep or drop the others by taste.",
+    expected=Verdict.BENIGN,
+    to_buggy=to_buggy,
+    extra=key_bias_table,
+)

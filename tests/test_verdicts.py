@@ -1,0 +1,32 @@
+"""How per-dtype verdicts combine."""
+
+import pytest
+
+from harness.shapes import Shape
+from harness.verdicts import Verdict, combine
+
+B, S, L, N = Verdict.BENIGN, Verdict.SILENT, Verdict.LOUD, Verdict.NUMERIC
+
+
+def test_same_verdict_everywhere_stands():
+    assert combine({"float32": S, "bfloat16": S, "float16": S}) is S
+
+
+def test_benign_in_float32_but_broken_in_low_precision_is_numeric():
+    assert combine({"float32": B, "bfloat16": B, "float16": L}) is N
+
+
+def test_float32_decides_when_it_is_not_benign():
+    assert combine({"float32": L, "float16": S}) is L
+
+
+def test_combine_needs_something():
+    with pytest.raises(ValueError):
+        combine({})
+
+
+def test_shape_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="positive"):
+        Shape(batch=0)
+    with pytest.raises(ValueError, match="divisible"):
+        Shape(d_model=10, heads=4)
