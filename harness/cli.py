@@ -10,15 +10,24 @@ import argparse
 import sys
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 import torch
 
 import pitfalls
-from harness.devices import DTYPES, UsageError, available_devices, resolve_device, resolve_dtype
+from harness.devices import (
+    DEVICE_KINDS,
+    DTYPES,
+    UsageError,
+    available_devices,
+    resolve_device,
+    resolve_dtype,
+)
 from harness.diffing import unified_diff
 from harness.measure import Measurement, measure
 from harness.progress import Progress
+from harness.report import collect, ensure_writable, write_report
 
 PROG = "python -m harness"
 
@@ -43,6 +52,9 @@ def build_parser() -> Parser:
     run.add_argument("ids", nargs="*", metavar="ID", help="trap ids (default: all)")
     add_grid_options(run)
     run.add_argument("--format", choices=["md", "csv", "json"], default="md")
+    report = sub.add_parser("report", help="write the markdown diagnosis report")
+    add_grid_options(report)
+    report.add_argument("--out", type=Path, default=Path("reports"), help="default: reports/")
     return parser
 
 
@@ -165,7 +177,22 @@ def cmd_run(args: argparse.Namespace) -> str:
     return table.to_markdown(index=False, floatfmt=".3g")
 
 
-COMMANDS = {"list": cmd_list, "show": cmd_show, "diff": cmd_diff, "run": cmd_run}
+def cmd_report(args: argparse.Namespace) -> str:
+    grid = resolve_grid(args)
+    ensure_writable(args.out)
+    unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
+    results, timed = collect(pitfalls.load_all(), grid, measure_grid)
+    path = write_report(results, grid, args.out, unavailable, timed)
+    return f"wrote {path}"
+
+
+COMMANDS = {
+    "list": cmd_list,
+    "show": cmd_show,
+    "diff": cmd_diff,
+    "run": cmd_run,
+    "report": cmd_report,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

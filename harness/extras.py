@@ -84,7 +84,8 @@ def init_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.DataF
     }
     rows = []
     for name, (builder, variance) in variants.items():
-        att, norms, err = seed_stats(pair, builder, device, dtype, shape, range(N_SEEDS))
+        stats = seed_stats(pair, builder, device, dtype, shape, range(N_SEEDS))
+        att, norms, err = stats.attention, stats.grad_norms, stats.error
         with seeded(0):
             measured = builder(shape).W_q.weight.var().item()
         rows.append(

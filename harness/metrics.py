@@ -109,7 +109,7 @@ def attention_stats(weights: Tensor | None, keep: Tensor | None) -> dict[str, fl
     nan_row = rows.isnan().any(-1)
     finite_row = torch.isfinite(rows).all(-1)
     plogp = torch.where(rows > 0, rows * rows.clamp_min(1e-300).log(), torch.zeros_like(rows))
-    entropy = -plogp.sum(-1)  # (rows,)
+    entropy = -plogp.sum(-1) + 0.0  # (rows,); + 0.0 turns -0.0 into 0.0
     scored = finite_row & (n_allowed > 1)
     normalized = entropy[scored] / n_allowed[scored].log()
     fin = rows[finite_row]

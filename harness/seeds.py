@@ -9,11 +9,12 @@ gradient to the other keys, so the query and key projections barely learn.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from harness import metrics
 from harness.inputs import convert_mask, make_inputs, upstream_gradient
@@ -31,6 +32,16 @@ DEGENERATE_SATURATION = 0.5  # a majority of rows saturated
 Builder = Callable[[Shape], nn.Module]
 
 
+@dataclass
+class SeedStats:
+    """One variant's behaviour over seeds."""
+
+    attention: dict[str, float]  # averaged attention statistics (empty when it raised)
+    grad_norms: dict[str, float]  # mean gradient norm per parameter
+    error: str | None  # the first exception, if any
+    weights: Tensor | None  # attention weights of the first seed, for pictures
+
+
 def seed_stats(
     pair: Pair,
     builder: Builder,
@@ -38,13 +49,10 @@ def seed_stats(
     dtype: torch.dtype,
     shape: Shape,
     seeds: range,
-) -> tuple[dict[str, float], dict[str, float], str | None]:
-    """Attention statistics and gradient norms of ``builder``'s module, averaged over seeds.
-
-    Returns (attention row, {param: mean grad norm}, first error or None).
-    """
+) -> SeedStats:
+    """Attention statistics and gradient norms of ``builder``'s module, averaged over seeds."""
     card = pair.card
-    att_rows, norms = [], {}
+    att_rows, norms, first_weights = [], {}, None
     for seed in seeds:
         with seeded(seed):
             module = builder(shape).eval()
@@ -58,7 +66,8 @@ def seed_stats(
                 lambda out_shape, s=seed: upstream_gradient(out_shape, s),
             )
         if not result.ok:
-            return {}, {}, result.error
+            return SeedStats({}, {}, result.error, None)
+        first_weights = result.weights if first_weights is None else first_weights
         att_rows.append(metrics.attention_stats(result.weights, inputs.keep))
         for name, grad in result.grads.items():
             norms.setdefault(name, []).append(metrics.grad_stats(grad)["norm"])
@@ -71,7 +80,8 @@ def seed_stats(
         nan_rows=att["nan_rows"].sum(),
         row_sum_err=att["row_sum_err"].max(),
     )
-    return row, {k: sum(v) / len(v) for k, v in norms.items()}, None
+    mean_norms = {k: sum(v) / len(v) for k, v in norms.items()}
+    return SeedStats(row, mean_norms, None, first_weights)
 
 
 def degenerate(row: dict[str, float]) -> bool:
@@ -93,16 +103,14 @@ def measure_over_seeds(
     card = pair.card
     shape = shape or card.shape
     seeds = range(seed, seed + n_seeds)
-    fix_att, fix_norms, fix_err = seed_stats(
-        pair, lambda s: card.build(pair.fixed, s), device, dtype, shape, seeds
-    )
-    if fix_err:
+    fix = seed_stats(pair, lambda s: card.build(pair.fixed, s), device, dtype, shape, seeds)
+    if fix.error:
         raise MeasurementError(
-            f"{card.id}: the fixed module fails in {dtype_name(dtype)}: {fix_err}"
+            f"{card.id}: the fixed module fails in {dtype_name(dtype)}: {fix.error}"
         )
-    bug_att, bug_norms, bug_err = seed_stats(
-        pair, lambda s: card.build(pair.buggy, s), device, dtype, shape, seeds
-    )
+    bug = seed_stats(pair, lambda s: card.build(pair.buggy, s), device, dtype, shape, seeds)
+    fix_att, fix_norms = fix.attention, fix.grad_norms
+    bug_att, bug_norms, bug_err = bug.attention, bug.grad_norms, bug.error
     nan = float("nan")
     if bug_err:
         verdict, reason = Verdict.LOUD, f"raises: {bug_err}"
@@ -143,4 +151,5 @@ def measure_over_seeds(
         attention=pd.DataFrame([dict(run="fix", **fix_att), dict(run="bug", **bug_att)]),
         gradients=gradients,
         error=bug_err,
+        weights={"fix": fix.weights, "bug": bug.weights},
     )

@@ -1,0 +1,284 @@
+"""The markdown diagnosis report: header, summary, one section per trap, heatmaps.
+
+Everything in ``report.md`` is deterministic for a given command on a given machine; wall-clock
+numbers go to ``timings.md`` beside it. Files are written to a staging folder first and moved
+into place one by one with ``os.replace``, ``report.md`` last, so an interrupted run leaves the
+previous report intact.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import pitfalls
+from harness import __version__
+from harness.devices import UsageError, device_description
+from harness.diffing import unified_diff
+from harness.inputs import make_inputs
+from harness.measure import Measurement, dtype_name
+from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
+from harness.plots import heatmap
+from harness.seeds import N_SEEDS
+from harness.verdicts import FULL_PRECISION, Verdict, combine
+
+REPORT = "report.md"
+TIMINGS = "timings.md"
+IMAGES = "img"
+FLOAT = ".3g"
+
+Grid = list[tuple[torch.device, torch.dtype]]
+
+
+@dataclass
+class TrapResult:
+    """Everything the report shows for one trap."""
+
+    pair: pitfalls.Pair
+    cells: list[Measurement]  # one per (device, dtype)
+    extra: pd.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def primary(self) -> Measurement:
+        """The first device's float32 cell (or its first cell): the one tabulated in full."""
+        full = [m for m in self.cells if m.dtype in FULL_PRECISION]
+        return (full or self.cells)[0]
+
+    def overall(self, device: str) -> Verdict:
+        return combine({m.dtype: m.verdict for m in self.cells if m.device == device})
+
+
+def ensure_writable(out: Path) -> None:
+    """UsageError unless ``out`` is (or can be made) a folder we can write into."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write to --out {str(out)!r}: {exc.strerror or exc}") from None
+
+
+def reproduce_command(grid: Grid) -> str:
+    devices = dict.fromkeys(str(d) for d, _ in grid)
+    dtypes = dict.fromkeys(dtype_name(t) for _, t in grid)
+    words = ["python -m harness report"]
+    words += [f"--device {d}" for d in devices] + [f"--dtype {t}" for t in dtypes]
+    return " ".join(words)
+
+
+def header(grid: Grid, unavailable: list[str]) -> str:
+    devices = list(dict.fromkeys(d for d, _ in grid))
+    dtypes = list(dict.fromkeys(dtype_name(t) for _, t in grid))
+    has_cuda = any(d.type == "cuda" for d in devices)
+    lines = [
+        "# Hand-written attention: diagnosis report",
+        "",
+        f"Reproduce: `{reproduce_command(grid)}` (writes `reports/{REPORT}` by default).",
+        "",
+        f"- Versions: attention-pitfalls {__version__}, torch {torch.__version__}, "
+        f"Python {platform.python_version()}, {platform.machine()}.",
+        f"- Devices: {', '.join(device_description(d) for d in devices)}."
+        + (f" Not available here: {', '.join(unavailable)}." if unavailable else ""),
+        f"- Dtypes: {', '.join(dtypes)}; the reference is always float64.",
+        f"- Seeds: inputs, masks, weights and the upstream gradient from seed 0; "
+        f"`init_variance` over seeds 0-{N_SEEDS - 1}; the trigger search is derandomized.",
+        "- TF32: "
+        + ("disabled while measuring (float32 means float32)." if has_cuda else "not applicable "
+           "(no CUDA device in this run; it is disabled whenever CUDA is measured)."),
+        f"- Rule: buggy differs when its max abs error against the float64 reference exceeds "
+        f"{OUTPUT_FACTOR:g} x floor + atol for the output ({GRAD_FACTOR:g} x for gradients); the "
+        "floor is fixed.py's own error in the same dtype, atol = 2 max|ref + 0.3 - 0.3 - ref| "
+        "in that dtype (FlashAttention's test rule).",
+        f"- Wall-clock numbers are not in this file: see [{TIMINGS}]({TIMINGS}).",
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
+def cell_label(m: Measurement) -> str:
+    return f"{m.device} {m.dtype}"
+
+
+def _num(x: float) -> str:
+    return format(x, FLOAT)
+
+
+def output_cell(m: Measurement) -> str:
+    """The bug's output error against the floor, or why there is none."""
+    s = m.summary()
+    if m.error:
+        return "raises"
+    if pd.isna(s["err_bug"]):
+        return "n/a (compared over seeds)"
+    return f"{_num(s['err_bug'])} vs {_num(s['floor'])}"
+
+
+def summary(results: list[TrapResult]) -> str:
+    rows = []
+    for r in results:
+        p = r.primary.summary()
+        row = {"trap": f"[`{r.pair.card.id}`](#{r.pair.card.id})", "§": r.pair.card.section}
+        row |= {cell_label(m): str(m.verdict) for m in r.cells}
+        row |= {
+            "verdict": str(r.overall(r.primary.device)),
+            "expected": str(r.pair.card.expected),
+            "output error vs floor": output_cell(r.primary),
+            "entropy fix → bug": f"{_num(p['entropy_fix'])} → {_num(p['entropy_bug'])}",
+            "grad cosine (min)": _num(p["grad_cosine_min"]),
+            "trigger": p["trigger"],
+        }
+        rows.append(row)
+    table = pd.DataFrame(rows).to_markdown(index=False)
+    low_only = [
+        f"`{r.pair.card.id}` ({', '.join(cell_label(m) for m in r.cells if m.verdict is not base)})"
+        for r in results
+        for base in [r.primary.verdict]
+        if any(m.verdict is not base for m in r.cells)
+    ]
+    note = (
+        "Verdicts that occur only in low precision: " + "; ".join(low_only) + "."
+        if low_only
+        else "Verdicts that occur only in low precision: none — every trap gets the same verdict "
+        "in every dtype measured."
+    )
+    return "## Summary\n\n" + table + "\n\n" + note
+
+
+def table(df: pd.DataFrame) -> str:
+    return df.to_markdown(index=False, floatfmt=FLOAT)
+
+
+def trap_section(r: TrapResult, image: str | None) -> str:
+    card, m = r.pair.card, r.primary
+    measured = r.overall(m.device)
+    out = [
+        f'<a id="{card.id}"></a>',
+        f"### `{card.id}`: {card.title}",
+        "",
+        f"Tutorial {card.section} · category {card.category} · expected {card.expected} · "
+        f"measured **{measured}**",
+        "",
+        f"**The tutorial says.** {card.claim}",
+        "",
+        f"**The trap.** {card.trap}",
+        "",
+        f"**What is true.** {card.truth}",
+        "",
+        "**What was measured.**",
+        "",
+    ]
+    out += [f"- {cell_label(c)}: **{c.verdict}**: {c.reason}" for c in r.cells]
+    if measured is Verdict.BENIGN:
+        out += ["", benign_statement(m)]
+    out += ["", "The pair (`diff -u buggy.py fixed.py`):", "", "```diff"]
+    out += [unified_diff(r.pair.folder).rstrip("\n"), "```", ""]
+    out += [f"Output against the float64 reference ({cell_label(m)}, {m.shape.label()}):", ""]
+    out += [table(m.output), "", "Attention rows (entropy normalized by log(allowed keys)):", ""]
+    out += [table(m.attention), "", "Gradients:", "", table(m.gradients), ""]
+    if r.extra is not None:
+        out += [f"Trap-specific measurement ({cell_label(m)}):", "", table(r.extra), ""]
+    out += r.notes
+    if image:
+        out += [f"![attention weights of {card.id}]({image})", ""]
+    out += [f"**Why it matters.** {card.why}", "", f"**How to avoid it.** {card.avoid}"]
+    if card.sources:
+        out += ["", "Sources: " + ", ".join(card.sources) + "."]
+    return "\n".join(out)
+
+
+def benign_statement(m: Measurement) -> str:
+    if "max_abs" in m.output and pd.notna(m.summary()["err_bug"]):
+        s = m.summary()
+        return (
+            f"**The claim does not hold.** On {cell_label(m)} the buggy output's max abs error is "
+            f"{_num(s['err_bug'])} against a threshold of {_num(s['threshold'])} (floor "
+            f"{_num(s['floor'])}), and every gradient is within its own threshold."
+        )
+    return f"**The claim does not hold.** {m.reason}."
+
+
+def category_sections(results: list[TrapResult], images: dict[str, str]) -> str:
+    parts = []
+    for category in pitfalls.CATEGORIES:
+        members = [r for r in results if r.pair.card.category == category]
+        if not members:
+            continue
+        parts.append(f"## {category.capitalize()}")
+        parts += [trap_section(r, images.get(r.pair.card.id)) for r in members]
+    return "\n\n".join(parts)
+
+
+def timings_text(timed: dict[str, pd.DataFrame]) -> str:
+    lines = [
+        "# Wall-clock measurements",
+        "",
+        f"Not deterministic: they vary from run to run and machine to machine, so they live apart "
+        f"from [{REPORT}]({REPORT}).",
+    ]
+    for pid, df in timed.items():
+        lines += ["", f"## `{pid}`", "", table(df)]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    results: list[TrapResult],
+    grid: Grid,
+    out: Path,
+    unavailable: list[str],
+    timed: dict[str, pd.DataFrame],
+) -> Path:
+    """Render and write ``out/report.md``, its images and ``out/timings.md``, atomically."""
+    ensure_writable(out)
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
+    try:
+        (staging / IMAGES).mkdir()
+        images = {}
+        for r in results:
+            m = r.primary
+            keep = make_inputs(m.shape, m.seed, r.pair.card.mask, r.pair.card.input_scale).keep
+            name = f"{IMAGES}/{r.pair.card.id}.png"
+            note = f"raises:\n{m.error}" if m.error else "no weights"
+            heatmap(staging / name, r.pair.card.id, m.weights.get("fix"), m.weights.get("bug"),
+                    keep, note)  # fmt: skip
+            images[r.pair.card.id] = name
+        text = "\n\n".join(
+            [header(grid, unavailable), summary(results), category_sections(results, images)]
+        )
+        (staging / REPORT).write_text(text.rstrip("\n") + "\n")
+        (staging / TIMINGS).write_text(timings_text(timed))
+        (out / IMAGES).mkdir(exist_ok=True)
+        for name in [*images.values(), TIMINGS, REPORT]:  # report.md last
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out / REPORT
+
+
+def collect(
+    pairs: list[pitfalls.Pair],
+    grid: Grid,
+    measure_all: Callable[[list[pitfalls.Pair], Grid], list[Measurement]],
+) -> tuple[list[TrapResult], dict[str, pd.DataFrame]]:
+    """Measure everything, then each trap's extra on the first device in float32."""
+    cells = measure_all(pairs, grid)
+    device = grid[0][0]
+    results, timed = [], {}
+    for pair in pairs:
+        r = TrapResult(pair, [m for m in cells if m.pitfall == pair.card.id])
+        if pair.card.extra is not None:
+            extra = pair.card.extra(pair, device, torch.float32)
+            if extra.attrs.get("timing"):
+                timed[pair.card.id] = extra
+                r.notes.append(f"Wall-clock timing: see [{TIMINGS}]({TIMINGS}).\n")
+            else:
+                r.extra = extra
+        results.append(r)
+    return results, timed
