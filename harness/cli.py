@@ -7,6 +7,7 @@ line on stderr with exit status 2, before any work is done and without writing a
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -137,8 +138,10 @@ def card_text(card: pitfalls.Card) -> str:
         parts += ["", f"{label}:", wrap.fill(text)]
     setup = [f"mask: {card.mask} ({card.convention})", f"shape: {card.shape.label()}"]
     setup.append("weights: shared" if card.shared_weights else "weights: compared over seeds")
-    if card.input_scale != 1.0:
-        setup.append(f"input scale: {card.input_scale}")
+    if card.edge == "large":
+        setup.append(f"then large activations (x scaled by {card.input_scale:g})")
+    elif card.edge == "empty_row":
+        setup.append("then a sequence that is all padding")
     parts += ["", "Measured with: " + "; ".join(setup)]
     if card.sources:
         parts.append("Sources: " + ", ".join(card.sources))
@@ -172,8 +175,9 @@ def cmd_run(args: argparse.Namespace) -> str:
     table = summary_table(measure_grid(pairs, grid))
     if args.format == "csv":
         return table.to_csv(index=False).rstrip("\n")
-    if args.format == "json":
-        return table.to_json(orient="records", indent=2)
+    if args.format == "json":  # JSON has no Inf: keep it apart from null (not measured)
+        finite = table.astype(object).replace({math.inf: "inf", -math.inf: "-inf"})
+        return finite.to_json(orient="records", indent=2, double_precision=15)
     return table.to_markdown(index=False, floatfmt=".3g")
 
 

@@ -110,7 +110,7 @@ def key_bias_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.D
     shape = card.shape
     with seeded(0):
         module = card.build(pair.buggy, shape).eval()  # every bias at nn.Linear's random init
-    inputs = make_inputs(shape, 0, card.mask, card.input_scale)
+    inputs = card.inputs(shape, 0)
     x = inputs.x.to(device, dtype)
     with exact_float32(device):
         base = run(as_dtype(module, device, dtype), x, None, lambda s: upstream_gradient(s, 0))

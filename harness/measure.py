@@ -7,6 +7,7 @@ fixed module in the dtype and ``bug`` the buggy module in the dtype, all with th
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -15,8 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from harness import metrics
-from harness.inputs import convert_mask, make_inputs, upstream_gradient
-from harness.runner import INPUT_GRAD, Run, as_dtype, exact_float32, run, seeded
+from harness.inputs import convert_mask, upstream_gradient
+from harness.probes import future_leak, repeat_difference
+from harness.runner import INPUT_GRAD, Run, as_dtype, describe, exact_float32, run, seeded
 from harness.shapes import Shape
 from harness.verdicts import Verdict
 
@@ -37,11 +39,24 @@ class Comparison:
     gradients: pd.DataFrame  # one row per parameter (and the input): norms, cosine, errors
     fix: Run
     bug: Run
+    shape: Shape
+    seed: int
+    edge: bool = False  # measured on the card's edge inputs
+    probes: dict[str, str] = field(default_factory=dict)
 
     @property
     def diverges(self) -> bool:
-        """Output or any gradient of ``bug`` beyond the floor (or not comparable at all)."""
-        return bool(self.output["differs"].any() or self.gradients["differs"].eq(True).any())
+        """The bug raised, or its output or a gradient is beyond the floor."""
+        return bool(
+            not self.bug.ok
+            or self.output["differs"].eq(True).any()
+            or self.gradients["differs"].eq(True).any()
+        )
+
+    @property
+    def nonfinite(self) -> bool:
+        """The bug produced NaN or Inf (output or gradient) where the fixed module did not."""
+        return self.bug.first_nonfinite is not None and self.fix.first_nonfinite is None
 
 
 @dataclass
@@ -51,17 +66,26 @@ class Measurement:
     pitfall: str
     device: str
     dtype: str
-    shape: Shape
+    shape: Shape  # the shape the tables and weights come from (a CONDITIONAL trap's trigger)
     seed: int
     verdict: Verdict
     reason: str  # one line: why this verdict
     output: pd.DataFrame
     attention: pd.DataFrame
     gradients: pd.DataFrame
-    error: str | None = None  # the bug's exception, if it raised
+    error: str | None = None  # the bug's exception on the measurement shape, if it raised
     warnings: list[str] = field(default_factory=list)
     trigger: Shape | None = None  # smallest shape on which a CONDITIONAL bug runs silently
     weights: dict[str, Tensor | None] = field(default_factory=dict)  # fix/bug attention
+    edge: bool = False  # the tables come from the card's edge inputs
+    probes: dict[str, str] = field(default_factory=dict)  # causal leak, repeat calls
+    variants: dict[str, str] = field(default_factory=dict)  # e.g. the verdict with one head
+    seeds: int = 0  # > 0: compared over this many seeds instead of shared weights
+
+    @property
+    def raised(self) -> bool:
+        """The tables hold no buggy run: it raised (LOUD, or NUMERIC by an error)."""
+        return self.output.set_index("run").loc["bug", "differs"] is None
 
     def summary(self) -> dict[str, object]:
         """One tidy row for summary tables."""
@@ -74,9 +98,9 @@ class Measurement:
             device=self.device,
             dtype=self.dtype,
             verdict=str(self.verdict),
-            err_bug=out.loc["bug", "max_abs"] if "max_abs" in out else float("nan"),
-            floor=out.loc["fix", "max_abs"] if "max_abs" in out else float("nan"),
-            threshold=out.loc["bug", "threshold"] if "threshold" in out else float("nan"),
+            err_bug=out.loc["bug", "max_abs"],
+            floor=out.loc["fix", "max_abs"],
+            threshold=out.loc["bug", "threshold"],
             entropy_fix=att.loc["fix", "entropy_mean"],
             entropy_bug=att.loc["bug", "entropy_mean"],
             grad_cosine_min=cos.min() if len(cos) else float("nan"),
@@ -112,8 +136,9 @@ def _output_table(ref: Run, fix: Run, bug: Run, dtype: torch.dtype) -> pd.DataFr
     tol = metrics.atol(ref.output, dtype)
     floor = metrics.error(fix.output, ref.output)
     rows = []
+    nan = float("nan")
     for name, r in (("fix", fix), ("bug", bug)):
-        err = metrics.error(r.output, ref.output) if r.ok else metrics.INFINITE
+        err = metrics.error(r.output, ref.output) if r.ok else metrics.Error(nan, nan)
         rows.append(
             dict(
                 run=name,
@@ -122,8 +147,8 @@ def _output_table(ref: Run, fix: Run, bug: Run, dtype: torch.dtype) -> pd.DataFr
                 floor=floor.max_abs,
                 atol=tol,
                 threshold=metrics.threshold(floor, tol, metrics.OUTPUT_FACTOR),
-                differs=metrics.differs(err, floor, tol, metrics.OUTPUT_FACTOR) if r.ok else True,
-                shape=tuple(r.output.shape) if r.output is not None else None,
+                differs=metrics.differs(err, floor, tol, metrics.OUTPUT_FACTOR) if r.ok else None,
+                shape=tuple(r.output.shape) if r.ok and r.output is not None else None,
             )
         )
     return pd.DataFrame(rows)
@@ -176,49 +201,127 @@ def _gradient_table(
     return pd.DataFrame(rows)
 
 
+def _module_probes(
+    pair: Pair, fix: nn.Module, bug: nn.Module, x: Tensor, mask: Tensor | None, seed: int
+) -> dict[str, str]:
+    """Causal leak (for causal traps) and repeat calls in eval mode, fixed.py then buggy.py."""
+    found: dict[str, list[str]] = {}
+    for name, module in (("fixed.py", fix), ("buggy.py", bug)):
+        try:
+            with warnings.catch_warnings():  # run() has recorded them already
+                warnings.simplefilter("ignore")
+                if pair.card.mask in ("causal", "both"):
+                    leak = future_leak(module, x, mask)
+                    found.setdefault("future leak", []).append(f"{name} {leak or 'none'}")
+                diff = repeat_difference(module, x, mask, seed)
+            text = "identical" if diff == 0 else f"differ by up to {diff:.3g}"
+            found.setdefault("two identical calls in eval", []).append(f"{name} {text}")
+        except Exception as exc:  # a raising module is reported, not probed
+            found.setdefault("probes", []).append(f"{name} raises: {describe(exc)}")
+    return {probe: "; ".join(texts) for probe, texts in found.items()}
+
+
 def compare(
-    pair: Pair, device: torch.device, dtype: torch.dtype, shape: Shape, seed: int = 0
+    pair: Pair,
+    device: torch.device,
+    dtype: torch.dtype,
+    shape: Shape,
+    seed: int = 0,
+    edge: bool = False,
+    probes: bool = False,
 ) -> Comparison:
-    """Run ref, fix and bug once on ``shape`` and tabulate how they differ."""
+    """Run ref, fix and bug once on ``shape`` and tabulate how they differ.
+
+    ``edge`` draws the card's edge inputs instead of the ordinary ones; ``probes`` adds the
+    causal-leak and repeat-call probes. Every run happens under ``seeded(seed)``, so modules
+    that sample (dropout) are reproducible and the global RNG is left alone.
+    """
     card = pair.card
-    inputs = make_inputs(shape, seed, card.mask, card.input_scale)
+    inputs = card.inputs(shape, seed, edge)
     fixed, buggy = build_pair(pair, shape, seed)
     with exact_float32(device):
-        ref = run(
-            as_dtype(fixed, device, torch.float64),
-            inputs.x.to(device),
-            convert_mask(inputs.keep, card.convention, device, torch.float64),
-            lambda out_shape: upstream_gradient(out_shape, seed),
-        )
+        with seeded(seed):
+            ref = run(
+                as_dtype(fixed, device, torch.float64),
+                inputs.x.to(device),
+                convert_mask(inputs.keep, card.convention, device, torch.float64),
+                lambda out_shape: upstream_gradient(out_shape, seed),
+            )
         if not ref.ok:
             raise MeasurementError(f"{card.id}: the fixed module fails in float64: {ref.error}")
         G = upstream_gradient(ref.output.shape, seed)
         x = inputs.x.to(device, dtype)
         mask = convert_mask(inputs.keep, card.convention, device, dtype)
-        fix = run(as_dtype(fixed, device, dtype), x, mask, G)
+        fix_module, bug_module = as_dtype(fixed, device, dtype), as_dtype(buggy, device, dtype)
+        with seeded(seed):
+            fix = run(fix_module, x, mask, G)
         if not fix.ok:
             raise MeasurementError(
                 f"{card.id}: the fixed module fails in {dtype_name(dtype)}: {fix.error}"
             )
-        bug = run(as_dtype(buggy, device, dtype), x, mask, G)
+        with seeded(seed):
+            bug = run(bug_module, x, mask, G)
+        found = _module_probes(pair, fix_module, bug_module, x, mask, seed) if probes else {}
     return Comparison(
         output=_output_table(ref, fix, bug, dtype),
         attention=_attention_table(fix, bug, inputs.keep),
         gradients=_gradient_table(pair, shape, ref, fix, bug, dtype),
         fix=fix,
         bug=bug,
+        shape=shape,
+        seed=seed,
+        edge=edge,
+        probes=found,
     )
 
 
 def runs_silently(pair: Pair, device: torch.device, dtype: torch.dtype, shape: Shape) -> bool:
     """True when the bug runs on ``shape`` without error and diverges beyond the floor."""
     _, buggy = build_pair(pair, shape, 0)
-    inputs = make_inputs(shape, 0, pair.card.mask, pair.card.input_scale)
+    inputs = pair.card.inputs(shape, 0)
     mask = convert_mask(inputs.keep, pair.card.convention, device, dtype)
-    with exact_float32(device):
+    with exact_float32(device), seeded(0):
         if not run(as_dtype(buggy, device, dtype), inputs.x.to(device, dtype), mask, None).ok:
             return False  # cheap early exit: most shapes raise
-    return compare(pair, device, dtype, shape).diverges
+    cmp = compare(pair, device, dtype, shape)
+    return cmp.bug.ok and cmp.diverges
+
+
+EDGE_NAMES = {"empty_row": "an all-padding sequence", "large": "large activations"}
+
+
+def _judge(pair: Pair, device: torch.device, dtype: torch.dtype, cmp: Comparison, search: bool):
+    """(verdict, reason, comparison to tabulate, trigger) for one ordinary comparison."""
+    card = pair.card
+    if not cmp.bug.ok:
+        from harness.search import find_trigger
+
+        trigger = find_trigger(pair, device, dtype) if search else None
+        if trigger is None:
+            return Verdict.LOUD, f"raises: {cmp.bug.error}", cmp, None
+        silent = compare(pair, device, dtype, trigger, cmp.seed)
+        reason = (
+            f"raises on {cmp.shape.label()}; runs silently on {trigger.label()}: "
+            f"{_divergence_reason(silent)}"
+        )
+        return Verdict.CONDITIONAL, reason, silent, trigger
+    if cmp.diverges:
+        return Verdict.SILENT, _divergence_reason(cmp), cmp, None
+    if card.edge == "none":
+        return Verdict.BENIGN, "output and every gradient within the noise floor", cmp, None
+    edge_name = EDGE_NAMES[card.edge]
+    try:
+        edge = compare(pair, device, dtype, cmp.shape, cmp.seed, edge=True)
+    except MeasurementError as exc:
+        reason = f"within the floor on ordinary inputs; {edge_name} not measurable here: {exc}"
+        return Verdict.BENIGN, reason, cmp, None
+    if not edge.bug.ok:
+        return Verdict.NUMERIC, f"with {edge_name}, raises: {edge.bug.error}", edge, None
+    if edge.nonfinite:
+        return Verdict.NUMERIC, f"with {edge_name}: {edge.bug.first_nonfinite}", edge, None
+    if edge.diverges:
+        return Verdict.SILENT, f"with {edge_name}: {_divergence_reason(edge)}", edge, None
+    return Verdict.BENIGN, f"within the floor, also with {edge_name}", cmp, None
 
 
 def measure(
@@ -231,49 +334,49 @@ def measure(
 ) -> Measurement:
     """Measure one trap on one device and dtype and give it a verdict.
 
-    A bug that raises on the measurement shape is searched for trigger shapes (when ``search``):
-    if some shape lets it run and diverge, the verdict is CONDITIONAL with the smallest such shape.
+    Ordinary inputs first: a bug that raises is searched for trigger shapes (CONDITIONAL when
+    one lets it run and diverge, LOUD otherwise); one that diverges is SILENT. A bug within the
+    floor is then tried on the card's edge inputs: NaN, Inf or an error there is NUMERIC, a
+    finite divergence SILENT. Multi-head traps are also measured with one head.
     """
     if not pair.card.shared_weights:
         from harness.seeds import measure_over_seeds
 
         return measure_over_seeds(pair, device, dtype, seed=seed, shape=shape)
     shape = shape or pair.card.shape
-    cmp = compare(pair, device, dtype, shape, seed)
-    trigger = None
-    if not cmp.bug.ok:
-        from harness.search import find_trigger
-
-        trigger = find_trigger(pair, device, dtype) if search else None
-        if trigger is not None:
-            verdict = Verdict.CONDITIONAL
-            reason = f"raises on {shape.label()}; runs silently on {trigger.label()}"
-        else:
-            verdict, reason = Verdict.LOUD, f"raises: {cmp.bug.error}"
-    elif cmp.diverges:
-        verdict, reason = Verdict.SILENT, _divergence_reason(cmp)
-    else:
-        verdict, reason = Verdict.BENIGN, "output and every gradient within the noise floor"
+    cmp = compare(pair, device, dtype, shape, seed, probes=True)
+    verdict, reason, shown, trigger = _judge(pair, device, dtype, cmp, search)
+    variants = {}
+    if pair.card.has_heads and shape.heads > 1:
+        one = shape.with_(heads=1, d_k=shape.d_model, d_v=shape.d_model)
+        single = measure(pair, device, dtype, seed, one, search=False)
+        variants["1 head"] = f"{single.verdict}: {single.reason}"
     return Measurement(
         pitfall=pair.card.id,
         device=str(device),
         dtype=dtype_name(dtype),
-        shape=shape,
+        shape=shown.shape,
         seed=seed,
         verdict=verdict,
         reason=reason,
-        output=cmp.output,
-        attention=cmp.attention,
-        gradients=cmp.gradients,
-        error=cmp.bug.error,
-        warnings=cmp.bug.warnings,
+        output=shown.output,
+        attention=shown.attention,
+        gradients=shown.gradients,
+        error=cmp.bug.error or shown.bug.error,
+        warnings=sorted(set(cmp.bug.warnings) | set(shown.bug.warnings)),
         trigger=trigger,
-        weights={"fix": cmp.fix.weights, "bug": cmp.bug.weights},
+        weights={"fix": shown.fix.weights, "bug": shown.bug.weights},
+        edge=shown.edge,
+        probes=cmp.probes,
+        variants=variants,
     )
 
 
 def _divergence_reason(cmp: Comparison) -> str:
     bug = cmp.output.set_index("run").loc["bug"]
+    where = cmp.bug.first_nonfinite
+    if where is not None and cmp.fix.first_nonfinite is None:
+        return f"non-finite: {where}"
     if bug["shape"] != cmp.output.set_index("run").loc["fix", "shape"]:
         return f"output shape {bug['shape']} instead of {cmp.output.iloc[0]['shape']}"
     if bug["differs"]:

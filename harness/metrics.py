@@ -136,12 +136,12 @@ def cosine(a: Tensor, b: Tensor) -> float:
 
 
 def grad_stats(grad: Tensor | None) -> dict[str, float]:
-    """Norm, fraction of exact zeros and count of non-finite entries of one gradient."""
+    """Norm (NaN or Inf when any entry is), fraction of exact zeros, count of non-finite."""
     if grad is None:
         return dict(norm=float("nan"), zero_frac=float("nan"), nonfinite=float("nan"))
     finite = torch.isfinite(grad)
     return dict(
-        norm=grad[finite].norm().item(),
+        norm=grad.norm().item(),
         zero_frac=(grad == 0).double().mean().item() if grad.numel() else float("nan"),
         nonfinite=float((~finite).sum().item()),
     )

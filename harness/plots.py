@@ -73,3 +73,23 @@ def heatmap(
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=80, metadata={"Software": None})
     plt.close(fig)
+
+
+def line_plot(
+    path: Path, data, x: str, y: list[str], title: str, logx: bool = False, ylabel: str = ""
+) -> None:
+    """Write a PNG of columns ``y`` of ``data`` against column ``x``."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for column in y:
+        ax.plot(data[x], data[column], marker="o", label=column)
+    if logx:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(data[x]), [str(v) for v in data[x]])
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=80, metadata={"Software": None})
+    plt.close(fig)

@@ -23,10 +23,9 @@ import pitfalls
 from harness import __version__
 from harness.devices import UsageError, device_description
 from harness.diffing import unified_diff
-from harness.inputs import make_inputs
-from harness.measure import Measurement, dtype_name
+from harness.measure import EDGE_NAMES, Measurement, dtype_name
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
-from harness.plots import heatmap
+from harness.plots import heatmap, line_plot
 from harness.seeds import N_SEEDS
 from harness.verdicts import FULL_PRECISION, Verdict, combine
 
@@ -44,7 +43,7 @@ class TrapResult:
 
     pair: pitfalls.Pair
     cells: list[Measurement]  # one per (device, dtype)
-    extra: pd.DataFrame | None = None
+    extras: list[pd.DataFrame] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -114,10 +113,10 @@ def _num(x: float) -> str:
 def output_cell(m: Measurement) -> str:
     """The bug's output error against the floor, or why there is none."""
     s = m.summary()
-    if m.error:
+    if m.seeds:
+        return "n/a (over seeds)"
+    if m.raised:
         return "raises"
-    if pd.isna(s["err_bug"]):
-        return "n/a (compared over seeds)"
     return f"{_num(s['err_bug'])} vs {_num(s['floor'])}"
 
 
@@ -132,7 +131,7 @@ def summary(results: list[TrapResult]) -> str:
             "expected": str(r.pair.card.expected),
             "output error vs floor": output_cell(r.primary),
             "entropy fix → bug": f"{_num(p['entropy_fix'])} → {_num(p['entropy_bug'])}",
-            "grad cosine (min)": _num(p["grad_cosine_min"]),
+            "grad cosine (min)": "n/a" if r.primary.seeds else _num(p["grad_cosine_min"]),
             "trigger": p["trigger"],
         }
         rows.append(row)
@@ -156,7 +155,50 @@ def table(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, floatfmt=FLOAT)
 
 
-def trap_section(r: TrapResult, image: str | None) -> str:
+def where(m: Measurement, card: pitfalls.Card) -> str:
+    """Which cell, shape and inputs a measurement's tables come from."""
+    text = f"{cell_label(m)}, {m.shape.label()}"
+    if m.edge:
+        text += f", with {EDGE_NAMES[card.edge]}"
+        text += f" (x scaled by {card.input_scale:g})" if card.edge == "large" else ""
+    return text
+
+
+def measurement_tables(m: Measurement, card: pitfalls.Card) -> list[str]:
+    if m.seeds:
+        return [
+            f"Compared over {m.seeds} seeds, each module freshly initialised ({where(m, card)}): "
+            "the bug is the weights, so outputs are not compared with each other.",
+            "",
+            "Attention rows, averaged over seeds:",
+            "",
+            table(m.attention),
+            "",
+            "Gradient norms, averaged over seeds:",
+            "",
+            table(m.gradients),
+            "",
+        ]
+    if m.raised:
+        return [f"On {where(m, card)} buggy.py raises: `{m.error}`", ""]
+    return [
+        f"Output against the float64 reference ({where(m, card)}):",
+        "",
+        table(m.output),
+        "",
+        "Attention rows (entropy normalized by log(allowed keys); above 1 when a row is not a "
+        "distribution or spreads over blocked keys):",
+        "",
+        table(m.attention),
+        "",
+        "Gradients (norms are NaN when the gradient holds a NaN):",
+        "",
+        table(m.gradients),
+        "",
+    ]
+
+
+def trap_section(r: TrapResult, images: list[str]) -> str:
     card, m = r.pair.card, r.primary
     measured = r.overall(m.device)
     out = [
@@ -176,18 +218,18 @@ def trap_section(r: TrapResult, image: str | None) -> str:
         "",
     ]
     out += [f"- {cell_label(c)}: **{c.verdict}**: {c.reason}" for c in r.cells]
+    out += [f"- {cell_label(m)}, {name}: {text}" for name, text in m.variants.items()]
+    out += [f"- {cell_label(m)}, {name}: {text}" for name, text in m.probes.items()]
     if measured is Verdict.BENIGN:
         out += ["", benign_statement(m)]
     out += ["", "The pair (`diff -u buggy.py fixed.py`):", "", "```diff"]
     out += [unified_diff(r.pair.folder).rstrip("\n"), "```", ""]
-    out += [f"Output against the float64 reference ({cell_label(m)}, {m.shape.label()}):", ""]
-    out += [table(m.output), "", "Attention rows (entropy normalized by log(allowed keys)):", ""]
-    out += [table(m.attention), "", "Gradients:", "", table(m.gradients), ""]
-    if r.extra is not None:
-        out += [f"Trap-specific measurement ({cell_label(m)}):", "", table(r.extra), ""]
+    out += measurement_tables(m, card)
+    for extra in r.extras:
+        caption = extra.attrs.get("caption", "Trap-specific measurement")
+        out += [f"{caption} ({cell_label(m)}):", "", table(extra), ""]
     out += r.notes
-    if image:
-        out += [f"![attention weights of {card.id}]({image})", ""]
+    out += [f"![{card.id}]({image})\n" for image in images]
     out += [f"**Why it matters.** {card.why}", "", f"**How to avoid it.** {card.avoid}"]
     if card.sources:
         out += ["", "Sources: " + ", ".join(card.sources) + "."]
@@ -195,24 +237,24 @@ def trap_section(r: TrapResult, image: str | None) -> str:
 
 
 def benign_statement(m: Measurement) -> str:
-    if "max_abs" in m.output and pd.notna(m.summary()["err_bug"]):
-        s = m.summary()
+    s = m.summary()
+    if pd.notna(s["err_bug"]):
         return (
-            f"**The claim does not hold.** On {cell_label(m)} the buggy output's max abs error is "
-            f"{_num(s['err_bug'])} against a threshold of {_num(s['threshold'])} (floor "
+            f"**The claimed trap does not hold.** On {cell_label(m)} the buggy output's max abs "
+            f"error is {_num(s['err_bug'])} against a threshold of {_num(s['threshold'])} (floor "
             f"{_num(s['floor'])}), and every gradient is within its own threshold."
         )
-    return f"**The claim does not hold.** {m.reason}."
+    return f"**The claimed trap does not hold.** {m.reason}."
 
 
-def category_sections(results: list[TrapResult], images: dict[str, str]) -> str:
+def category_sections(results: list[TrapResult], images: dict[str, list[str]]) -> str:
     parts = []
     for category in pitfalls.CATEGORIES:
         members = [r for r in results if r.pair.card.category == category]
         if not members:
             continue
         parts.append(f"## {category.capitalize()}")
-        parts += [trap_section(r, images.get(r.pair.card.id)) for r in members]
+        parts += [trap_section(r, images.get(r.pair.card.id, [])) for r in members]
     return "\n\n".join(parts)
 
 
@@ -228,6 +270,21 @@ def timings_text(timed: dict[str, pd.DataFrame]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def draw(r: TrapResult, folder: Path) -> list[str]:
+    """Write a trap's pictures under ``folder/img``; their paths relative to ``folder``."""
+    m, card = r.primary, r.pair.card
+    keep = card.inputs(m.shape, m.seed, m.edge).keep
+    name = f"{IMAGES}/{card.id}.png"
+    note = f"raises:\n{m.error}" if m.raised else "returns no attention weights"
+    heatmap(folder / name, card.id, m.weights.get("fix"), m.weights.get("bug"), keep, note)
+    names = [name]
+    for i, extra in enumerate(e for e in r.extras if "plot" in e.attrs):
+        plot_name = f"{IMAGES}/{card.id}-{i + 1}.png"
+        line_plot(folder / plot_name, extra, **extra.attrs["plot"])
+        names.append(plot_name)
+    return names
+
+
 def write_report(
     results: list[TrapResult],
     grid: Grid,
@@ -240,22 +297,14 @@ def write_report(
     staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
     try:
         (staging / IMAGES).mkdir()
-        images = {}
-        for r in results:
-            m = r.primary
-            keep = make_inputs(m.shape, m.seed, r.pair.card.mask, r.pair.card.input_scale).keep
-            name = f"{IMAGES}/{r.pair.card.id}.png"
-            note = f"raises:\n{m.error}" if m.error else "no weights"
-            heatmap(staging / name, r.pair.card.id, m.weights.get("fix"), m.weights.get("bug"),
-                    keep, note)  # fmt: skip
-            images[r.pair.card.id] = name
+        images = {r.pair.card.id: draw(r, staging) for r in results}
         text = "\n\n".join(
             [header(grid, unavailable), summary(results), category_sections(results, images)]
         )
         (staging / REPORT).write_text(text.rstrip("\n") + "\n")
         (staging / TIMINGS).write_text(timings_text(timed))
         (out / IMAGES).mkdir(exist_ok=True)
-        for name in [*images.values(), TIMINGS, REPORT]:  # report.md last
+        for name in [*(i for names in images.values() for i in names), TIMINGS, REPORT]:
             os.replace(staging / name, out / name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -279,6 +328,6 @@ def collect(
                 timed[pair.card.id] = extra
                 r.notes.append(f"Wall-clock timing: see [{TIMINGS}]({TIMINGS}).\n")
             else:
-                r.extra = extra
+                r.extras.append(extra)
         results.append(r)
     return results, timed

@@ -28,6 +28,16 @@ class Run:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def first_nonfinite(self) -> str | None:
+        """Where the first NaN or Inf is: in the output, else in a gradient; None if nowhere."""
+        named = [("output", self.output)] + [(f"grad of {k}", g) for k, g in self.grads.items()]
+        for name, tensor in named:
+            if tensor is not None and not torch.isfinite(tensor).all():
+                index = tuple(int(i) for i in (~torch.isfinite(tensor)).nonzero()[0])
+                return f"{name}{list(index)} = {tensor[index].item()}"
+        return None
+
 
 def describe(exc: BaseException) -> str:
     """``TypeName: first line of the message``."""

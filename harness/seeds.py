@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from harness import metrics
-from harness.inputs import convert_mask, make_inputs, upstream_gradient
+from harness.inputs import convert_mask, upstream_gradient
 from harness.runner import INPUT_GRAD, as_dtype, exact_float32, run, seeded
 from harness.shapes import Shape
 from harness.verdicts import Verdict
@@ -56,7 +56,7 @@ def seed_stats(
     for seed in seeds:
         with seeded(seed):
             module = builder(shape).eval()
-        inputs = make_inputs(shape, seed, card.mask, card.input_scale)
+        inputs = card.inputs(shape, seed)
         mask = convert_mask(inputs.keep, card.convention, device, dtype)
         with exact_float32(device):
             result = run(
@@ -137,7 +137,7 @@ def measure_over_seeds(
         ]
     )
     output = pd.DataFrame(
-        [dict(run=r, max_abs=nan, threshold=nan, differs=False) for r in ("fix", "bug")]
+        [dict(run=r, max_abs=nan, floor=nan, threshold=nan, differs=False) for r in ("fix", "bug")]
     )
     return Measurement(
         pitfall=card.id,
@@ -152,4 +152,5 @@ def measure_over_seeds(
         gradients=gradients,
         error=bug_err,
         weights={"fix": fix.weights, "bug": bug.weights},
+        seeds=n_seeds,
     )

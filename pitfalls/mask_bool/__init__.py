@@ -5,7 +5,7 @@ from pitfalls import Card
 
 CARD = Card(
     id="mask_bool",
-    title="Bool vs float masks: filling where the mask is 1",
+    title="A keep-mask inverted by mask.bool()",
     section="§4.2",
     category="masks",
     claim=(
