@@ -35,7 +35,7 @@ def test_report_has_every_trap_and_its_picture(fresh):
     for pid in pitfalls.ids():
         assert f'<a id="{pid}"></a>' in text
         assert (fresh / "img" / f"{pid}.png").read_bytes().startswith(b"\x89PNG")
-    assert "**The claim does not hold.**" in text  # BENIGN traps say so
+    assert "**The claimed trap does not hold.**" in text  # BENIGN traps say so
     assert "Not available here: cuda" in text or "cuda" in text.split("## Summary")[0]
 
 
