@@ -56,7 +56,9 @@ def scale_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.Data
                 "softmax identical": bool(torch.equal(by_float.softmax(-1), by_tensor.softmax(-1))),
             }
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table.attrs["caption"] = "The two scales, and scores (4 x 32 x 32) divided by each"
+    return table
 
 
 def _default_init(pair: Pair):
@@ -101,7 +103,9 @@ def init_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.DataF
                 "error": err or "",
             }
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table.attrs["caption"] = f"Three inits over {N_SEEDS} seeds"
+    return table
 
 
 def key_bias_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.DataFrame:
@@ -127,7 +131,9 @@ def key_bias_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.D
                     "max |output change| when zeroed": (out - base.output).abs().max().item(),
                 }
             )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table.attrs["caption"] = "Every bias at nn.Linear's random init, each zeroed in turn"
+    return table
 
 
 def _median_ms(module: nn.Module, x: torch.Tensor, repeats: int) -> float:
@@ -169,4 +175,34 @@ def timing_table(
         ]
     )
     table.attrs["timing"] = True
+    return table
+
+
+SWEEP_D_KS = (8, 16, 32, 64, 128, 256)
+
+
+def scale_sweep(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.DataFrame:
+    """Attention entropy and W_q gradient norm of fixed and buggy as d_k grows, over 4 seeds."""
+    from harness.shapes import Shape
+
+    card = pair.card
+    rows = []
+    for d_k in SWEEP_D_KS:
+        shape = Shape(batch=4, seq_len=16, d_model=64, d_k=d_k, d_v=16)
+        row: dict[str, float] = {"d_k": d_k}
+        for name, module in (("fixed", pair.fixed), ("buggy", pair.buggy)):
+            stats = seed_stats(pair, lambda s, m=module: card.build(m, s), device, dtype, shape,
+                               range(4))  # fmt: skip
+            row[f"entropy ({name})"] = stats.attention["entropy_mean"]
+            row[f"saturated rows ({name})"] = stats.attention["saturated"]
+            row[f"grad norm W_q ({name})"] = stats.grad_norms["W_q.weight"]
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.attrs["caption"] = "Sweep over d_k (d_model 64, seq_len 16, 4 seeds)"
+    table.attrs["plots"] = [
+        dict(x="d_k", y=["entropy (fixed)", "entropy (buggy)"], logx=True,
+             title="missing_scale: attention entropy as d_k grows", ylabel="normalized entropy"),
+        dict(x="d_k", y=["grad norm W_q (fixed)", "grad norm W_q (buggy)"], logx=True,
+             title="missing_scale: W_q gradient norm as d_k grows", ylabel="gradient norm"),
+    ]  # fmt: skip
     return table

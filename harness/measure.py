@@ -315,6 +315,12 @@ def _judge(pair: Pair, device: torch.device, dtype: torch.dtype, cmp: Comparison
     except MeasurementError as exc:
         reason = f"within the floor on ordinary inputs; {edge_name} not measurable here: {exc}"
         return Verdict.BENIGN, reason, cmp, None
+    if edge.fix.first_nonfinite is not None:  # out of the dtype's range for any module
+        reason = (
+            f"within the floor on ordinary inputs; with {edge_name} even fixed.py is non-finite "
+            f"here ({edge.fix.first_nonfinite}), so that case tells nothing in this dtype"
+        )
+        return Verdict.BENIGN, reason, cmp, None
     if not edge.bug.ok:
         return Verdict.NUMERIC, f"with {edge_name}, raises: {edge.bug.error}", edge, None
     if edge.nonfinite:

@@ -136,17 +136,17 @@ def summary(results: list[TrapResult]) -> str:
         }
         rows.append(row)
     table = pd.DataFrame(rows).to_markdown(index=False)
-    low_only = [
-        f"`{r.pair.card.id}` ({', '.join(cell_label(m) for m in r.cells if m.verdict is not base)})"
+    differing = [
+        f"`{r.pair.card.id}` ({'; '.join(f'{cell_label(m)}: {m.verdict}' for m in low)})"
         for r in results
-        for base in [r.primary.verdict]
-        if any(m.verdict is not base for m in r.cells)
+        if (low := [m for m in r.cells if m.verdict is not r.primary.verdict])
     ]
     note = (
-        "Verdicts that occur only in low precision: " + "; ".join(low_only) + "."
-        if low_only
-        else "Verdicts that occur only in low precision: none — every trap gets the same verdict "
-        "in every dtype measured."
+        "Verdicts that differ in low precision from the full-precision one: "
+        + ", ".join(differing)
+        + ". The sections say why (an error only float16 raises, or a range it lacks)."
+        if differing
+        else "Every trap gets the same verdict in every dtype measured."
     )
     return "## Summary\n\n" + table + "\n\n" + note
 
@@ -278,9 +278,10 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
     note = f"raises:\n{m.error}" if m.raised else "returns no attention weights"
     heatmap(folder / name, card.id, m.weights.get("fix"), m.weights.get("bug"), keep, note)
     names = [name]
-    for i, extra in enumerate(e for e in r.extras if "plot" in e.attrs):
-        plot_name = f"{IMAGES}/{card.id}-{i + 1}.png"
-        line_plot(folder / plot_name, extra, **extra.attrs["plot"])
+    specs = [(extra, spec) for extra in r.extras for spec in extra.attrs.get("plots", [])]
+    for i, (extra, spec) in enumerate(specs, start=1):
+        plot_name = f"{IMAGES}/{card.id}-{i}.png"
+        line_plot(folder / plot_name, extra, **spec)
         names.append(plot_name)
     return names
 

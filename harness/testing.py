@@ -57,8 +57,9 @@ def pair_tests(pitfall_id: str):
         overall = combine(verdicts)
         reasons = "; ".join(f"{n}: {m.verdict} ({m.reason})" for n, m in measured.items())
         assert overall == pair.card.expected, f"{pitfall_id}: {reasons}"
-        float32 = Verdict.BENIGN if overall is Verdict.NUMERIC else overall
-        assert verdicts["float32"] == float32, f"{pitfall_id}: {reasons}"
+        # NUMERIC: float32 is BENIGN, or NUMERIC itself when the edge inputs break it there.
+        allowed = (Verdict.BENIGN, Verdict.NUMERIC) if overall is Verdict.NUMERIC else (overall,)
+        assert verdicts["float32"] in allowed, f"{pitfall_id}: {reasons}"
 
     def test_diff_is_small_and_marked():
         """buggy.py and fixed.py differ in at most 8 lines, each marked # BUG / # FIX."""

@@ -1,0 +1,23 @@
+"""Card for dropout_in_eval: f.dropout left on in eval mode."""
+
+from harness.verdicts import Verdict
+from pitfalls import Card
+
+CARD = Card(
+    id="dropout_in_eval",
+    title="F.dropout left on in eval mode",
+    section="§3.1",
+    category="numerics",
+    claim="(not in the tutorial) model.eval() turns dropout off.",
+    trap=(
+        "F.dropout(weights, p) inside forward: the functional form's training argument defaults"
+        " to True."
+    ),
+    truth=(
+        "model.eval() only switches nn.Dropout modules; the functional call keeps dropping: two"
+        " identical calls in eval mode differ."
+    ),
+    why="Evaluation and inference are random and biased low; results do not reproduce.",
+    avoid="Use an nn.Dropout module, or pass training=self.training.",
+    expected=Verdict.SILENT,
+)

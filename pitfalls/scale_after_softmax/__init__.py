@@ -1,0 +1,23 @@
+"""Card for scale_after_softmax: the scale applied after softmax."""
+
+from harness.verdicts import Verdict
+from pitfalls import Card
+
+CARD = Card(
+    id="scale_after_softmax",
+    title="The scale applied after softmax",
+    section="§3.2",
+    category="scale",
+    claim="(not in the tutorial) The scale can go anywhere.",
+    trap="weights = softmax(Q K^T) / sqrt(d_k).",
+    truth=(
+        "Dividing after the softmax does not change which keys win; it shrinks every row to sum"
+        " to 1/sqrt(d_k), so the output is scaled down and the logits are never tempered."
+    ),
+    why=(
+        "The output magnitude drops by sqrt(d_k) and later layers compensate badly; rows no "
+        "longer sum to 1."
+    ),
+    avoid="Scale the logits, before the softmax; check that attention rows sum to 1.",
+    expected=Verdict.SILENT,
+)
