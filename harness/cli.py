@@ -1,4 +1,4 @@
-"""The command line: list, show, diff and run the catalogue's traps.
+"""The command line: list, show, diff, run and report the catalogue; doctor your own module.
 
 Bad input (an unknown id, an absent device, a dtype the device cannot run) is reported as one
 line on stderr with exit status 2, before any work is done and without writing anything.
@@ -26,9 +26,13 @@ from harness.devices import (
     resolve_dtype,
 )
 from harness.diffing import unified_diff
+from harness.doctor import MASK_SHAPES, MASKS, Config, diagnose
 from harness.measure import Measurement, measure
 from harness.progress import Progress
-from harness.report import collect, ensure_writable, write_report
+from harness.report import collect, ensure_writable, write_atomically, write_report
+from harness.target import build as build_target
+from harness.target import load_object
+from harness.validation import detection_markdown, detection_table
 
 PROG = "python -m harness"
 
@@ -56,7 +60,44 @@ def build_parser() -> Parser:
     report = sub.add_parser("report", help="write the markdown diagnosis report")
     add_grid_options(report)
     report.add_argument("--out", type=Path, default=Path("reports"), help="default: reports/")
+    add_doctor_parser(sub)
     return parser
+
+
+def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
+    doctor = sub.add_parser(
+        "doctor",
+        help="diagnose your own attention module",
+        description="Run black-box probes on a self-attention module: exit 0 healthy "
+        "(warnings allowed), 1 a probe failed, 2 usage error.",
+    )
+    doctor.add_argument("target", help="path/to/file.py:name or package.module:name")
+    doctor.add_argument(
+        "--mask",
+        choices=MASKS,
+        default="none",
+        help="the module's mask convention: keep (1/True attends), drop (True is blocked, as "
+        "nn.MultiheadAttention), additive (float added to the scores), none (takes no mask)",
+    )
+    doctor.add_argument("--causal", action="store_true", help="it masks the future by itself")
+    doctor.add_argument(
+        "--mask-shape",
+        choices=MASK_SHAPES,
+        default="bqk",
+        help="bqk: (B, T, T); b1qk: (B, 1, T, T); bk: key padding (B, T)",
+    )
+    doctor.add_argument("--mask-dtype", choices=["bool", "float"], default="bool",
+                        help="keep/drop masks as bool (default) or as float 0/1")  # fmt: skip
+    doctor.add_argument("--positional", action="store_true",
+                        help="it uses positions: skip the permutation probe")  # fmt: skip
+    doctor.add_argument("--d-model", type=int, default=64, help="passed to the factory (64)")
+    doctor.add_argument("--heads", type=int, default=4, help="passed to the factory (4)")
+    doctor.add_argument("--batch", type=int, default=4)
+    doctor.add_argument("--seq-len", type=int, default=8)
+    doctor.add_argument("--device", default="cpu")
+    doctor.add_argument("--strict", action="store_true", help="warnings fail too")
+    doctor.add_argument("--json", action="store_true", help="print JSON instead of text")
+    doctor.add_argument("--report", type=Path, help="also write a markdown report here")
 
 
 def add_grid_options(parser: argparse.ArgumentParser) -> None:
@@ -181,12 +222,31 @@ def cmd_run(args: argparse.Namespace) -> str:
     return table.to_markdown(index=False, floatfmt=".3g")
 
 
+def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
+    device = resolve_device(args.device)
+    if args.d_model < 1 or args.heads < 1 or args.d_model % args.heads:
+        raise UsageError("--d-model must be a positive multiple of --heads")
+    if args.report is not None:
+        ensure_writable(args.report.parent if str(args.report.parent) else Path("."))
+    config = Config(
+        mask=args.mask, causal=args.causal, mask_shape=args.mask_shape,
+        mask_dtype=args.mask_dtype, positional=args.positional, strict=args.strict,
+        batch=args.batch, seq_len=args.seq_len, device=str(device),
+    )  # fmt: skip
+    module = build_target(load_object(args.target), args.d_model, args.heads)
+    diagnosis = diagnose(module, config, args.target)
+    if args.report is not None:
+        write_atomically(args.report, diagnosis.markdown())
+    return (diagnosis.to_json() if args.json else diagnosis.text()), diagnosis.exit_code
+
+
 def cmd_report(args: argparse.Namespace) -> str:
     grid = resolve_grid(args)
     ensure_writable(args.out)
     unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
     results, timed = collect(pitfalls.load_all(), grid, measure_grid)
-    path = write_report(results, grid, args.out, unavailable, timed)
+    doctor = detection_markdown(detection_table())
+    path = write_report(results, grid, args.out, unavailable, timed, doctor)
     return f"wrote {path}"
 
 
@@ -196,6 +256,7 @@ COMMANDS = {
     "diff": cmd_diff,
     "run": cmd_run,
     "report": cmd_report,
+    "doctor": cmd_doctor,
 }
 
 
@@ -203,11 +264,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)  # tiny tensors: faster, and the numbers never depend on core count
     try:
         args = build_parser().parse_args(argv)
-        print(COMMANDS[args.command](args))
+        result = COMMANDS[args.command](args)
+        text, code = result if isinstance(result, tuple) else (result, 0)
+        print(text)
+        return code
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    return 0

@@ -66,6 +66,13 @@ def ensure_writable(out: Path) -> None:
         raise UsageError(f"cannot write to --out {str(out)!r}: {exc.strerror or exc}") from None
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", delete=False) as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+
+
 def reproduce_command(grid: Grid) -> str:
     devices = dict.fromkeys(str(d) for d, _ in grid)
     dtypes = dict.fromkeys(dtype_name(t) for _, t in grid)
@@ -292,16 +299,21 @@ def write_report(
     out: Path,
     unavailable: list[str],
     timed: dict[str, pd.DataFrame],
+    doctor: str | None = None,
 ) -> Path:
-    """Render and write ``out/report.md``, its images and ``out/timings.md``, atomically."""
+    """Render and write ``out/report.md``, its images and ``out/timings.md``, atomically.
+
+    ``doctor`` is an optional last section (the doctor's detection table).
+    """
     ensure_writable(out)
     staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
     try:
         (staging / IMAGES).mkdir()
         images = {r.pair.card.id: draw(r, staging) for r in results}
-        text = "\n\n".join(
-            [header(grid, unavailable), summary(results), category_sections(results, images)]
-        )
+        sections = [header(grid, unavailable), summary(results), category_sections(results, images)]
+        if doctor is not None:
+            sections.append(doctor)
+        text = "\n\n".join(sections)
         (staging / REPORT).write_text(text.rstrip("\n") + "\n")
         (staging / TIMINGS).write_text(timings_text(timed))
         (out / IMAGES).mkdir(exist_ok=True)

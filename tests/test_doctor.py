@@ -1,0 +1,110 @@
+"""The doctor on modules it has never seen, its command line, and its promises."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from harness import cli
+from harness.doctor import FAIL, Config, diagnose
+from harness.validation import detection_table
+from tests import doctor_modules as dm
+
+MODULES = "tests/doctor_modules.py"
+
+CORRECT = [
+    ("einsum_ok", Config(mask="keep")),
+    ("gpt_ok", Config(causal=True)),
+    ("wrapper_ok", Config(mask="drop")),
+]
+BUGGY = [  # (factory, config, probe that must fail, words its message must contain)
+    ("einsum_wrong_axis", Config(mask="keep"), "attention weights", "not distributions"),
+    ("einsum_wrong_scale", Config(mask="keep"), "agrees with SDPA", "max |output - SDPA|"),
+    ("gpt_leaky", Config(causal=True), "causal no-leak", "depends on input"),
+    ("wrapper_no_transpose", Config(), "batch independence", "depends on sequence"),
+]
+
+
+@pytest.mark.parametrize(("factory", "config"), CORRECT)
+def test_correct_modules_are_healthy(factory, config):
+    d = diagnose(getattr(dm, factory)(64, 4), config, factory)
+    assert d.healthy, d.text()
+
+
+@pytest.mark.parametrize(("factory", "config", "probe", "words"), BUGGY)
+def test_buggy_modules_fail_the_probe_that_points_at_the_bug(factory, config, probe, words):
+    d = diagnose(getattr(dm, factory)(64, 4), config, factory)
+    assert not d.healthy
+    failed = {f.probe: f.message for f in d.findings if f.status == FAIL}
+    assert probe in failed and words in failed[probe], d.text()
+
+
+def test_detection_table_flags_every_non_benign_bug_and_passes_every_fixed_module():
+    table = detection_table()
+    misses = table[~table["ok"]]
+    assert misses.empty, misses.to_string()
+    assert (table["should"] == "flag").sum() >= 19
+    assert {"torch.nn.MultiheadAttention (drop)", "SDPA module (keep)"} <= set(table["module"])
+
+
+def test_diagnosis_leaves_the_module_alone():
+    torch.manual_seed(0)
+    module = dm.SeqFirstWrapper(32, 4).train()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    rng = torch.get_rng_state()
+    diagnose(module, Config(mask="drop"))
+    assert module.training
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+    assert torch.equal(rng, torch.get_rng_state())
+    assert all(p.grad is None for p in module.parameters())
+
+
+def test_strict_turns_warnings_into_failures():
+    module = nn.MultiheadAttention(32, 4, batch_first=True)  # NaN on an all-padding row: a warning
+    assert diagnose(module, Config(mask="drop")).healthy
+    assert not diagnose(module, Config(mask="drop", strict=True)).healthy
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_exit_codes_and_json(capsys, tmp_path):
+    code, out, _ = run(capsys, "doctor", f"{MODULES}:einsum_ok", "--mask", "keep", "--json")
+    assert code == 0 and json.loads(out)["healthy"] is True
+    report = tmp_path / "doctor.md"
+    code, out, _ = run(
+        capsys, "doctor", f"{MODULES}:gpt_leaky", "--causal", "--report", str(report)
+    )
+    assert code == 1 and "FAIL  causal no-leak" in out
+    assert report.read_text().startswith("# Attention doctor:")
+    code, out, _ = run(
+        capsys, "doctor", "torch.nn:MultiheadAttention", "--mask", "drop", "--d-model", "32"
+    )
+    assert code == 0 and out.splitlines()[-1].startswith("=> healthy")
+
+
+USAGE_ERRORS = {
+    "missing file": ([f"nope/{MODULES}:x"], "no such file"),
+    "missing attribute": ([f"{MODULES}:nothing_here"], "has no attribute 'nothing_here'"),
+    "bad target": (["just_a_name"], "must look like"),
+    "factory raises": ([f"{MODULES}:raising_factory"], "raised ValueError: this factory is broken"),
+    "wrong signature": ([f"{MODULES}:NoInputs"], "cannot be called as forward(x)"),
+    "mask not taken": (
+        [f"{MODULES}:gpt_ok", "--mask", "keep"],
+        "cannot be called as forward(x, mask)",
+    ),
+    "bad mask": ([f"{MODULES}:gpt_ok", "--mask", "upside-down"], "invalid choice"),
+    "bad sizes": ([f"{MODULES}:gpt_ok", "--d-model", "30", "--heads", "4"], "multiple of --heads"),
+}
+
+
+@pytest.mark.parametrize("case", USAGE_ERRORS)
+def test_usage_errors_are_one_line_and_exit_2(capsys, case):
+    argv, words = USAGE_ERRORS[case]
+    code, out, err = run(capsys, "doctor", *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and words in err and "Traceback" not in err
