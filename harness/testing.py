@@ -14,7 +14,7 @@ import pitfalls
 from harness import metrics
 from harness.diffing import changed_line_count, unmarked
 from harness.inputs import convert_mask
-from harness.measure import build_pair, dtype_name, measure
+from harness.measure import Measurement, build_pair, dtype_name, measure
 from harness.reference import agreement
 from harness.shapes import Shape
 from harness.strategies import awkward_shapes
@@ -38,6 +38,14 @@ def assert_fixed_matches_sdpa(
         f"{card.id}/fixed.py vs SDPA on {shape.label()} in {dtype_name(dtype)}: "
         f"max abs error {err.max_abs:.3g} > {limit:.3g} (SDPA floor {floor.max_abs:.3g})"
     )
+
+
+def assert_hidden_by_one_head(pitfall_id: str, device: torch.device) -> Measurement:
+    """SILENT with the card's several heads, BENIGN with one: single-head tests cannot see it."""
+    m = measure(pitfalls.load(pitfall_id), device, torch.float32)
+    assert m.shape.heads > 1 and m.verdict is Verdict.SILENT, m.reason
+    assert m.variants["1 head"].startswith("BENIGN"), m.variants
+    return m
 
 
 def pair_tests(pitfall_id: str):

@@ -1,10 +1,6 @@
 """head_merge_no_transpose: the shared pair checks, and a bug one head cannot show."""
 
-import torch
-
-import pitfalls
-from harness.measure import measure
-from harness.testing import pair_tests
+from harness.testing import assert_hidden_by_one_head, pair_tests
 
 test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marked = pair_tests(
     "head_merge_no_transpose"
@@ -12,7 +8,6 @@ test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marke
 
 
 def test_benign_with_one_head_silent_with_four(device):
-    m = measure(pitfalls.load("head_merge_no_transpose"), device, torch.float32)
-    assert m.shape.heads == 4 and str(m.verdict) == "SILENT"
-    assert m.variants["1 head"].startswith("BENIGN")
-    assert m.attention.set_index("run").loc["bug"].equals(m.attention.set_index("run").loc["fix"])
+    m = assert_hidden_by_one_head("head_merge_no_transpose", device)
+    att = m.attention.set_index("run")
+    assert att.loc["bug"].equals(att.loc["fix"])  # the weights are right; the merge is not
