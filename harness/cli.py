@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -167,7 +168,8 @@ def card_text(card: pitfalls.Card) -> str:
     wrap = textwrap.TextWrapper(width=96, initial_indent="  ", subsequent_indent="  ")
     parts = [
         f"{card.id}: {card.title}",
-        f"tutorial {card.section} | category {card.category} | expected verdict {card.expected}",
+        f"tutorial section {card.section} | category {card.category} | "
+        f"expected verdict {card.expected}",
     ]
     for label, text in (
         ("The tutorial says", card.claim),
@@ -274,3 +276,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. piped into head: not an error of ours
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+        return 0

@@ -212,7 +212,7 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
         f'<a id="{card.id}"></a>',
         f"### `{card.id}`: {card.title}",
         "",
-        f"Tutorial {card.section} · category {card.category} · expected {card.expected} · "
+        f"Tutorial section {card.section} · category {card.category} · expected {card.expected} · "
         f"measured **{measured}**",
         "",
         f"**The tutorial says.** {card.claim}",

@@ -8,7 +8,7 @@ CARD = Card(
     title="A causal mask with the wrong diagonal",
     section="§3.3",
     category="masks",
-    claim="(not in the tutorial) tril(..., diagonal=1) is the causal mask.",
+    claim="Not named by the tutorial; the common belief: tril(..., diagonal=1) is the causal mask.",
     trap="torch.tril(ones(T, T), diagonal=1): each position also sees the next one.",
     truth=(
         "Position t attends to t + 1: the gradient-dependency check finds output t depending on"

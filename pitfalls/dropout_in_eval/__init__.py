@@ -8,7 +8,7 @@ CARD = Card(
     title="F.dropout left on in eval mode",
     section="§3.1",
     category="numerics",
-    claim="(not in the tutorial) model.eval() turns dropout off.",
+    claim="Not named by the tutorial; the common belief: model.eval() turns dropout off.",
     trap=(
         "F.dropout(weights, p) inside forward: the functional form's training argument defaults"
         " to True."

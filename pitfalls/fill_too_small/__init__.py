@@ -8,7 +8,10 @@ CARD = Card(
     title="Masking with -1e4",
     section="§4.2",
     category="numerics",
-    claim="(not in the tutorial) -1e4 is small enough to mask (the float16-safe choice).",
+    claim=(
+        "Not named by the tutorial; the common belief: -1e4 is small enough to mask (the "
+        "float16-safe choice)."
+    ),
     trap="masked_fill(mask == 0, -1e4).",
     truth=(
         "Fine while logits are small; once logits fall below -1e4 (large activations), the "

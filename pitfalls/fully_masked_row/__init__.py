@@ -8,7 +8,7 @@ CARD = Card(
     title="-inf fill on a query with no allowed key",
     section="§3.1",
     category="masks",
-    claim="(not in the tutorial) masked_fill(-inf) is always safe.",
+    claim="Not named by the tutorial; the common belief: masked_fill(-inf) is always safe.",
     trap="masked_fill(mask == 0, -inf) when a whole sequence is padding.",
     truth=(
         "Fine on ordinary batches; a query with no allowed key gets softmax(all -inf) = 0/0 = "

@@ -9,7 +9,10 @@ CARD = Card(
     title="Heads merged by reshape without transpose",
     section="§5.1",
     category="layout",
-    claim="(not in the tutorial) reshape(B, T, d_model) merges the heads back.",
+    claim=(
+        "Not named by the tutorial; the common belief: reshape(B, T, d_model) merges the heads "
+        "back."
+    ),
     trap="out.reshape(B, T, h * d_k) on a (B, h, T, d_k) tensor, without transpose(1, 2) first.",
     truth=(
         "The reshape reads head-major memory as position-major: positions are scrambled across "

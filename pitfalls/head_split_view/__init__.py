@@ -9,7 +9,7 @@ CARD = Card(
     title="Heads split with view(B, h, T, d_k)",
     section="§5.1",
     category="layout",
-    claim="(not in the tutorial) view(B, h, T, d_k) splits the heads.",
+    claim="Not named by the tutorial; the common belief: view(B, h, T, d_k) splits the heads.",
     trap="x.view(B, h, T, d_k) instead of x.view(B, T, h, d_k).transpose(1, 2).",
     truth=(
         "The view reinterprets memory: each 'head' gets a slice mixing several positions' "

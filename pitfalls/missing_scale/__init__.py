@@ -9,7 +9,10 @@ CARD = Card(
     title="No division by sqrt(d_k)",
     section="—",
     category="scale",
-    claim="(not in the tutorial) The scale is optional: softmax(Q K^T) V works.",
+    claim=(
+        "Not named by the tutorial; the common belief: the scale is optional: softmax(Q K^T) V "
+        "works."
+    ),
     trap="scores = Q K^T with no / sqrt(d_k).",
     truth=(
         "q . k has variance d_k times that of one product, so unscaled logits spread like "

@@ -8,7 +8,10 @@ CARD = Card(
     title="A key-padding mask broadcast over the queries",
     section="§4.2",
     category="masks",
-    claim="(not in the tutorial) A (B, T) padding mask can be unsqueezed either way.",
+    claim=(
+        "Not named by the tutorial; the common belief: a (B, T) padding mask can be unsqueezed "
+        "either way."
+    ),
     trap=(
         "mask[:, :, None] (blocks padded queries' rows) instead of mask[:, None, :] (blocks "
         "padded keys)."

@@ -9,7 +9,9 @@ CARD = Card(
     title="Q K^T overflowing float16 before the scale",
     section="§4.1",
     category="numerics",
-    claim="(not in the tutorial) Where the scale is applied does not matter.",
+    claim=(
+        "Not named by the tutorial; the common belief: where the scale is applied does not matter."
+    ),
     trap="(Q @ K^T) / sqrt(d_k) in float16 with large activations.",
     truth=(
         "Q K^T passes 65504 and becomes inf before the division: NaN. Scaling Q first keeps the"

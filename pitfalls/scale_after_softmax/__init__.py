@@ -8,7 +8,7 @@ CARD = Card(
     title="The scale applied after softmax",
     section="§3.2",
     category="scale",
-    claim="(not in the tutorial) The scale can go anywhere.",
+    claim="Not named by the tutorial; the common belief: the scale can go anywhere.",
     trap="weights = softmax(Q K^T) / sqrt(d_k).",
     truth=(
         "Dividing after the softmax does not change which keys win; it shrinks every row to sum"

@@ -9,7 +9,10 @@ CARD = Card(
     title="Multi-head scores divided by sqrt(d_model)",
     section="§5.1",
     category="scale",
-    claim="(not in the tutorial) One scale for the model: divide by sqrt(d_model).",
+    claim=(
+        "Not named by the tutorial; the common belief: one scale for the model: divide by "
+        "sqrt(d_model)."
+    ),
     trap="Each head's scores divided by sqrt(d_model) instead of sqrt(d_k = d_model / h).",
     truth=(
         "Logits shrink by sqrt(h): attention is flatter than it should be (entropy too high). "

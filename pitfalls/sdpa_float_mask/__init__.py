@@ -8,7 +8,7 @@ CARD = Card(
     title="A 0/1 float mask given to SDPA",
     section="§4.2",
     category="masks",
-    claim="(not in the tutorial) A 0/1 float mask works like a bool mask.",
+    claim="Not named by the tutorial; the common belief: a 0/1 float mask works like a bool mask.",
     trap=(
         "A float keep-mask (1.0 = attend, 0.0 = blocked) passed to F.scaled_dot_product_attention."
     ),

@@ -8,7 +8,9 @@ CARD = Card(
     title="An nn.MultiheadAttention mask given to SDPA",
     section="§4.2",
     category="masks",
-    claim="(not in the tutorial) A bool mask means the same thing everywhere.",
+    claim=(
+        "Not named by the tutorial; the common belief: a bool mask means the same thing everywhere."
+    ),
     trap=(
         "A True = blocked mask (nn.MultiheadAttention's convention) passed to "
         "F.scaled_dot_product_attention, where True = attend."
