@@ -233,7 +233,7 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     config = Config(
         mask=args.mask, causal=args.causal, mask_shape=args.mask_shape,
         mask_dtype=args.mask_dtype, positional=args.positional, strict=args.strict,
-        batch=args.batch, seq_len=args.seq_len, device=str(device),
+        batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, device=str(device),
     )  # fmt: skip
     module = build_target(load_object(args.target), args.d_model, args.heads)
     diagnosis = diagnose(module, config, args.target)

@@ -14,7 +14,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import pandas as pd
 import torch
@@ -46,6 +46,7 @@ class Config:
     strict: bool = False  # warnings fail too
     batch: int = 4
     seq_len: int = 8
+    d_model: int | None = None  # input width when it cannot be read off the module
     device: str = "cpu"
     seed: int = 0
 
@@ -142,7 +143,8 @@ class Subject:
         self.config = config
         self.device = torch.device(config.device)
         self.takes_mask = config.mask != "none"
-        self.d_model = _input_width(self.module)
+        self.d_model = _input_width(self.module, config.d_model)
+        self.deterministic = True  # set by the determinism probe, which runs first
 
     def copy(self, dtype: torch.dtype = torch.float64) -> nn.Module:
         return copy.deepcopy(self.module).to(self.device, dtype).eval()
@@ -201,12 +203,12 @@ class Subject:
         return keep if causal is None else keep & causal
 
 
-def _input_width(module: nn.Module) -> int:
+def _input_width(module: nn.Module, given: int | None) -> int:
     if isinstance(getattr(module, "mha", None), nn.MultiheadAttention):
         return module.mha.embed_dim
     from harness.target import infer_d_model
 
-    width = infer_d_model(module)
+    width = infer_d_model(module) or given
     if width is None:
         raise UsageError("cannot tell the module's input width: pass --d-model")
     return width
@@ -325,8 +327,16 @@ def probe_batch_independence(subject: Subject) -> Finding:
     x = subject.x(batch, seq_len, 2)
     grad = _grad_of(subject, x, subject.ordinary_keep(batch, seq_len), lambda out: out[0])
     others = grad[1:].flatten(1).norm(dim=1)
-    if not torch.isfinite(others).all() or (others > 0).any():
-        b = int(torch.nan_to_num(others, nan=math.inf).argmax()) + 1
+    if others.isnan().any():
+        b = int(others.isnan().nonzero()[0]) + 1
+        return Finding(
+            "batch independence",
+            FAIL,
+            f"sequence 0's loss sends a NaN gradient to sequence {b}: a NaN in the forward pass "
+            "leaks backwards (no proof of mixing; see the other probes)",
+        )
+    if (others > 0).any():
+        b = int(others.argmax()) + 1
         return Finding(
             "batch independence",
             FAIL,
@@ -351,28 +361,18 @@ def _future_leak(subject: Subject, scale: float) -> str | None:
     return str(leak) if leak else None
 
 
-@named("causal no-leak")
-def probe_causal(subject: Subject) -> Finding:
-    """Position t's output gives zero gradient to inputs after t, also with large logits."""
-    cfg = subject.config
-    if not cfg.causal and (not subject.takes_mask or cfg.mask_shape == "bk"):
-        return Finding("causal no-leak", SKIP, "not causal (--causal) and takes no (B, T, T) mask")
+def _causal_leak(subject: Subject) -> str | None:
+    """Evidence of a future leak (also with large logits), or None."""
     for scale in (1.0, LARGE):
         leak = _future_leak(subject, scale)
         if leak:
-            where = "" if scale == 1.0 else f" with activations scaled by {scale:g}"
-            return Finding("causal no-leak", FAIL, leak + where)
-    return Finding(
-        "causal no-leak", PASS, f"no output depends on a later input (also at x {LARGE:g})"
-    )
+            return leak + ("" if scale == 1.0 else f" with activations scaled by {scale:g}")
+    return None
 
 
-@named("padding no-leak")
-def probe_padding(subject: Subject) -> Finding:
-    """Real positions' outputs give zero gradient to padded inputs, also with large logits."""
+def _padding_leak(subject: Subject) -> str | None:
+    """Evidence that real outputs depend on padded inputs (also with large logits), or None."""
     cfg = subject.config
-    if not subject.takes_mask:
-        return Finding("padding no-leak", SKIP, "takes no mask (--mask none)")
     batch, seq_len = cfg.batch, cfg.seq_len
     keep = subject.keep("padding", batch, seq_len, 4)
     real = keep.any(dim=1)  # (B, T)
@@ -388,12 +388,48 @@ def probe_padding(subject: Subject) -> Finding:
             if not torch.isfinite(norms).all() or (norms > 0).any():
                 i = int(torch.nan_to_num(norms, nan=math.inf).argmax())
                 where = "" if scale == 1.0 else f" with activations scaled by {scale:g}"
-                return Finding(
-                    "padding no-leak",
-                    FAIL,
+                return (
                     f"real outputs of sequence {b} depend on padded input {int(padded[i])}: "
-                    f"gradient norm {norms[i].item():.3g}{where}",
+                    f"gradient norm {norms[i].item():.3g}{where}"
                 )
+    return None
+
+
+def _convention_hint(subject: Subject, check: Callable[[Subject], str | None]) -> str:
+    """A hint when the same check passes with the opposite bool convention."""
+    other = {"keep": "drop", "drop": "keep"}.get(subject.config.mask)
+    if other is None:
+        return ""
+    flipped = Subject(subject.module, replace(subject.config, mask=other))
+    try:
+        passes = check(flipped) is None
+    except Exception:
+        return ""
+    return f" (it passes with --mask {other}: is that the module's convention?)" if passes else ""
+
+
+@named("causal no-leak")
+def probe_causal(subject: Subject) -> Finding:
+    """Position t's output gives zero gradient to inputs after t, also with large logits."""
+    cfg = subject.config
+    if not cfg.causal and (not subject.takes_mask or cfg.mask_shape == "bk"):
+        return Finding("causal no-leak", SKIP, "not causal (--causal) and takes no (B, T, T) mask")
+    leak = _causal_leak(subject)
+    if leak:
+        return Finding("causal no-leak", FAIL, leak + _convention_hint(subject, _causal_leak))
+    return Finding(
+        "causal no-leak", PASS, f"no output depends on a later input (also at x {LARGE:g})"
+    )
+
+
+@named("padding no-leak")
+def probe_padding(subject: Subject) -> Finding:
+    """Real positions' outputs give zero gradient to padded inputs, also with large logits."""
+    if not subject.takes_mask:
+        return Finding("padding no-leak", SKIP, "takes no mask (--mask none)")
+    leak = _padding_leak(subject)
+    if leak:
+        return Finding("padding no-leak", FAIL, leak + _convention_hint(subject, _padding_leak))
     return Finding("padding no-leak", PASS, "real outputs: zero gradient to padded inputs")
 
 
@@ -403,6 +439,8 @@ def probe_permutation(subject: Subject) -> Finding:
     cfg = subject.config
     if cfg.causal or cfg.positional:
         return Finding("permutation equivariance", SKIP, "causal or positional (--positional)")
+    if not subject.deterministic:
+        return Finding("permutation equivariance", SKIP, "not deterministic in eval mode (above)")
     module = subject.copy()
     x = subject.x(cfg.batch, cfg.seq_len, 5)
     perm = torch.randperm(cfg.seq_len, generator=generator(5))
@@ -474,15 +512,30 @@ SEPARATE = (
     ("to_q", "to_k", "to_v"),
     ("wq", "wk", "wv"),
     ("q", "k", "v"),
+    ("Wq", "Wk", "Wv"),
+    ("w_q", "w_k", "w_v"),
+    ("q_lin", "k_lin", "v_lin"),
+    ("linear_q", "linear_k", "linear_v"),
+    ("query_proj", "key_proj", "value_proj"),
 )
-FUSED = ("c_attn", "qkv", "to_qkv", "W_qkv", "Wqkv", "qkv_proj", "in_proj")
-OUTPUT = ("W_o", "o_proj", "out_proj", "c_proj", "to_out", "wo", "proj", "o")
+FUSED = ("c_attn", "qkv", "to_qkv", "W_qkv", "Wqkv", "w_qkv", "qkv_proj", "in_proj", "qkv_linear")
+OUTPUT = ("W_o", "w_o", "Wo", "wo", "o_proj", "out_proj", "c_proj", "to_out", "proj", "o", "out",
+          "dense", "output", "fc_out", "linear_out", "out_linear")  # fmt: skip
 HEAD_ATTRS = ("n_heads", "num_heads", "heads", "n_head", "nhead", "h")
 
 
-def recognize(
-    module: nn.Module,
-) -> tuple[Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], nn.Module | None, int, str] | None:
+def _is_mask(buffer: Tensor) -> bool:
+    """A bool, 0/1 or 0/-inf buffer: a mask, which SDPA given the same mask reproduces."""
+    if buffer.dtype == torch.bool or not buffer.is_floating_point():
+        return True
+    finite = buffer[torch.isfinite(buffer)]
+    return bool(((finite == 0) | (finite == 1)).all()) and not bool((buffer == math.inf).any())
+
+
+Recognized = tuple[Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], nn.Module | None, int, str]
+
+
+def recognize(module: nn.Module) -> Recognized | None:
     """(q/k/v function, output projection, heads, description), or None when not recognized.
 
     Recognized only when those projections are all of the module's parameters, so a module
@@ -532,6 +585,8 @@ def recognize(
     covered = {id(p) for n in used for p in linears[n].parameters()}
     if any(id(p) not in covered for p in inner.parameters()):
         return None
+    if not all(_is_mask(b) for b in inner.buffers()):  # slopes, rotary tables, ...
+        return None
     heads = next(
         (getattr(inner, a) for a in HEAD_ATTRS if isinstance(getattr(inner, a, None), int)), 1
     )
@@ -539,28 +594,36 @@ def recognize(
 
 
 @named("agrees with SDPA")
+def sdpa_reference(found: Recognized, x: Tensor, allowed: Tensor | None) -> Tensor:
+    """The recognized projections through F.scaled_dot_product_attention."""
+    qkv, out_proj, heads, _ = found
+    B, T, _ = x.shape
+    q, k, v = (t.reshape(B, T, heads, -1).transpose(1, 2) for t in qkv(x))  # (B, h, T, d)
+    mask = None if allowed is None else allowed[:, None].to(x.device)  # (B, 1, T, T)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d)
+    ref = ref.transpose(1, 2).reshape(B, T, -1)  # (B, T, h * d)
+    return ref if out_proj is None else out_proj(ref)
+
+
+@named("agrees with SDPA")
 def probe_sdpa(subject: Subject) -> Finding:
     """Agreement with F.scaled_dot_product_attention on the module's own projections."""
+    if subject.config.positional:
+        return Finding("agrees with SDPA", SKIP, "uses positions (--positional): SDPA would not")
+    if not subject.deterministic:
+        return Finding("agrees with SDPA", SKIP, "not deterministic in eval mode (see above)")
     module = subject.copy()
     found = recognize(module)
     if found is None:
-        return Finding(
-            "agrees with SDPA", SKIP, "projections not recognized (or other parameters present)"
-        )
-    qkv, out_proj, heads, described = found
+        reason = "projections not recognized (or other parameters or non-mask buffers present)"
+        return Finding("agrees with SDPA", SKIP, reason)
+    described = found[3]
     cfg = subject.config
     keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
     x = subject.x(cfg.batch, cfg.seq_len, 8)
     with torch.no_grad():
-        q, k, v = qkv(x)
-        B, T, _ = x.shape
-        q, k, v = (t.reshape(B, T, heads, -1).transpose(1, 2) for t in (q, k, v))  # (B, h, T, d)
-        mask = None if allowed is None else allowed[:, None].to(x.device)
-        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        ref = ref.transpose(1, 2).reshape(B, T, -1)
-        if out_proj is not None:
-            ref = out_proj(ref)
+        ref = sdpa_reference(found, x, allowed)
         out, _ = subject.call(module, x, keep)
     if out.shape != ref.shape:
         return Finding(
@@ -604,13 +667,31 @@ def probe_half(subject: Subject, dtype: torch.dtype) -> Finding:
                 subject.ordinary_keep(cfg.batch, cfg.seq_len),
             )
         if not torch.isfinite(big).all():
-            return Finding(
-                f"{name} robustness",
-                WARN,
-                f"with activations scaled by {HALF_LARGE:g}: output{_first_nonfinite(big)} "
-                "(Q K^T overflows float16 before the scale? scale Q first)",
-            )
+            return _half_overflow(subject, module, x, big)
     return Finding(f"{name} robustness", PASS, "no error, no NaN")
+
+
+def _half_overflow(subject: Subject, module: nn.Module, x: Tensor, big: Tensor) -> Finding:
+    """float16 overflowed at large activations: a warning when SDPA on the same projections
+    stays finite there (so the module's order of operations is to blame), else a pass."""
+    name = "float16 robustness"
+    where = f"with activations scaled by {HALF_LARGE:g}: output{_first_nonfinite(big)}"
+    found = recognize(module)
+    if found is None:
+        advice = "Q K^T overflowing float16's 65504? scale Q first, or compute it in float32"
+        return Finding(name, WARN, f"{where} ({advice})")
+    cfg = subject.config
+    keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
+    allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
+    with torch.no_grad():
+        ref = sdpa_reference(found, (x.double() * HALF_LARGE).to(x.dtype), allowed)
+    if not torch.isfinite(ref).all():
+        reason = "but SDPA on the same projections overflows too: beyond float16's range"
+        return Finding(name, PASS, f"{where}, {reason}")
+    advice = "Q K^T overflows before the scale? Scale Q first, or compute it in float32"
+    return Finding(
+        name, WARN, f"{where}, while SDPA on the same projections stays finite: {advice}"
+    )
 
 
 @named("all-masked rows")
@@ -619,9 +700,15 @@ def probe_all_masked(subject: Subject) -> Finding:
     cfg = subject.config
     if not subject.takes_mask:
         return Finding("all-masked rows", SKIP, "takes no mask")
-    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 10, empty=True)
     module = subject.copy()
     x = subject.x(cfg.batch, cfg.seq_len, 10).requires_grad_(True)
+    with torch.no_grad():
+        ordinary, _ = subject.call(module, x, subject.keep("padding", cfg.batch, cfg.seq_len, 10))
+    if not torch.isfinite(ordinary).all():
+        return Finding("all-masked rows", FAIL,
+                       f"NaN already with ordinary padding, where every query has a key: "
+                       f"output{_first_nonfinite(ordinary)} (see the other probes)")  # fmt: skip
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 10, empty=True)
     out, _ = subject.call(module, x, keep)
     empty = ~keep.any(-1).any(-1)  # (B,) sequences with no key at all
     if not torch.isfinite(out[~empty.to(out.device)]).all():
@@ -631,9 +718,7 @@ def probe_all_masked(subject: Subject) -> Finding:
     if torch.isfinite(out).all():
         return Finding("all-masked rows", PASS, "finite for a query with no allowed key")
     G = torch.randn(out.shape, generator=generator(10), dtype=out.dtype).to(out.device)
-    grads = torch.autograd.grad(
-        (out.nan_to_num(0) * 0 + out * G).sum(), list(module.parameters()), allow_unused=True
-    )
+    grads = torch.autograd.grad((out * G).sum(), list(module.parameters()), allow_unused=True)
     poisoned = [
         n
         for (n, _), g in zip(module.named_parameters(), grads, strict=True)
@@ -694,6 +779,7 @@ def probe_determinism(subject: Subject) -> Finding:
             return subject.call(module, x, keep)
 
     diff = repeat_difference(Bound(), subject.x(cfg.batch, cfg.seq_len, 12), None, cfg.seed)
+    subject.deterministic = diff == 0
     if diff > 0:
         return Finding(
             "eval determinism",
@@ -714,6 +800,7 @@ def probe_bfloat16(subject: Subject) -> Finding:
 
 
 PROBES: list[Probe] = [
+    probe_determinism,  # first: comparisons between two calls need it
     probe_shapes,
     probe_batch_independence,
     probe_causal,
@@ -725,7 +812,6 @@ PROBES: list[Probe] = [
     probe_bfloat16,
     probe_all_masked,
     probe_gradients,
-    probe_determinism,
 ]
 
 

@@ -110,3 +110,57 @@ class NoInputs(nn.Module):
 
     def forward(self):
         return self.w.weight
+
+
+class AlibiCausal(nn.Module):
+    """Correct causal attention with ALiBi position biases kept in a buffer (uses positions)."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.proj = nn.Linear(dim, dim, bias=False)
+        self.register_buffer("slopes", 2.0 ** -torch.arange(1, heads + 1, dtype=torch.float32))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(x).split(d, -1))
+        pos = torch.arange(t, device=x.device)
+        distance = (pos[None, :] - pos[:, None]).to(x.dtype)  # (T, T): key - query
+        bias = self.slopes[:, None, None].to(x.dtype) * distance  # (h, T, T)
+        bias = bias.masked_fill(distance > 0, float("-inf"))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias
+        out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
+        return self.proj(out)
+
+
+class ScaleByWidthOut(nn.Module):
+    """Buggy: divides by sqrt(d_model); its output layer is called `out`."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.n_heads, -1).transpose(1, 2) for z in self.qkv(x).split(d, -1))
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(d)).masked_fill(~causal, float("-inf"))
+        return self.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class BareParameters(nn.Module):
+    """Correct single-head attention on bare nn.Parameters: no nn.Linear to read a width from."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, d_model, d_model) / math.sqrt(d_model))
+
+    def forward(self, x, mask=None):
+        q, k, v = (x @ w for w in self.w)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(-1) @ v

@@ -108,3 +108,38 @@ def test_usage_errors_are_one_line_and_exit_2(capsys, case):
     code, out, err = run(capsys, "doctor", *argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and words in err and "Traceback" not in err
+
+
+def test_positional_module_is_not_compared_with_sdpa():
+    d = diagnose(dm.AlibiCausal(64, 4), Config(causal=True, positional=True))
+    assert d.healthy, d.text()
+    sdpa = next(f for f in d.findings if f.probe == "agrees with SDPA")
+    assert sdpa.status == "skip"
+
+
+def test_an_output_layer_called_out_is_recognized():
+    d = diagnose(dm.ScaleByWidthOut(64, 4), Config(causal=True))
+    failed = {f.probe: f.message for f in d.findings if f.status == FAIL}
+    assert "agrees with SDPA" in failed and "qkv, out" in failed["agrees with SDPA"]
+
+
+def test_width_comes_from_the_config_when_the_module_hides_it():
+    d = diagnose(dm.BareParameters(32, 4), Config(mask="keep", d_model=32))
+    assert d.healthy, d.text()
+
+
+def test_an_inverted_convention_gets_a_hint():
+    d = diagnose(dm.SeqFirstWrapper(32, 4), Config(mask="keep"))  # it is a drop-mask module
+    leak = next(f for f in d.findings if f.probe == "causal no-leak")
+    assert leak.status == FAIL and "passes with --mask drop" in leak.message
+
+
+def test_a_random_module_is_not_blamed_for_positions_or_scale():
+    from pitfalls import load
+
+    pair = load("dropout_in_eval")
+    module = pair.card.build(pair.buggy, pair.card.shape)
+    d = diagnose(module, Config(mask="keep"))
+    status = {f.probe: f.status for f in d.findings}
+    assert status["eval determinism"] == FAIL
+    assert status["permutation equivariance"] == status["agrees with SDPA"] == "skip"
