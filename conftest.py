@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import settings
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from harness.devices import DTYPES, available_devices
 
 # The tensors under test are tiny: one thread is faster, never oversubscribes a small machine,
 # and matches the command line (harness.cli pins the same), so regenerated reports compare equal.
@@ -21,11 +21,6 @@ torch.set_num_threads(1)
 
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
-
-
-def available_devices() -> list[str]:
-    """cpu, plus cuda when torch sees a GPU."""
-    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

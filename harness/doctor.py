@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from harness.devices import UsageError
 from harness.inputs import causal_keep, generator, padding_keep
+from harness.metrics import first_nonfinite
 from harness.runner import describe, seeded, split_output
 from harness.target import as_self_attention
 
@@ -186,6 +187,17 @@ class Subject:
             warnings.simplefilter("ignore")
             result = module(x) if mask is None else module(x, mask)
         return split_output(result)
+
+    def bound(self, keep: Tensor | None) -> nn.Module:
+        """A float64 copy that takes only x and always applies ``keep`` in the module's convention,
+        for the shared probes of ``harness.probes``."""
+        subject, module = self, self.copy()
+
+        class Bound(nn.Module):
+            def forward(self, x: Tensor, _mask: Tensor | None = None):
+                return subject.call(module, x, keep)
+
+        return Bound()
 
     def ordinary_keep(self, batch: int, seq_len: int) -> Tensor | None:
         """The mask for ordinary calls: causal when the module takes one, padding for key masks."""
@@ -351,13 +363,7 @@ def _future_leak(subject: Subject, scale: float) -> str | None:
 
     cfg = subject.config
     keep = subject.keep("causal", cfg.batch, cfg.seq_len, 0) if subject.takes_mask else None
-    module = subject.copy()
-
-    class Bound(nn.Module):  # future_leak calls module(x, mask) with the mask in our convention
-        def forward(self, x, _mask=None):
-            return subject.call(module, x, keep)
-
-    leak = future_leak(Bound(), subject.x(cfg.batch, cfg.seq_len, 3, scale), None)
+    leak = future_leak(subject.bound(keep), subject.x(cfg.batch, cfg.seq_len, 3, scale), None)
     return str(leak) if leak else None
 
 
@@ -641,11 +647,6 @@ def probe_sdpa(subject: Subject) -> Finding:
     return Finding("agrees with SDPA", PASS, f"within 1e-6 on {described}")
 
 
-def _first_nonfinite(t: Tensor) -> str:
-    index = tuple(int(i) for i in (~torch.isfinite(t)).nonzero()[0])
-    return f"{list(index)} = {t[index].item()}"
-
-
 def probe_half(subject: Subject, dtype: torch.dtype) -> Finding:
     """No error and no NaN in a low-precision dtype on ordinary inputs."""
     name = str(dtype).removeprefix("torch.")
@@ -658,7 +659,7 @@ def probe_half(subject: Subject, dtype: torch.dtype) -> Finding:
     except Exception as exc:
         return Finding(f"{name} robustness", FAIL, f"raises: {describe(exc)}")
     if not torch.isfinite(out).all():
-        return Finding(f"{name} robustness", FAIL, f"non-finite output{_first_nonfinite(out)}")
+        return Finding(f"{name} robustness", FAIL, f"non-finite output{first_nonfinite(out)}")
     if dtype is torch.float16:
         with torch.no_grad():
             big, _ = subject.call(
@@ -675,7 +676,7 @@ def _half_overflow(subject: Subject, module: nn.Module, x: Tensor, big: Tensor) 
     """float16 overflowed at large activations: a warning when SDPA on the same projections
     stays finite there (so the module's order of operations is to blame), else a pass."""
     name = "float16 robustness"
-    where = f"with activations scaled by {HALF_LARGE:g}: output{_first_nonfinite(big)}"
+    where = f"with activations scaled by {HALF_LARGE:g}: output{first_nonfinite(big)}"
     found = recognize(module)
     if found is None:
         advice = "Q K^T overflowing float16's 65504? scale Q first, or compute it in float32"
@@ -707,7 +708,7 @@ def probe_all_masked(subject: Subject) -> Finding:
     if not torch.isfinite(ordinary).all():
         return Finding("all-masked rows", FAIL,
                        f"NaN already with ordinary padding, where every query has a key: "
-                       f"output{_first_nonfinite(ordinary)} (see the other probes)")  # fmt: skip
+                       f"output{first_nonfinite(ordinary)} (see the other probes)")  # fmt: skip
     keep = subject.keep("padding", cfg.batch, cfg.seq_len, 10, empty=True)
     out, _ = subject.call(module, x, keep)
     empty = ~keep.any(-1).any(-1)  # (B,) sequences with no key at all
@@ -728,7 +729,7 @@ def probe_all_masked(subject: Subject) -> Finding:
     return Finding(
         "all-masked rows",
         WARN,
-        f"a query with no allowed key gives NaN (output{_first_nonfinite(out.detach())}; "
+        f"a query with no allowed key gives NaN (output{first_nonfinite(out.detach())}; "
         f"SDPA returns 0 there){extra}",
     )
 
@@ -771,14 +772,10 @@ def probe_determinism(subject: Subject) -> Finding:
     from harness.probes import repeat_difference
 
     cfg = subject.config
-    module = subject.copy()
     keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
-
-    class Bound(nn.Module):
-        def forward(self, x, _mask=None):
-            return subject.call(module, x, keep)
-
-    diff = repeat_difference(Bound(), subject.x(cfg.batch, cfg.seq_len, 12), None, cfg.seed)
+    diff = repeat_difference(
+        subject.bound(keep), subject.x(cfg.batch, cfg.seq_len, 12), None, cfg.seed
+    )
     subject.deterministic = diff == 0
     if diff > 0:
         return Finding(

@@ -122,6 +122,15 @@ def attention_stats(weights: Tensor | None, keep: Tensor | None) -> dict[str, fl
     )
 
 
+def first_nonfinite(tensor: Tensor) -> str | None:
+    """``[i, j, ...] = nan`` for the first NaN or Inf in ``tensor``; None when all finite."""
+    bad = ~torch.isfinite(tensor)
+    if not bad.any():
+        return None
+    index = tuple(int(i) for i in bad.nonzero()[0])
+    return f"{list(index)} = {tensor[index].item()}"
+
+
 def cosine(a: Tensor, b: Tensor) -> float:
     """Cosine similarity of two tensors seen as vectors (NaN when either is zero or non-finite)."""
     if a.shape != b.shape:

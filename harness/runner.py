@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from harness.metrics import first_nonfinite
+
 INPUT_GRAD = "input x"  # the name under which the gradient w.r.t. the input is kept
 
 
@@ -33,9 +35,9 @@ class Run:
         """Where the first NaN or Inf is: in the output, else in a gradient; None if nowhere."""
         named = [("output", self.output)] + [(f"grad of {k}", g) for k, g in self.grads.items()]
         for name, tensor in named:
-            if tensor is not None and not torch.isfinite(tensor).all():
-                index = tuple(int(i) for i in (~torch.isfinite(tensor)).nonzero()[0])
-                return f"{name}{list(index)} = {tensor[index].item()}"
+            where = None if tensor is None else first_nonfinite(tensor)
+            if where is not None:
+                return name + where
         return None
 
 

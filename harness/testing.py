@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import pitfalls
 from harness import metrics
+from harness.devices import DTYPES
 from harness.diffing import changed_line_count, unmarked
 from harness.inputs import convert_mask
 from harness.measure import Measurement, build_pair, dtype_name, measure
@@ -21,7 +22,6 @@ from harness.strategies import awkward_shapes
 from harness.verdicts import Verdict, combine
 
 MAX_CHANGED_LINES = 8
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def assert_fixed_matches_sdpa(
@@ -60,7 +60,7 @@ def pair_tests(pitfall_id: str):
 
     def test_verdict_matches_card(device: torch.device):
         """The verdict measured in float32, bfloat16 and float16 is the card's."""
-        measured = {dtype_name(d): measure(pair, device, d) for d in DTYPES}
+        measured = {name: measure(pair, device, d) for name, d in DTYPES.items()}
         verdicts = {name: m.verdict for name, m in measured.items()}
         overall = combine(verdicts)
         reasons = "; ".join(f"{n}: {m.verdict} ({m.reason})" for n, m in measured.items())
