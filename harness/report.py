@@ -236,6 +236,8 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
         caption = extra.attrs.get("caption", "Trap-specific measurement")
         out += [f"{caption} ({cell_label(m)}):", "", table(extra), ""]
     out += r.notes
+    if f"{IMAGES}/{card.id}.png" not in images:
+        out += ["No heatmap: neither module returns its attention weights.", ""]
     out += [f"![{card.id}]({image})\n" for image in images]
     out += [f"**Why it matters.** {card.why}", "", f"**How to avoid it.** {card.avoid}"]
     if card.sources:
@@ -281,16 +283,29 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
     """Write a trap's pictures under ``folder/img``; their paths relative to ``folder``."""
     m, card = r.primary, r.pair.card
     keep = card.inputs(m.shape, m.seed, m.edge).keep
-    name = f"{IMAGES}/{card.id}.png"
-    note = f"raises:\n{m.error}" if m.raised else "returns no attention weights"
-    heatmap(folder / name, card.id, m.weights.get("fix"), m.weights.get("bug"), keep, note)
-    names = [name]
+    names = []
+    if m.weights.get("fix") is not None or m.weights.get("bug") is not None:
+        name = f"{IMAGES}/{card.id}.png"
+        note = f"raises:\n{m.error}" if m.raised else "returns no attention weights"
+        heatmap(folder / name, card.id, m.weights.get("fix"), m.weights.get("bug"), keep, note)
+        names.append(name)
     specs = [(extra, spec) for extra in r.extras for spec in extra.attrs.get("plots", [])]
     for i, (extra, spec) in enumerate(specs, start=1):
         plot_name = f"{IMAGES}/{card.id}-{i}.png"
         line_plot(folder / plot_name, extra, **spec)
         names.append(plot_name)
     return names
+
+
+def _stale_images(out: Path, written: list[str]) -> list[Path]:
+    """Pictures of ours in ``out/img`` (named after a trap) that this run no longer writes."""
+    ids = set(pitfalls.ids())
+    keep = {Path(name).name for name in written}
+
+    def ours(path: Path) -> bool:
+        return path.stem in ids or path.stem.rsplit("-", 1)[0] in ids
+
+    return [p for p in (out / IMAGES).glob("*.png") if ours(p) and p.name not in keep]
 
 
 def write_report(
@@ -317,8 +332,11 @@ def write_report(
         (staging / REPORT).write_text(text.rstrip("\n") + "\n")
         (staging / TIMINGS).write_text(timings_text(timed))
         (out / IMAGES).mkdir(exist_ok=True)
-        for name in [*(i for names in images.values() for i in names), TIMINGS, REPORT]:
+        written = [i for names in images.values() for i in names]
+        for name in [*written, TIMINGS, REPORT]:
             os.replace(staging / name, out / name)
+        for stale in _stale_images(out, written):  # only once the new report is in place
+            stale.unlink()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out / REPORT

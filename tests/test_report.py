@@ -32,9 +32,12 @@ def test_committed_report_is_not_stale(fresh):
 
 def test_report_has_every_trap_and_its_picture(fresh):
     text = (fresh / report.REPORT).read_text()
+    for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
+        assert (fresh / image).read_bytes().startswith(b"\x89PNG"), image
     for pid in pitfalls.ids():
         assert f'<a id="{pid}"></a>' in text
-        assert (fresh / "img" / f"{pid}.png").read_bytes().startswith(b"\x89PNG")
+        section = text.split(f'<a id="{pid}"></a>')[1].split("<a id=")[0]
+        assert f"img/{pid}.png" in section or "No heatmap: neither module" in section, pid
     assert "**The claimed trap does not hold.**" in text  # BENIGN traps say so
     assert "Not available here: cuda" in text or "cuda" in text.split("## Summary")[0]
 
@@ -57,3 +60,14 @@ def test_interrupted_run_leaves_the_previous_report(fresh, tmp_path, monkeypatch
     assert cli.main(["report", "--dtype", "float16", "--out", str(tmp_path)]) == 130
     assert (tmp_path / report.REPORT).read_bytes() == before
     assert not list(tmp_path.glob(".staging-*"))
+
+
+def test_pictures_a_run_no_longer_draws_are_removed_and_others_kept(tmp_path):
+    img = tmp_path / "img"
+    img.mkdir()
+    (img / "mask_bool-7.png").write_bytes(b"stale")  # named after a trap: ours
+    (img / "holiday.png").write_bytes(b"yours")  # not ours: left alone
+    assert cli.main(["report", "--dtype", "float32", "--out", str(tmp_path)]) == 0
+    assert not (img / "mask_bool-7.png").exists()
+    assert (img / "holiday.png").read_bytes() == b"yours"
+    assert (img / "mask_bool.png").exists()
