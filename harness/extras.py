@@ -48,8 +48,9 @@ def scale_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.Data
         rows.append(
             {
                 "d_k": d_k,
-                "1/math.sqrt(d_k)": repr(1 / math.sqrt(d_k)),
-                "1/torch.sqrt(tensor(d_k))": repr((1 / tensor_scale).item()),
+                # In backticks, so the table shows every digit instead of parsing a number.
+                "1/math.sqrt(d_k)": f"`{1 / math.sqrt(d_k)!r}`",
+                "1/torch.sqrt(tensor(d_k))": f"`{(1 / tensor_scale).item()!r}`",
                 "scores differing (÷ float vs ÷ tensor)": int((by_float != by_tensor).sum()),
                 "max ulp (÷ float vs ÷ tensor)": ulp_distance(by_float, by_tensor),
                 "max ulp (× 1/float vs ÷ tensor)": ulp_distance(times_reciprocal, by_tensor),
@@ -150,30 +151,39 @@ def _median_ms(module: nn.Module, x: torch.Tensor, repeats: int) -> float:
     return 1000 * sorted(times)[len(times) // 2]
 
 
+TIMING_SHAPES = (
+    (8, 128, 256, 8),  # (batch, seq_len, d_model, heads): few wide heads
+    (8, 64, 256, 16),
+    (4, 32, 128, 16),  # many narrow heads: per-head overhead dominates
+)
+
+
 def timing_table(
     pair: Pair, device: torch.device, dtype: torch.dtype, repeats: int = 15
 ) -> pd.DataFrame:
-    """Forward + backward wall time of buggy and fixed at a realistic size (median of runs)."""
+    """Forward + backward wall time of buggy and fixed (median of runs), wide to narrow heads."""
     from harness.shapes import Shape
 
-    shape = Shape(batch=8, seq_len=128, d_model=256, d_k=32, d_v=32, heads=8)
-    x = make_inputs(shape, 0).x.to(device, dtype)
-    ms = {}
-    for name, module in (("fixed", pair.fixed), ("buggy", pair.buggy)):
-        with seeded(0):
-            built = as_dtype(pair.card.build(module, shape), device, dtype)
-        _median_ms(built, x, 2)  # warm-up
-        ms[name] = _median_ms(built, x, repeats)
-    table = pd.DataFrame(
-        [
+    rows = []
+    for batch, seq_len, d_model, heads in TIMING_SHAPES:
+        d_k = d_model // heads
+        shape = Shape(batch=batch, seq_len=seq_len, d_model=d_model, d_k=d_k, d_v=d_k, heads=heads)
+        x = make_inputs(shape, 0).x.to(device, dtype)
+        ms = {}
+        for name, module in (("fixed", pair.fixed), ("buggy", pair.buggy)):
+            with seeded(0):
+                built = as_dtype(pair.card.build(module, shape), device, dtype)
+            _median_ms(built, x, 2)  # warm-up
+            ms[name] = _median_ms(built, x, repeats)
+        rows.append(
             {
                 "shape": shape.label(),
                 "fixed ms": ms["fixed"],
                 "buggy ms": ms["buggy"],
                 "buggy / fixed": ms["buggy"] / ms["fixed"],
             }
-        ]
-    )
+        )
+    table = pd.DataFrame(rows)
     table.attrs["timing"] = True
     return table
 
