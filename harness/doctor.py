@@ -18,13 +18,14 @@ from dataclasses import asdict, dataclass, field, replace
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.devices import UsageError
-from harness.inputs import causal_keep, generator, padding_keep
+from harness.inputs import causal_keep, generator, keep_mask
 from harness.metrics import first_nonfinite
+from harness.reference import HEAD_ATTRS, attend, recognize
 from harness.runner import describe, seeded, split_output
+from harness.shapes import Shape
 from harness.target import as_self_attention
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
@@ -157,11 +158,7 @@ class Subject:
 
     def keep(self, kind: str, batch: int, seq_len: int, seed: int, empty: bool = False) -> Tensor:
         """A (B, T, T) keep-mask: causal, padding (lengths drawn from ``seed``) or both."""
-        gen = generator(seed + 7)
-        if kind == "causal":
-            return causal_keep(batch, seq_len)
-        pad = padding_keep(batch, seq_len, gen, empty)
-        return pad & causal_keep(batch, seq_len) if kind == "both" else pad
+        return keep_mask(kind, Shape(batch=batch, seq_len=seq_len), generator(seed + 7), empty)
 
     def encode(self, keep: Tensor | None, dtype: torch.dtype) -> Tensor | None:
         """The keep-mask in the module's convention and shape, on the device."""
@@ -510,107 +507,6 @@ def probe_weights(subject: Subject) -> Finding:
     return Finding("attention weights", PASS, "rows sum to 1, zero where masked, not saturated")
 
 
-# Projection names in common code: separate q/k/v, fused qkv, and the output projection.
-SEPARATE = (
-    ("W_q", "W_k", "W_v"),
-    ("q_proj", "k_proj", "v_proj"),
-    ("query", "key", "value"),
-    ("to_q", "to_k", "to_v"),
-    ("wq", "wk", "wv"),
-    ("q", "k", "v"),
-    ("Wq", "Wk", "Wv"),
-    ("w_q", "w_k", "w_v"),
-    ("q_lin", "k_lin", "v_lin"),
-    ("linear_q", "linear_k", "linear_v"),
-    ("query_proj", "key_proj", "value_proj"),
-)
-FUSED = ("c_attn", "qkv", "to_qkv", "W_qkv", "Wqkv", "w_qkv", "qkv_proj", "in_proj", "qkv_linear")
-OUTPUT = ("W_o", "w_o", "Wo", "wo", "o_proj", "out_proj", "c_proj", "to_out", "proj", "o", "out",
-          "dense", "output", "fc_out", "linear_out", "out_linear")  # fmt: skip
-HEAD_ATTRS = ("n_heads", "num_heads", "heads", "n_head", "nhead", "h")
-
-
-def _is_mask(buffer: Tensor) -> bool:
-    """A bool, 0/1 or 0/-inf buffer: a mask, which SDPA given the same mask reproduces."""
-    if buffer.dtype == torch.bool or not buffer.is_floating_point():
-        return True
-    finite = buffer[torch.isfinite(buffer)]
-    return bool(((finite == 0) | (finite == 1)).all()) and not bool((buffer == math.inf).any())
-
-
-Recognized = tuple[Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], nn.Module | None, int, str]
-
-
-def recognize(module: nn.Module) -> Recognized | None:
-    """(q/k/v function, output projection, heads, description), or None when not recognized.
-
-    Recognized only when those projections are all of the module's parameters, so a module
-    with anything else (norms, rotary tables, gates) is not compared.
-    """
-    inner = (
-        module.mha if isinstance(getattr(module, "mha", None), nn.MultiheadAttention) else module
-    )
-    if isinstance(inner, nn.MultiheadAttention):
-        d = inner.embed_dim
-
-        def qkv_mha(x):
-            return F.linear(x, inner.in_proj_weight, inner.in_proj_bias).split(d, dim=-1)
-
-        return (
-            qkv_mha,
-            inner.out_proj,
-            inner.num_heads,
-            "nn.MultiheadAttention's in_proj and out_proj",
-        )
-    linears = {n: m for n, m in inner.named_children() if isinstance(m, nn.Linear)}
-    qkv, used = None, []
-    for names in SEPARATE:
-        if all(n in linears for n in names):
-            q, k, v = (linears[n] for n in names)
-
-            def qkv(x, q=q, k=k, v=v):
-                return q(x), k(x), v(x)
-
-            used = list(names)
-            break
-    if qkv is None:
-        for name in FUSED:
-            if name in linears and linears[name].out_features % 3 == 0:
-                fused = linears[name]
-
-                def qkv(x, fused=fused):
-                    return fused(x).chunk(3, dim=-1)
-
-                used = [name]
-                break
-    if qkv is None:
-        return None
-    out = next((linears[n] for n in OUTPUT if n in linears), None)
-    if out is not None:
-        used.append(next(n for n in OUTPUT if n in linears))
-    covered = {id(p) for n in used for p in linears[n].parameters()}
-    if any(id(p) not in covered for p in inner.parameters()):
-        return None
-    if not all(_is_mask(b) for b in inner.buffers()):  # slopes, rotary tables, ...
-        return None
-    heads = next(
-        (getattr(inner, a) for a in HEAD_ATTRS if isinstance(getattr(inner, a, None), int)), 1
-    )
-    return qkv, out, heads, ", ".join(used) + f" with {heads} head(s)"
-
-
-@named("agrees with SDPA")
-def sdpa_reference(found: Recognized, x: Tensor, allowed: Tensor | None) -> Tensor:
-    """The recognized projections through F.scaled_dot_product_attention."""
-    qkv, out_proj, heads, _ = found
-    B, T, _ = x.shape
-    q, k, v = (t.reshape(B, T, heads, -1).transpose(1, 2) for t in qkv(x))  # (B, h, T, d)
-    mask = None if allowed is None else allowed[:, None].to(x.device)  # (B, 1, T, T)
-    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d)
-    ref = ref.transpose(1, 2).reshape(B, T, -1)  # (B, T, h * d)
-    return ref if out_proj is None else out_proj(ref)
-
-
 @named("agrees with SDPA")
 def probe_sdpa(subject: Subject) -> Finding:
     """Agreement with F.scaled_dot_product_attention on the module's own projections."""
@@ -629,7 +525,7 @@ def probe_sdpa(subject: Subject) -> Finding:
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
     x = subject.x(cfg.batch, cfg.seq_len, 8)
     with torch.no_grad():
-        ref = sdpa_reference(found, x, allowed)
+        ref = attend(found, x, allowed)
         out, _ = subject.call(module, x, keep)
     if out.shape != ref.shape:
         return Finding(
@@ -685,7 +581,7 @@ def _half_overflow(subject: Subject, module: nn.Module, x: Tensor, big: Tensor) 
     keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
     with torch.no_grad():
-        ref = sdpa_reference(found, (x.double() * HALF_LARGE).to(x.dtype), allowed)
+        ref = attend(found, (x.double() * HALF_LARGE).to(x.dtype), allowed)
     if not torch.isfinite(ref).all():
         reason = "but SDPA on the same projections overflows too: beyond float16's range"
         return Finding(name, PASS, f"{where}, {reason}")
