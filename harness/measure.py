@@ -355,8 +355,9 @@ def measure(
     variants = {}
     if pair.card.has_heads and shape.heads > 1:
         one = shape.with_(heads=1, d_k=shape.d_model, d_v=shape.d_model)
-        single = measure(pair, device, dtype, seed, one, search=False)
-        variants["1 head"] = f"{single.verdict}: {single.reason}"
+        single = compare(pair, device, dtype, one, seed)
+        one_verdict, one_reason, _, _ = _judge(pair, device, dtype, single, search=False)
+        variants["1 head"] = f"{one_verdict}: {one_reason}"
     return Measurement(
         pitfall=pair.card.id,
         device=str(device),
