@@ -17,22 +17,25 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-import pitfalls
+from harness.catalogue import registry
+from harness.catalogue.card import Card, Pair
+from harness.catalogue.diffing import unified_diff
+from harness.catalogue.judge import Measurement, measure
 from harness.devices import (
     DEVICE_KINDS,
     DTYPES,
-    UsageError,
     available_devices,
+    dtype_name,
     resolve_device,
     resolve_dtype,
 )
-from harness.diffing import unified_diff
 from harness.doctor import MASK_SHAPES, MASKS, Config, diagnose
-from harness.measure import Measurement, measure
+from harness.doctor.target import build as build_target
+from harness.doctor.target import load_object
+from harness.errors import UsageError
+from harness.files import ensure_writable, write_atomically
 from harness.progress import Progress
-from harness.report import collect, ensure_writable, write_atomically, write_report
-from harness.target import build as build_target
-from harness.target import load_object
+from harness.report import collect, write_report
 from harness.validation import detection_markdown, detection_table
 
 PROG = "python -m harness"
@@ -120,22 +123,22 @@ def resolve_grid(args: argparse.Namespace) -> list[tuple[torch.device, torch.dty
     return [(dev, resolve_dtype(name, dev)) for dev in devices for name in dtypes]
 
 
-def resolve_pairs(ids: Sequence[str]) -> list[pitfalls.Pair]:
+def resolve_pairs(ids: Sequence[str]) -> list[Pair]:
     try:
-        return [pitfalls.load(i) for i in ids] if ids else pitfalls.load_all()
-    except pitfalls.UnknownPitfall as exc:
+        return [registry.load(i) for i in ids] if ids else registry.load_all()
+    except registry.UnknownPitfall as exc:
         raise UsageError(str(exc)) from None
 
 
 def measure_grid(
-    pairs: list[pitfalls.Pair], grid: list[tuple[torch.device, torch.dtype]]
+    pairs: list[Pair], grid: list[tuple[torch.device, torch.dtype]]
 ) -> list[Measurement]:
     """Measure every pair on every (device, dtype), with a progress bar on a terminal."""
     jobs = [(p, dev, dt) for p in pairs for dev, dt in grid]
     results = []
     with Progress(len(jobs)) as bar:
         for pair, dev, dt in jobs:
-            bar.step(f"{pair.card.id} {dev} {str(dt).removeprefix('torch.')}")
+            bar.step(f"{pair.card.id} {dev} {dtype_name(dt)}")
             results.append(measure(pair, dev, dt))
     return results
 
@@ -145,7 +148,7 @@ def summary_table(measurements: list[Measurement]) -> pd.DataFrame:
     rows = []
     for m in measurements:
         row = m.summary()
-        row["expected"] = str(pitfalls.load(m.pitfall).card.expected)
+        row["expected"] = str(registry.load(m.pitfall).card.expected)
         rows.append(row)
     columns = [
         "pitfall", "device", "dtype", "verdict", "expected", "err_bug", "floor", "threshold",
@@ -155,7 +158,7 @@ def summary_table(measurements: list[Measurement]) -> pd.DataFrame:
 
 
 def cmd_list(args: argparse.Namespace) -> str:
-    pairs = pitfalls.load_all()
+    pairs = registry.load_all()
     width = max(len(p.card.id) for p in pairs)
     return "\n".join(
         f"{p.card.id:<{width}}  {p.card.section:<5}  {p.card.category:<14}  {p.card.expected}"
@@ -163,7 +166,7 @@ def cmd_list(args: argparse.Namespace) -> str:
     )
 
 
-def card_text(card: pitfalls.Card) -> str:
+def card_text(card: Card) -> str:
     """The card in words."""
     wrap = textwrap.TextWrapper(width=96, initial_indent="  ", subsequent_indent="  ")
     parts = [
@@ -246,7 +249,7 @@ def cmd_report(args: argparse.Namespace) -> str:
     grid = resolve_grid(args)
     ensure_writable(args.out)
     unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
-    results, timed = collect(pitfalls.load_all(), grid, measure_grid)
+    results, timed = collect(registry.load_all(), grid, measure_grid)
     doctor = detection_markdown(detection_table())
     path = write_report(results, grid, args.out, unavailable, timed, doctor)
     return f"wrote {path}"

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from harness.errors import UsageError
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICE_KINDS = ("cpu", "cuda")
-
-
-class UsageError(ValueError):
-    """Bad input from the user: reported as one line, exit status 2."""
 
 
 def available_devices() -> list[str]:
@@ -55,3 +53,8 @@ def device_description(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
     return str(device)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``: the one way the harness writes a dtype."""
+    return str(dtype).removeprefix("torch.")

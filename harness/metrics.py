@@ -18,6 +18,7 @@ from torch import Tensor
 OUTPUT_FACTOR = 2.0
 GRAD_FACTOR = 3.0
 SATURATED = 0.99  # a row whose largest weight is at least this is saturated
+DEGENERATE = 0.5  # attention is degenerate when at least this fraction of rows is saturated
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def attention_stats(weights: Tensor | None, keep: Tensor | None) -> dict[str, fl
     return dict(
         entropy_mean=normalized.mean().item() if normalized.numel() else nan,
         entropy_min=normalized.min().item() if normalized.numel() else nan,
-        saturated=(fin.max(-1).values >= SATURATED).double().mean().item() if fin.numel() else nan,
+        saturated=saturated_fraction(fin) if fin.numel() else nan,
         nan_rows=float(nan_row.sum().item()),
         row_sum_err=(fin.sum(-1) - 1).abs().max().item() if fin.numel() else nan,
     )
@@ -154,3 +155,13 @@ def grad_stats(grad: Tensor | None) -> dict[str, float]:
         zero_frac=(grad == 0).double().mean().item() if grad.numel() else float("nan"),
         nonfinite=float((~finite).sum().item()),
     )
+
+
+def saturated_fraction(rows: Tensor) -> float:
+    """Fraction of attention rows (last axis) whose largest weight is at least SATURATED."""
+    return (rows.max(-1).values >= SATURATED).double().mean().item()
+
+
+def degenerate(saturated: float) -> bool:
+    """True when most attention rows are saturated: the projections barely learn."""
+    return saturated >= DEGENERATE

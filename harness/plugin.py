@@ -4,17 +4,22 @@
         attention_doctor(MyAttention(64, 4), mask="keep")
 
 fails with the doctor's findings when a probe fails (or warns, with ``strict=True`` or
-``--attention-doctor-strict``). Registered through the ``pytest11`` entry point.
+``--attention-doctor-strict``). Registered through the ``pytest11`` entry point, so it loads in
+every pytest run of an environment that has the package: it imports nothing heavy (torch, pandas,
+the doctor) until a test asks for the fixture.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
-from torch import nn
 
-from harness.doctor import Config, Diagnosis, diagnose
+if TYPE_CHECKING:
+    from torch import nn
+
+    from harness.doctor import Diagnosis
 
 
 class AttentionDoctorFailure(AssertionError):
@@ -39,6 +44,8 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
     ``mask_dtype``, ``positional``, ``strict``, ``batch``, ``seq_len``, ``device``). It returns
     the Diagnosis when healthy and raises an AssertionError listing the findings otherwise.
     """
+    from harness.doctor import Config, diagnose
+
     strict_default = request.config.getoption("--attention-doctor-strict")
 
     def check(module: nn.Module, **options: object) -> Diagnosis:

@@ -19,15 +19,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-import pitfalls
 from harness import __version__
-from harness.devices import UsageError, device_description
-from harness.diffing import unified_diff
-from harness.measure import EDGE_NAMES, Measurement, dtype_name
+from harness.catalogue import registry
+from harness.catalogue.card import CATEGORIES, Card, Pair
+from harness.catalogue.diffing import unified_diff
+from harness.catalogue.judge import EDGE_NAMES, Measurement
+from harness.catalogue.verdicts import FULL_PRECISION, Verdict, combine
+from harness.devices import device_description, dtype_name
+from harness.files import ensure_writable
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
 from harness.plots import heatmap, line_plot
-from harness.seeds import N_SEEDS
-from harness.verdicts import FULL_PRECISION, Verdict, combine
 
 REPORT = "report.md"
 TIMINGS = "timings.md"
@@ -41,7 +42,7 @@ Grid = list[tuple[torch.device, torch.dtype]]
 class TrapResult:
     """Everything the report shows for one trap."""
 
-    pair: pitfalls.Pair
+    pair: Pair
     cells: list[Measurement]  # one per (device, dtype)
     extras: list[pd.DataFrame] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -56,23 +57,6 @@ class TrapResult:
         return combine({m.dtype: m.verdict for m in self.cells if m.device == device})
 
 
-def ensure_writable(out: Path) -> None:
-    """UsageError unless ``out`` is (or can be made) a folder we can write into."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".probe-"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"cannot write to --out {str(out)!r}: {exc.strerror or exc}") from None
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder."""
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", delete=False) as tmp:
-        tmp.write(text)
-    os.replace(tmp.name, path)
-
-
 def reproduce_command(grid: Grid) -> str:
     devices = dict.fromkeys(str(d) for d, _ in grid)
     dtypes = dict.fromkeys(dtype_name(t) for _, t in grid)
@@ -81,7 +65,14 @@ def reproduce_command(grid: Grid) -> str:
     return " ".join(words)
 
 
-def header(grid: Grid, unavailable: list[str]) -> str:
+def seeds_statement(cards: list[Card]) -> str:
+    """Which seeds the measurements use."""
+    text = "inputs, masks, weights and the upstream gradient from seed 0"
+    over_seeds = [f"`{c.id}` over seeds 0-{c.n_seeds - 1}" for c in cards if not c.shared_weights]
+    return "; ".join([text, *over_seeds, "the trigger search is derandomized."])
+
+
+def header(grid: Grid, unavailable: list[str], cards: list[Card]) -> str:
     devices = list(dict.fromkeys(d for d, _ in grid))
     dtypes = list(dict.fromkeys(dtype_name(t) for _, t in grid))
     has_cuda = any(d.type == "cuda" for d in devices)
@@ -95,8 +86,7 @@ def header(grid: Grid, unavailable: list[str]) -> str:
         f"- Devices: {', '.join(device_description(d) for d in devices)}."
         + (f" Not available here: {', '.join(unavailable)}." if unavailable else ""),
         f"- Dtypes: {', '.join(dtypes)}; the reference is always float64.",
-        f"- Seeds: inputs, masks, weights and the upstream gradient from seed 0; "
-        f"`init_variance` over seeds 0-{N_SEEDS - 1}; the trigger search is derandomized.",
+        f"- Seeds: {seeds_statement(cards)}",
         "- TF32: "
         + ("disabled while measuring (float32 means float32)." if has_cuda else "not applicable "
            "(no CUDA device in this run; it is disabled whenever CUDA is measured)."),
@@ -162,7 +152,7 @@ def table(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, floatfmt=FLOAT)
 
 
-def where(m: Measurement, card: pitfalls.Card) -> str:
+def where(m: Measurement, card: Card) -> str:
     """Which cell, shape and inputs a measurement's tables come from."""
     text = f"{cell_label(m)}, {m.shape.label()}"
     if m.edge:
@@ -171,7 +161,7 @@ def where(m: Measurement, card: pitfalls.Card) -> str:
     return text
 
 
-def measurement_tables(m: Measurement, card: pitfalls.Card) -> list[str]:
+def measurement_tables(m: Measurement, card: Card) -> list[str]:
     if m.seeds:
         return [
             f"Compared over {m.seeds} seeds, each module freshly initialised ({where(m, card)}): "
@@ -258,7 +248,7 @@ def benign_statement(m: Measurement) -> str:
 
 def category_sections(results: list[TrapResult], images: dict[str, list[str]]) -> str:
     parts = []
-    for category in pitfalls.CATEGORIES:
+    for category in CATEGORIES:
         members = [r for r in results if r.pair.card.category == category]
         if not members:
             continue
@@ -299,7 +289,7 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
 
 def _stale_images(out: Path, written: list[str]) -> list[Path]:
     """Pictures of ours in ``out/img`` (named after a trap) that this run no longer writes."""
-    ids = set(pitfalls.ids())
+    ids = set(registry.ids())
     keep = {Path(name).name for name in written}
 
     def ours(path: Path) -> bool:
@@ -325,7 +315,12 @@ def write_report(
     try:
         (staging / IMAGES).mkdir()
         images = {r.pair.card.id: draw(r, staging) for r in results}
-        sections = [header(grid, unavailable), summary(results), category_sections(results, images)]
+        cards = [r.pair.card for r in results]
+        sections = [
+            header(grid, unavailable, cards),
+            summary(results),
+            category_sections(results, images),
+        ]
         if doctor is not None:
             sections.append(doctor)
         text = "\n\n".join(sections)
@@ -343,9 +338,9 @@ def write_report(
 
 
 def collect(
-    pairs: list[pitfalls.Pair],
+    pairs: list[Pair],
     grid: Grid,
-    measure_all: Callable[[list[pitfalls.Pair], Grid], list[Measurement]],
+    measure_all: Callable[[list[Pair], Grid], list[Measurement]],
 ) -> tuple[list[TrapResult], dict[str, pd.DataFrame]]:
     """Measure everything, then each trap's extra on the first device in float32."""
     cells = measure_all(pairs, grid)

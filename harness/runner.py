@@ -1,4 +1,4 @@
-"""Run one module forward and backward, capturing everything, raising nothing."""
+"""Run one module forward and backward, capturing everything, raising nothing; or over seeds."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from harness.metrics import first_nonfinite
+from harness import metrics
+from harness.inputs import Inputs, upstream_gradient
+from harness.masks import MaskSpec, encode
+from harness.shapes import Shape
 
 INPUT_GRAD = "input x"  # the name under which the gradient w.r.t. the input is kept
 
@@ -35,7 +39,7 @@ class Run:
         """Where the first NaN or Inf is: in the output, else in a gradient; None if nowhere."""
         named = [("output", self.output)] + [(f"grad of {k}", g) for k, g in self.grads.items()]
         for name, tensor in named:
-            where = None if tensor is None else first_nonfinite(tensor)
+            where = None if tensor is None else metrics.first_nonfinite(tensor)
             if where is not None:
                 return name + where
         return None
@@ -119,3 +123,59 @@ def run(
             result.error = describe(exc)
     result.warnings = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
     return result
+
+
+@dataclass
+class SeedStats:
+    """One module's behaviour over seeds, each seed a fresh module and a fresh draw."""
+
+    attention: dict[str, float]  # averaged attention statistics (empty when it raised)
+    grad_norms: dict[str, float]  # mean gradient norm per parameter (and the input)
+    error: str | None  # the first exception, if any
+    weights: Tensor | None  # attention weights of the first seed, for pictures
+
+
+def seed_stats(
+    build: Callable[[Shape], nn.Module],
+    draw: Callable[[Shape, int], Inputs],
+    spec: MaskSpec | None,
+    device: torch.device,
+    dtype: torch.dtype,
+    shape: Shape,
+    seeds: range,
+) -> SeedStats:
+    """Attention statistics and gradient norms of ``build``'s module, averaged over ``seeds``.
+
+    For each seed the module is built under that seed and run on ``draw(shape, seed)``, its mask
+    passed as ``spec`` says. The global RNG is left alone.
+    """
+    att_rows, norms, first_weights = [], {}, None
+    for seed in seeds:
+        with seeded(seed):
+            module = build(shape).eval()
+        inputs = draw(shape, seed)
+        mask = encode(inputs.keep, spec, device, dtype)
+        with exact_float32(device):
+            result = run(
+                as_dtype(module, device, dtype),
+                inputs.x.to(device, dtype),
+                mask,
+                lambda out_shape, s=seed: upstream_gradient(out_shape, s),
+            )
+        if not result.ok:
+            return SeedStats({}, {}, result.error, None)
+        first_weights = result.weights if first_weights is None else first_weights
+        att_rows.append(metrics.attention_stats(result.weights, inputs.keep))
+        for name, grad in result.grads.items():
+            norms.setdefault(name, []).append(metrics.grad_stats(grad)["norm"])
+    att = pd.DataFrame(att_rows)
+    attention = dict(
+        entropy_mean=att["entropy_mean"].mean(),
+        entropy_std=att["entropy_mean"].std(ddof=0),
+        entropy_min=att["entropy_min"].min(),
+        saturated=att["saturated"].mean(),
+        nan_rows=att["nan_rows"].sum(),
+        row_sum_err=att["row_sum_err"].max(),
+    )
+    mean_norms = {k: sum(v) / len(v) for k, v in norms.items()}
+    return SeedStats(attention, mean_norms, None, first_weights)

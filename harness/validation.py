@@ -12,27 +12,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import pitfalls
+from harness.catalogue import registry
+from harness.catalogue.card import Card, Pair
+from harness.catalogue.verdicts import Verdict
 from harness.doctor import FAIL, WARN, Config, Diagnosis, diagnose
 from harness.shapes import Shape
-from harness.verdicts import Verdict
 
 DOCTOR_SHAPE = Shape(batch=4, seq_len=8, d_model=64, d_k=16, d_v=16, heads=4)
 
 
-def config_for(card: pitfalls.Card, **overrides: object) -> Config:
+def config_for(card: Card, **overrides: object) -> Config:
     """The doctor options a user of this card's modules would pass."""
-    mask, shape, dtype, causal = "none", "bqk", "bool", False
-    if card.convention == "internal":
-        causal = True
-    elif card.mask != "none":
-        mask = {"keep_float": "keep", "key_padding": "keep"}.get(card.convention, card.convention)
-        dtype = "float" if card.convention == "keep_float" else "bool"
-        shape = "bk" if card.convention == "key_padding" else "bqk"
-    return Config(mask=mask, causal=causal, mask_shape=shape, mask_dtype=dtype, **overrides)
+    causal = card.convention == "internal"  # it masks by itself: the catalogue's causal modules
+    return Config.for_spec(card.spec, causal=causal, **overrides)
 
 
-def build(pair: pitfalls.Pair, side: str) -> nn.Module:
+def build(pair: Pair, side: str) -> nn.Module:
     torch.manual_seed(0)
     module = pair.buggy if side == "buggy" else pair.fixed
     return pair.card.build(module, DOCTOR_SHAPE)
@@ -107,7 +102,7 @@ def detection_markdown(table: pd.DataFrame) -> str:
 def detection_table() -> pd.DataFrame:
     """One row per catalogue module and reference module: what the doctor said."""
     rows = []
-    for pair in pitfalls.load_all():
+    for pair in registry.load_all():
         for side in ("buggy", "fixed"):
             d = diagnose(build(pair, side), config_for(pair.card), f"{pair.card.id}/{side}.py")
             expected_flag = side == "buggy" and pair.card.expected is not Verdict.BENIGN

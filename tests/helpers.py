@@ -6,16 +6,17 @@ import types
 
 from torch import nn
 
-import pitfalls
-from harness.verdicts import Verdict
+from harness.catalogue import registry
+from harness.catalogue.card import Card, Pair
+from harness.catalogue.verdicts import Verdict
 
 
 def correct_class() -> type[nn.Module]:
     """A known-correct single-head module: the catalogue's fixed softmax_dim."""
-    return pitfalls.load("softmax_dim").fixed.ScaledDotProductAttention
+    return registry.load("softmax_dim").fixed.ScaledDotProductAttention
 
 
-def make_pair(fixed_cls: type[nn.Module], buggy_cls: type[nn.Module], **card) -> pitfalls.Pair:
+def make_pair(fixed_cls: type[nn.Module], buggy_cls: type[nn.Module], **card) -> Pair:
     """A Pair whose modules are the given classes, under a throwaway card."""
     fixed = types.ModuleType("fixed")
     fixed.ScaledDotProductAttention = fixed_cls
@@ -33,7 +34,7 @@ def make_pair(fixed_cls: type[nn.Module], buggy_cls: type[nn.Module], **card) ->
         avoid="-",
         expected=Verdict.BENIGN,
     )
-    return pitfalls.Pair(pitfalls.Card(**{**fields, **card}), buggy, fixed)
+    return Pair(Card(**{**fields, **card}), buggy, fixed)
 
 
 def offset_class(offset: float) -> type[nn.Module]:

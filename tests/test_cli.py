@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-import pitfalls
 from harness import cli, devices
+from harness.catalogue import registry
 from harness.progress import Progress
 
 
@@ -22,8 +22,8 @@ def run_cli(capsys, *argv):
 def test_list_has_one_line_per_trap(capsys):
     code, out, _ = run_cli(capsys, "list")
     lines = out.strip().splitlines()
-    assert code == 0 and len(lines) == len(pitfalls.ids())
-    assert lines[0].split()[0] == pitfalls.ids()[0]
+    assert code == 0 and len(lines) == len(registry.ids())
+    assert lines[0].split()[0] == registry.ids()[0]
     assert any(line.split() == ["transpose", "§4.3", "layout", "CONDITIONAL"] for line in lines)
 
 

@@ -135,7 +135,7 @@ def test_an_inverted_convention_gets_a_hint():
 
 
 def test_a_random_module_is_not_blamed_for_positions_or_scale():
-    from pitfalls import load
+    from harness.catalogue.registry import load
 
     pair = load("dropout_in_eval")
     module = pair.card.build(pair.buggy, pair.card.shape)

@@ -4,9 +4,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.inputs import convert_mask, keep_mask, make_inputs
+from harness.catalogue.strategies import small_shapes
+from harness.inputs import make_inputs
+from harness.masks import CONVENTIONS, encode, keep_mask
 from harness.shapes import Shape
-from harness.strategies import small_shapes
 
 
 def test_same_seed_same_inputs_other_seed_other_inputs():
@@ -19,15 +20,19 @@ def test_same_seed_same_inputs_other_seed_other_inputs():
 @given(shape=small_shapes(max_size=6), seed=st.integers(0, 1000), kind=st.sampled_from(
     ["causal", "padding", "both"]))  # fmt: skip
 def test_every_mask_row_keeps_at_least_one_key(shape, seed, kind):
-    keep = keep_mask(kind, shape, torch.Generator().manual_seed(seed))
+    keep = keep_mask(kind, shape.batch, shape.seq_len, torch.Generator().manual_seed(seed))
     assert keep.shape == (shape.batch, shape.seq_len, shape.seq_len)
     assert keep.any(-1).all()
 
 
 def test_conventions_encode_the_same_mask(device):
-    keep = keep_mask("causal", Shape(), torch.Generator())
-    assert torch.equal(convert_mask(keep, "keep", device, torch.float32).cpu(), keep)
-    assert torch.equal(convert_mask(keep, "drop", device, torch.float32).cpu(), ~keep)
-    additive = convert_mask(keep, "additive", device, torch.float32).cpu()
+    keep = keep_mask("causal", 2, 5, torch.Generator())
+
+    def conv(name):
+        return encode(keep, CONVENTIONS[name], device, torch.float32)
+
+    assert torch.equal(conv("keep").cpu(), keep)
+    assert torch.equal(conv("drop").cpu(), ~keep)
+    additive = conv("additive").cpu()
     assert torch.equal(additive == 0, keep) and torch.isinf(additive[~keep]).all()
-    assert convert_mask(keep, "internal", device, torch.float32) is None
+    assert conv("internal") is None

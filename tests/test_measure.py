@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from harness.measure import measure
+from harness.catalogue.judge import measure
+from harness.catalogue.verdicts import Verdict
 from harness.runner import INPUT_GRAD
-from harness.verdicts import Verdict
 from tests.helpers import Raising, correct_class, make_pair, offset_class
 
 CPU = torch.device("cpu")

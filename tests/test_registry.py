@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
-import pitfalls
+from harness.catalogue import registry
+from harness.catalogue.card import Card, Verdict
 
-ROOT = Path(pitfalls.__file__).parent
+ROOT = Path(__file__).resolve().parents[1] / "pitfalls"
 SECTION_A = {
     "scale_precision", "mask_bool", "transpose", "v_layout", "init_variance",
     "mask_rank", "softmax_dim", "qkv_bias", "head_loop",
@@ -15,31 +16,31 @@ SECTION_A = {
 
 def test_registry_discovers_every_folder():
     folders = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
-    assert set(pitfalls.ids()) == folders
+    assert set(registry.ids()) == folders
     assert folders >= SECTION_A
 
 
-@pytest.mark.parametrize("pitfall_id", pitfalls.ids())
+@pytest.mark.parametrize("pitfall_id", registry.ids())
 def test_folder_holds_the_contract_files(pitfall_id):
     folder = ROOT / pitfall_id
     for name in ("__init__.py", "buggy.py", "fixed.py", f"test_{pitfall_id}.py"):
         assert (folder / name).is_file(), name
-    pair = pitfalls.load(pitfall_id)
+    pair = registry.load(pitfall_id)
     assert pair.card.id == pitfall_id
     assert pair.card.claim and pair.card.truth and pair.card.avoid and pair.card.section
 
 
 def test_unknown_id_lists_the_known_ones():
-    with pytest.raises(pitfalls.UnknownPitfall) as info:
-        pitfalls.load("mask_boool")
+    with pytest.raises(registry.UnknownPitfall) as info:
+        registry.load("mask_boool")
     message = str(info.value)
     assert "'mask_boool'" in message
-    assert all(i in message for i in pitfalls.ids())
+    assert all(i in message for i in registry.ids())
 
 
 def test_card_rejects_an_unknown_category():
     with pytest.raises(ValueError, match="category"):
-        pitfalls.Card(
+        Card(
             id="x", title="", section="", category="vibes", claim="", trap="", truth="",
-            why="", avoid="", expected=pitfalls.Verdict.BENIGN,
+            why="", avoid="", expected=Verdict.BENIGN,
         )  # fmt: skip

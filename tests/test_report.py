@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-import pitfalls
 from harness import cli, report
+from harness.catalogue import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "reports" / report.REPORT
@@ -34,7 +34,7 @@ def test_report_has_every_trap_and_its_picture(fresh):
     text = (fresh / report.REPORT).read_text()
     for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert (fresh / image).read_bytes().startswith(b"\x89PNG"), image
-    for pid in pitfalls.ids():
+    for pid in registry.ids():
         assert f'<a id="{pid}"></a>' in text
         section = text.split(f'<a id="{pid}"></a>')[1].split("<a id=")[0]
         assert f"img/{pid}.png" in section or "No heatmap: neither module" in section, pid

@@ -2,8 +2,8 @@
 
 import pytest
 
+from harness.catalogue.verdicts import Verdict, combine
 from harness.shapes import Shape
-from harness.verdicts import Verdict, combine
 
 B, S, L, N = Verdict.BENIGN, Verdict.SILENT, Verdict.LOUD, Verdict.NUMERIC
 

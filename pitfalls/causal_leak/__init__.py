@@ -1,7 +1,6 @@
 """Card for causal_leak: a causal mask with the wrong diagonal."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="causal_leak",

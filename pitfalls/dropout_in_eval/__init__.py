@@ -1,7 +1,6 @@
 """Card for dropout_in_eval: f.dropout left on in eval mode."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="dropout_in_eval",

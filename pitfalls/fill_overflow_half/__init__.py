@@ -1,7 +1,6 @@
 """Card for fill_overflow_half: masked_fill(-1e9) in float16."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="fill_overflow_half",

@@ -1,7 +1,6 @@
 """Card for fill_too_small: masking with -1e4."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="fill_too_small",

@@ -1,7 +1,6 @@
 """Card for fully_masked_row: -inf fill on a query with no allowed key."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="fully_masked_row",

@@ -2,17 +2,12 @@
 
 import torch
 
-import pitfalls
-from harness.measure import compare
-from harness.testing import pair_tests
-
-test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marked = pair_tests(
-    "fully_masked_row"
-)
+from harness.catalogue import registry
+from harness.catalogue.compare import compare
 
 
 def test_one_empty_sequence_poisons_the_value_gradient_whole(device):
-    pair = pitfalls.load("fully_masked_row")
+    pair = registry.load("fully_masked_row")
     ordinary = compare(pair, device, torch.float32, pair.card.shape)
     assert not ordinary.diverges
     edge = compare(pair, device, torch.float32, pair.card.shape, edge=True)

@@ -1,11 +1,67 @@
 """Card for head_loop: multi-head attention as a loop over single heads."""
 
-import torch
+from __future__ import annotations
 
-from harness.extras import timing_table
+import time
+
+import pandas as pd
+import torch
+from torch import nn
+
+from harness.catalogue.card import Card, Pair, Verdict, multi_head
+from harness.inputs import make_inputs
+from harness.runner import as_dtype, seeded
 from harness.shapes import Shape
-from harness.verdicts import Verdict
-from pitfalls import Card, multi_head
+
+
+def _median_ms(module: nn.Module, x: torch.Tensor, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out, _ = module(x)
+        out.sum().backward()
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 1000 * sorted(times)[len(times) // 2]
+
+
+TIMING_SHAPES = (
+    (8, 128, 256, 8),  # (batch, seq_len, d_model, heads): few wide heads
+    (8, 64, 256, 16),
+    (4, 32, 128, 16),  # many narrow heads: per-head overhead dominates
+)
+
+
+def timing_table(
+    pair: Pair, device: torch.device, dtype: torch.dtype, repeats: int = 15
+) -> pd.DataFrame:
+    """Forward + backward wall time of buggy and fixed (median of runs), wide to narrow heads."""
+    rows = []
+    for batch, seq_len, d_model, heads in TIMING_SHAPES:
+        d_k = d_model // heads
+        shape = Shape(batch=batch, seq_len=seq_len, d_model=d_model, d_k=d_k, d_v=d_k, heads=heads)
+        x = make_inputs(shape, 0).x.to(device, dtype)
+        ms = {}
+        for name, module in (("fixed", pair.fixed), ("buggy", pair.buggy)):
+            with seeded(0):
+                built = as_dtype(pair.card.build(module, shape), device, dtype)
+            _median_ms(built, x, 2)  # warm-up
+            ms[name] = _median_ms(built, x, repeats)
+        rows.append(
+            {
+                "shape": shape.label(),
+                "fixed ms": ms["fixed"],
+                "buggy ms": ms["buggy"],
+                "buggy / fixed": ms["buggy"] / ms["fixed"],
+            }
+        )
+    table = pd.DataFrame(rows)
+    table.attrs["timing"] = True
+    return table
+
 
 PROJECTIONS = ("W_q", "W_k", "W_v")
 

@@ -2,17 +2,12 @@
 
 import torch
 
-import pitfalls
-from harness.measure import build_pair
-from harness.testing import pair_tests
-
-test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marked = pair_tests(
-    "head_loop"
-)
+from harness.catalogue import registry
+from harness.catalogue.compare import build_pair
 
 
 def test_weight_map_round_trips():
-    pair = pitfalls.load("head_loop")
+    pair = registry.load("head_loop")
     shape = pair.card.shape
     fixed, buggy = build_pair(pair, shape, seed=3)
     back = pair.card.to_fixed(dict(buggy.state_dict()), shape)

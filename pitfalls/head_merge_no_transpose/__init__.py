@@ -1,8 +1,7 @@
 """Card for head_merge_no_transpose: heads merged by reshape without transpose."""
 
+from harness.catalogue.card import Card, Verdict, multi_head
 from harness.shapes import Shape
-from harness.verdicts import Verdict
-from pitfalls import Card, multi_head
 
 CARD = Card(
     id="head_merge_no_transpose",

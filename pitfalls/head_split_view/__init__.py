@@ -1,8 +1,7 @@
 """Card for head_split_view: heads split with view(B, h, T, d_k)."""
 
+from harness.catalogue.card import Card, Verdict, multi_head
 from harness.shapes import Shape
-from harness.verdicts import Verdict
-from pitfalls import Card, multi_head
 
 CARD = Card(
     id="head_split_view",

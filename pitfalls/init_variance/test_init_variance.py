@@ -2,17 +2,12 @@
 
 import torch
 
-import pitfalls
-from harness.extras import init_table
-from harness.testing import pair_tests
-
-test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marked = pair_tests(
-    "init_variance"
-)
+from harness.catalogue import registry
+from pitfalls.init_variance import init_table
 
 
 def test_only_the_large_init_is_degenerate(device):
-    table = init_table(pitfalls.load("init_variance"), device, torch.float32).set_index("init")
+    table = init_table(registry.load("init_variance"), device, torch.float32).set_index("init")
     assert table["degenerate"].to_dict() == {
         "xavier_uniform_ (fixed.py)": False,
         "normal_(std=1) (buggy.py)": True,
@@ -21,6 +16,6 @@ def test_only_the_large_init_is_degenerate(device):
 
 
 def test_weight_variances_match_theory():
-    table = init_table(pitfalls.load("init_variance"), torch.device("cpu"), torch.float32)
+    table = init_table(registry.load("init_variance"), torch.device("cpu"), torch.float32)
     ratio = table["weight variance (measured)"] / table["weight variance (theory)"]
     assert ratio.between(0.9, 1.1).all(), table

@@ -1,7 +1,6 @@
 """Card for mask_bool: a keep-mask filled where it says keep."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="mask_bool",

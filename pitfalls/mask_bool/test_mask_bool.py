@@ -2,17 +2,12 @@
 
 import torch
 
-import pitfalls
-from harness.measure import measure
-from harness.testing import pair_tests
-
-test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marked = pair_tests(
-    "mask_bool"
-)
+from harness.catalogue import registry
+from harness.catalogue.judge import measure
 
 
 def test_buggy_attends_only_to_the_future(device):
-    weights = measure(pitfalls.load("mask_bool"), device, torch.float32).weights["bug"]  # (B, T, T)
+    weights = measure(registry.load("mask_bool"), device, torch.float32).weights["bug"]  # (B, T, T)
     last = weights[:, -1]  # every key of the last query is allowed, so every key is blocked
     assert last.isnan().all()
     rows = weights[:, :-1]

@@ -1,7 +1,6 @@
 """Card for mask_rank: the tutorial's own causal example, with a 4-D mask on 3-D scores."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="mask_rank",

@@ -2,17 +2,12 @@
 
 import torch
 
-import pitfalls
-from harness.extras import scale_sweep
-from harness.testing import pair_tests
-
-test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marked = pair_tests(
-    "missing_scale"
-)
+from harness.catalogue import registry
+from pitfalls.missing_scale import scale_sweep
 
 
 def test_entropy_falls_with_d_k_only_without_the_scale():
-    sweep = scale_sweep(pitfalls.load("missing_scale"), torch.device("cpu"), torch.float32)
+    sweep = scale_sweep(registry.load("missing_scale"), torch.device("cpu"), torch.float32)
     buggy, fixed = sweep["entropy (buggy)"], sweep["entropy (fixed)"]
     assert buggy.is_monotonic_decreasing and buggy.iloc[-1] < 0.5 * buggy.iloc[0]
     assert fixed.max() - fixed.min() < 0.05  # the scale keeps it steady

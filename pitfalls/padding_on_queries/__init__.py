@@ -1,7 +1,6 @@
 """Card for padding_on_queries: a key-padding mask broadcast over the queries."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="padding_on_queries",

@@ -2,17 +2,12 @@
 
 import torch
 
-import pitfalls
-from harness.measure import measure
-from harness.testing import pair_tests
-
-test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marked = pair_tests(
-    "padding_on_queries"
-)
+from harness.catalogue import registry
+from harness.catalogue.judge import measure
 
 
 def test_real_queries_attend_to_padding(device):
-    pair = pitfalls.load("padding_on_queries")
+    pair = registry.load("padding_on_queries")
     m = measure(pair, device, torch.float32)
     real_key = pair.card.inputs(pair.card.shape, 0).keep[:, 0]  # (B, T)
     bug = m.weights["bug"]  # (B, T, T)

@@ -1,8 +1,7 @@
 """Card for qk_overflow_half: q K^T overflowing float16 before the scale."""
 
+from harness.catalogue.card import Card, Verdict
 from harness.shapes import Shape
-from harness.verdicts import Verdict
-from pitfalls import Card
 
 CARD = Card(
     id="qk_overflow_half",

@@ -1,10 +1,41 @@
 """Card for qkv_bias: biases on the Q, K, V projections."""
 
+from __future__ import annotations
+
+import pandas as pd
 import torch
 
-from harness.extras import key_bias_table
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Pair, Verdict
+from harness.inputs import upstream_gradient
+from harness.runner import as_dtype, exact_float32, run, seeded
+
+
+def key_bias_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.DataFrame:
+    """With all three biases random: each bias's gradient, and the effect of zeroing it."""
+    card = pair.card
+    shape = card.shape
+    with seeded(0):
+        module = card.build(pair.buggy, shape).eval()  # every bias at nn.Linear's random init
+    inputs = card.inputs(shape, 0)
+    x = inputs.x.to(device, dtype)
+    with exact_float32(device):
+        base = run(as_dtype(module, device, dtype), x, None, lambda s: upstream_gradient(s, 0))
+        rows = []
+        for name in ("W_q", "W_k", "W_v"):
+            ablated = as_dtype(module, device, dtype)
+            getattr(ablated, name).bias.data.zero_()
+            out = run(ablated, x, None, None).output
+            rows.append(
+                {
+                    "bias": f"{name}.bias",
+                    "grad norm": base.grads[f"{name}.bias"].norm().item(),
+                    "weight grad norm": base.grads[f"{name}.weight"].norm().item(),
+                    "max |output change| when zeroed": (out - base.output).abs().max().item(),
+                }
+            )
+    table = pd.DataFrame(rows)
+    table.attrs["caption"] = "Every bias at nn.Linear's random init, each zeroed in turn"
+    return table
 
 
 def to_buggy(state, shape):

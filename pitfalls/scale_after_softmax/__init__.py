@@ -1,7 +1,6 @@
 """Card for scale_after_softmax: the scale applied after softmax."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="scale_after_softmax",

@@ -1,8 +1,7 @@
 """Card for scale_d_model: multi-head scores divided by sqrt(d_model)."""
 
+from harness.catalogue.card import Card, Verdict, multi_head
 from harness.shapes import Shape
-from harness.verdicts import Verdict
-from pitfalls import Card, multi_head
 
 CARD = Card(
     id="scale_d_model",

@@ -1,10 +1,6 @@
 """scale_d_model: the shared pair checks, flatter attention, and a bug one head hides."""
 
-from harness.testing import assert_hidden_by_one_head, pair_tests
-
-test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marked = pair_tests(
-    "scale_d_model"
-)
+from harness.testing import assert_hidden_by_one_head
 
 
 def test_attention_is_flatter_and_invisible_with_one_head(device):

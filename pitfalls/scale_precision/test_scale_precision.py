@@ -2,13 +2,8 @@
 
 import torch
 
-import pitfalls
-from harness.extras import scale_table
-from harness.testing import pair_tests
-
-test_fixed_matches_sdpa, test_verdict_matches_card, test_diff_is_small_and_marked = pair_tests(
-    "scale_precision"
-)
+from harness.catalogue import registry
+from pitfalls.scale_precision import scale_table
 
 
 def test_tensor_scale_for_64_is_exactly_one_eighth():
@@ -16,7 +11,7 @@ def test_tensor_scale_for_64_is_exactly_one_eighth():
 
 
 def test_dividing_by_float_or_tensor_gives_identical_scores(device):
-    table = scale_table(pitfalls.load("scale_precision"), device, torch.float32)
+    table = scale_table(registry.load("scale_precision"), device, torch.float32)
     assert (table["scores differing (÷ float vs ÷ tensor)"] == 0).all()
     assert table["softmax identical"].all()
     assert table["max ulp (× 1/float vs ÷ tensor)"].max() <= 2

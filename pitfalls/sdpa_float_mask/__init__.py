@@ -1,7 +1,6 @@
 """Card for sdpa_float_mask: a 0/1 float mask given to SDPA."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="sdpa_float_mask",

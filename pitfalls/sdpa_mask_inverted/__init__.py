@@ -1,7 +1,6 @@
 """Card for sdpa_mask_inverted: an nn.MultiheadAttention mask given to SDPA."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="sdpa_mask_inverted",

@@ -1,7 +1,6 @@
 """Card for softmax_dim: softmax without dim=-1."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="softmax_dim",

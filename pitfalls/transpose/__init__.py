@@ -1,7 +1,6 @@
 """Card for transpose: K transposed over the wrong axes."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="transpose",

@@ -1,7 +1,6 @@
 """Card for v_layout: V held as (B, d_v, T)."""
 
-from harness.verdicts import Verdict
-from pitfalls import Card
+from harness.catalogue.card import Card, Verdict
 
 CARD = Card(
     id="v_layout",

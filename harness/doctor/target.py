@@ -13,10 +13,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
-from harness.devices import UsageError
+from harness.errors import UsageError
 
 # Parameter names a constructor may use for each size the doctor knows.
 D_MODEL_NAMES = ("d_model", "embed_dim", "dim", "n_embd", "hidden_size", "d_in", "emb_dim")
@@ -102,49 +101,3 @@ def build(obj: object, d_model: int, heads: int) -> nn.Module:
         raise UsageError(f"{getattr(obj, '__name__', obj)} returned {type(module).__name__}, "
                          "not an nn.Module")  # fmt: skip
     return module
-
-
-class MultiheadSelfAttention(nn.Module):
-    """Adapts ``nn.MultiheadAttention`` to ``forward(x, mask)`` self-attention.
-
-    ``mask`` is (B, T, T) in the module's own convention (bool True = blocked, or additive
-    float); it is repeated per head as ``attn_mask`` expects. Weights come back per head.
-    """
-
-    def __init__(self, mha: nn.MultiheadAttention):
-        super().__init__()
-        self.mha = mha
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        attn_mask = None if mask is None else mask.repeat_interleave(self.mha.num_heads, dim=0)
-        seq = x if self.mha.batch_first else x.transpose(0, 1)  # (T, B, d) when not batch_first
-        out, weights = self.mha(
-            seq, seq, seq, attn_mask=attn_mask, need_weights=True, average_attn_weights=False
-        )
-        return (out if self.mha.batch_first else out.transpose(0, 1)), weights
-
-
-def as_self_attention(module: nn.Module) -> nn.Module:
-    """The module itself, or an adapter for torch's own ``nn.MultiheadAttention``."""
-    return MultiheadSelfAttention(module) if isinstance(module, nn.MultiheadAttention) else module
-
-
-def infer_d_model(module: nn.Module) -> int | None:
-    """The input width: an ``embed_dim``/``d_model`` attribute, else the first Linear's input."""
-    for name in ("embed_dim", "d_model", "dim", "n_embd"):
-        value = getattr(module, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    for layer in module.modules():
-        if isinstance(layer, nn.Linear):
-            return layer.in_features
-    for param in module.parameters():
-        if param.dim() == 2:
-            return param.shape[1]
-    return None
-
-
-def rng_state() -> tuple[Tensor, list[Tensor]]:
-    """The global CPU and CUDA RNG states, to check they are left alone."""
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-    return torch.get_rng_state(), cuda

@@ -6,17 +6,14 @@ The search is derandomized and keeps no database, so the same call finds the sam
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
-from harness.strategies import small_shapes
-
-if TYPE_CHECKING:
-    from harness.shapes import Shape
-    from pitfalls import Pair
+from harness.catalogue.card import Pair
+from harness.catalogue.compare import runs_silently
+from harness.catalogue.strategies import small_shapes
+from harness.shapes import Shape
 
 SEARCH_SETTINGS = settings(
     max_examples=200,
@@ -32,8 +29,6 @@ def find_trigger(
     pair: Pair, device: torch.device, dtype: torch.dtype, max_size: int = 4
 ) -> Shape | None:
     """The smallest shape (sizes up to ``max_size``) where the bug runs and diverges, or None."""
-    from harness.measure import runs_silently
-
     try:
         return find(
             small_shapes(pair.card.has_heads, max_size),

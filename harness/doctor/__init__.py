@@ -1,0 +1,18 @@
+"""Wing 2, the doctor: black-box probes on anyone's self-attention module.
+
+target (load and build the user's module) -> subject (how to call it) -> probes (one file per
+family, each registered by name) -> findings (Finding, Diagnosis and its renderings).
+
+Every probe runs on a private float64 copy in eval mode (low-precision probes on a copy in that
+dtype), so a gradient that should be zero is exactly zero and the user's module is never touched:
+its weights, training mode and the global RNG state are the same afterwards.
+"""
+
+from harness.doctor.examine import diagnose
+from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding
+from harness.doctor.subject import MASK_SHAPES, MASKS, Config
+
+__all__ = [
+    "FAIL", "MASKS", "MASK_SHAPES", "PASS", "SKIP", "WARN",
+    "Config", "Diagnosis", "Finding", "diagnose",
+]  # fmt: skip

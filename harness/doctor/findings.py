@@ -1,0 +1,107 @@
+"""What the doctor found: one Finding per probe, a Diagnosis per module, and its renderings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from harness.doctor.subject import Config
+
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a probe returns: its status and the evidence (or the reason it was skipped)."""
+
+    status: str
+    message: str = ""
+
+
+def passed(message: str) -> Outcome:
+    return Outcome(PASS, message)
+
+
+def failed(message: str) -> Outcome:
+    return Outcome(FAIL, message)
+
+
+def warned(message: str) -> Outcome:
+    return Outcome(WARN, message)
+
+
+def skipped(message: str) -> Outcome:
+    return Outcome(SKIP, message)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One probe's result: pass, fail, warn or skip, with evidence or the reason."""
+
+    probe: str
+    status: str
+    message: str = ""
+
+
+@dataclass
+class Diagnosis:
+    """All findings for one module."""
+
+    target: str
+    config: Config
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Finding]:
+        bad = (FAIL, WARN) if self.config.strict else (FAIL,)
+        return [f for f in self.findings if f.status in bad]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.failures
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.healthy else 1
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            [asdict(f) for f in self.findings], columns=["probe", "status", "message"]
+        )
+
+    def text(self) -> str:
+        width = max(len(f.probe) for f in self.findings)
+        lines = [
+            f"{f.status.upper():<4}  {f.probe:<{width}}  {f.message}".rstrip()
+            for f in self.findings
+        ]
+        verdict = "healthy" if self.healthy else f"{len(self.failures)} problem(s)"
+        warned = sum(f.status == WARN for f in self.findings)
+        tail = f" ({warned} warning(s))" if warned and self.healthy else ""
+        return "\n".join([f"attention doctor: {self.target}", *lines, f"=> {verdict}{tail}"])
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "target": self.target,
+                "healthy": self.healthy,
+                "config": asdict(self.config),
+                "findings": [asdict(f) for f in self.findings],
+            },
+            indent=2,
+        )
+
+    def markdown(self) -> str:
+        lines = [
+            f"# Attention doctor: `{self.target}`",
+            "",
+            f"Verdict: **{'healthy' if self.healthy else 'problems found'}** "
+            f"(mask convention `{self.config.mask}`, causal {self.config.causal}, "
+            f"batch {self.config.batch}, seq_len {self.config.seq_len}, "
+            f"device {self.config.device}, seed {self.config.seed}).",
+            "",
+            self.table().to_markdown(index=False),
+        ]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,189 @@
+"""The contract of self-attention: shapes, batch independence, permutation equivariance,
+weights that are distributions, and gradient flow to every parameter."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness import metrics
+from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.probes.registry import probe
+from harness.doctor.subject import Subject
+from harness.inputs import generator
+from harness.reference import HEAD_ATTRS
+from harness.runner import describe
+
+EXACT = 1e-9  # float64: differences below this are rounding
+
+
+def _shape_cases(subject: Subject) -> list[tuple[str, int, int]]:
+    cfg = subject.config
+    heads = next((getattr(subject.module, a) for a in HEAD_ATTRS
+                  if isinstance(getattr(subject.module, a, None), int)), 1)  # fmt: skip
+    head_width = max(1, subject.d_model // max(1, heads))
+    return [
+        ("ordinary", cfg.batch, cfg.seq_len),
+        ("batch == seq_len", 3, 3),
+        ("seq_len == head width", 2, head_width),
+        ("seq_len == d_model", 2, subject.d_model),
+        ("seq_len 1", 2, 1),
+        ("batch 1", 1, 5),
+    ]
+
+
+@probe("shape contract")
+def probe_shapes(subject: Subject) -> Outcome:
+    """Output (B, T, d) and weights (B, [h,] T, T) on awkward shapes."""
+    width = None
+    for label, batch, seq_len in _shape_cases(subject):
+        module = subject.copy()
+        try:
+            with torch.no_grad():
+                out, weights = subject.call(
+                    module, subject.x(batch, seq_len, 1), subject.ordinary_keep(batch, seq_len)
+                )
+        except Exception as exc:
+            return failed(
+                f"raises on {label} (B={batch} T={seq_len}): {describe(exc)}",
+            )
+        if out.dim() != 3 or tuple(out.shape[:2]) != (batch, seq_len):
+            return failed(
+                f"on {label} (B={batch} T={seq_len}) output shape is "
+                f"{tuple(out.shape)}, expected ({batch}, {seq_len}, d)",
+            )
+        if width is not None and out.shape[-1] != width:
+            return failed(
+                f"output width {out.shape[-1]} on {label}, {width} elsewhere",
+            )
+        width = out.shape[-1]
+        if weights is not None and (
+            weights.shape[-2:] != (seq_len, seq_len)
+            or weights.shape[0] != batch
+            or weights.dim() not in (3, 4)
+        ):
+            return failed(
+                f"on {label} (B={batch} T={seq_len}) weights shape is "
+                f"{tuple(weights.shape)}, expected ({batch}, [h,] {seq_len}, {seq_len})",
+            )
+    return passed(
+        "batch == seq_len, seq_len == head width / d_model, seq_len 1, batch 1",
+    )
+
+
+@probe("batch independence")
+def probe_batch_independence(subject: Subject) -> Outcome:
+    """The loss on sequence 0 gives zero gradient to every other sequence (Karpathy's check)."""
+    batch = seq_len = 3  # batch == seq_len: wrong-axis bugs run here instead of raising
+    x = subject.x(batch, seq_len, 2)
+    grad = subject.grad_of(x, subject.ordinary_keep(batch, seq_len), lambda out: out[0])
+    others = grad[1:].flatten(1).norm(dim=1)
+    if others.isnan().any():
+        b = int(others.isnan().nonzero()[0]) + 1
+        return failed(
+            f"sequence 0's loss sends a NaN gradient to sequence {b}: a NaN in the forward pass "
+            "leaks backwards (no proof of mixing; see the other probes)",
+        )
+    if (others > 0).any():
+        b = int(others.argmax()) + 1
+        return failed(
+            f"output of sequence 0 depends on sequence {b}: "
+            f"gradient norm {others[b - 1].item():.3g}",
+        )
+    return passed("sequence 0's loss: zero gradient to the others")
+
+
+@probe("permutation equivariance")
+def probe_permutation(subject: Subject) -> Outcome:
+    """Permuting the positions permutes the output, when positions are not used."""
+    cfg = subject.config
+    if cfg.causal or cfg.positional:
+        return skipped("causal or positional (--positional)")
+    if not subject.deterministic:
+        return skipped("not deterministic in eval mode (above)")
+    module = subject.copy()
+    x = subject.x(cfg.batch, cfg.seq_len, 5)
+    perm = torch.randperm(cfg.seq_len, generator=generator(5))
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 5) if subject.takes_mask else None
+    keep_perm = None if keep is None else keep[:, perm][:, :, perm]
+    with torch.no_grad():
+        out, _ = subject.call(module, x, keep)
+        out_perm, _ = subject.call(module, x[:, perm], keep_perm)
+    diff = (out[:, perm] - out_perm).abs().nan_to_num(math.inf).max().item()
+    if diff > EXACT * max(1.0, out.abs().nan_to_num(0).max().item()):
+        return failed(
+            f"permuting the positions changes more than their order: max |diff| {diff:.3g} "
+            "(if the module uses positions on purpose, pass --positional)",
+        )
+    return passed("permuted input, permuted output")
+
+
+@probe("attention weights")
+def probe_weights(subject: Subject) -> Outcome:
+    """Returned weights: non-negative rows summing to 1, zero where masked, not saturated."""
+    cfg = subject.config
+    module = subject.copy()
+    keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
+    with torch.no_grad():
+        _, weights = subject.call(module, subject.x(cfg.batch, cfg.seq_len, 6), keep)
+    if weights is None:
+        return skipped("forward returns no weights")
+    w = weights.double().cpu()
+    allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
+    if allowed is not None and w.dim() == 4:
+        allowed = allowed[:, None]
+    if allowed is not None:
+        allowed = allowed.expand_as(w)
+        live = allowed.any(-1)
+    else:
+        live = torch.ones(w.shape[:-1], dtype=torch.bool)
+    rows = w[live]
+    if not torch.isfinite(rows).all():
+        return failed("NaN or Inf in rows that have allowed keys")
+    row_err = (rows.sum(-1) - 1).abs().max().item() if rows.numel() else 0.0
+    if row_err > 1e-6 or (rows < 0).any():
+        return failed(
+            f"rows are not distributions: max |row sum - 1| = {row_err:.3g}",
+        )
+    if allowed is not None:
+        leaked = w.masked_fill(allowed, 0).nan_to_num(0).abs().max().item()
+        if leaked > EXACT:
+            return failed(f"weight {leaked:.3g} on a masked key")
+    saturated = metrics.saturated_fraction(rows) if rows.numel() else 0.0
+    if metrics.degenerate(saturated):
+        return failed(
+            f"{saturated:.0%} of rows put >= {metrics.SATURATED:g} of their weight on one key at "
+            "initialisation (projection init too large?)",
+        )
+    return passed("rows sum to 1, zero where masked, not saturated")
+
+
+@probe("gradient flow")
+def probe_gradients(subject: Subject) -> Outcome:
+    """Every parameter gets a gradient; exactly-zero ones are dead weight (a warning)."""
+    cfg = subject.config
+    module = subject.copy()
+    x = subject.x(cfg.batch, cfg.seq_len, 11)
+    out, _ = subject.call(module, x, subject.ordinary_keep(cfg.batch, cfg.seq_len))
+    G = torch.randn(out.shape, generator=generator(11), dtype=out.dtype).to(out.device)
+    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    if not named:
+        return skipped("no trainable parameters")
+    grads = torch.autograd.grad((out * G).sum(), [p for _, p in named], allow_unused=True)
+    norms = {
+        n: (math.nan if g is None else g.norm().item())
+        for (n, _), g in zip(named, grads, strict=True)
+    }
+    unused = [n for n, g in zip(norms, grads, strict=True) if g is None]
+    if unused:
+        return failed(f"no gradient reaches {', '.join(unused)} (unused?)")
+    typical = max(norms.values())
+    dead = [n for n, v in norms.items() if v <= 1e-9 * typical]
+    if dead:
+        return warned(
+            f"dead weight: {', '.join(dead)} gets no gradient (norm "
+            f"{max(norms[n] for n in dead):.2g} against {typical:.3g}); a key bias is the usual "
+            "case: softmax ignores it",
+        )
+    return passed(f"all {len(norms)} parameters get a gradient")

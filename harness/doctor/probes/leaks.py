@@ -1,0 +1,130 @@
+"""Leaks: outputs that depend on inputs the mask hides (the future, padding), by gradient
+dependency, also with large logits; and queries that have no key at all."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+
+from harness.dependency import future_leak
+from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.probes.registry import probe
+from harness.doctor.subject import Subject
+from harness.inputs import generator
+from harness.metrics import first_nonfinite
+
+LARGE = 300.0  # activation scale for the large-logit leak checks (float64: no overflow)
+
+
+def _future_leak(subject: Subject, scale: float) -> str | None:
+    cfg = subject.config
+    keep = subject.keep("causal", cfg.batch, cfg.seq_len, 0) if subject.takes_mask else None
+    leak = future_leak(subject.bound(keep), subject.x(cfg.batch, cfg.seq_len, 3, scale), None)
+    return str(leak) if leak else None
+
+
+def _causal_leak(subject: Subject) -> str | None:
+    """Evidence of a future leak (also with large logits), or None."""
+    for scale in (1.0, LARGE):
+        leak = _future_leak(subject, scale)
+        if leak:
+            return leak + ("" if scale == 1.0 else f" with activations scaled by {scale:g}")
+    return None
+
+
+def _padding_leak(subject: Subject) -> str | None:
+    """Evidence that real outputs depend on padded inputs (also with large logits), or None."""
+    cfg = subject.config
+    batch, seq_len = cfg.batch, cfg.seq_len
+    keep = subject.keep("padding", batch, seq_len, 4)
+    real = keep.any(dim=1)  # (B, T)
+    for scale in (1.0, LARGE):
+        x = subject.x(batch, seq_len, 4, scale)
+        for b in range(batch):
+            padded = (~real[b]).nonzero().flatten()
+            if not len(padded):
+                continue
+            length = int(real[b].sum())
+            grad = subject.grad_of(x, keep, lambda out, b=b, n=length: out[b, :n])
+            norms = grad[b, padded].flatten(1).norm(dim=1)
+            if not torch.isfinite(norms).all() or (norms > 0).any():
+                i = int(torch.nan_to_num(norms, nan=math.inf).argmax())
+                where = "" if scale == 1.0 else f" with activations scaled by {scale:g}"
+                return (
+                    f"real outputs of sequence {b} depend on padded input {int(padded[i])}: "
+                    f"gradient norm {norms[i].item():.3g}{where}"
+                )
+    return None
+
+
+def _convention_hint(subject: Subject, check: Callable[[Subject], str | None]) -> str:
+    """A hint when the same check passes with the opposite bool convention."""
+    other = {"keep": "drop", "drop": "keep"}.get(subject.config.mask)
+    if other is None:
+        return ""
+    flipped = Subject(subject.module, replace(subject.config, mask=other))
+    try:
+        passes = check(flipped) is None
+    except Exception:
+        return ""
+    return f" (it passes with --mask {other}: is that the module's convention?)" if passes else ""
+
+
+@probe("causal no-leak")
+def probe_causal(subject: Subject) -> Outcome:
+    """Position t's output gives zero gradient to inputs after t, also with large logits."""
+    cfg = subject.config
+    if not cfg.causal and (not subject.takes_mask or cfg.mask_shape == "bk"):
+        return skipped("not causal (--causal) and takes no (B, T, T) mask")
+    leak = _causal_leak(subject)
+    if leak:
+        return failed(leak + _convention_hint(subject, _causal_leak))
+    return passed(f"no output depends on a later input (also at x {LARGE:g})")
+
+
+@probe("padding no-leak")
+def probe_padding(subject: Subject) -> Outcome:
+    """Real positions' outputs give zero gradient to padded inputs, also with large logits."""
+    if not subject.takes_mask:
+        return skipped("takes no mask (--mask none)")
+    leak = _padding_leak(subject)
+    if leak:
+        return failed(leak + _convention_hint(subject, _padding_leak))
+    return passed("real outputs: zero gradient to padded inputs")
+
+
+@probe("all-masked rows")
+def probe_all_masked(subject: Subject) -> Outcome:
+    """A sequence that is all padding: NaN there is a warning, NaN elsewhere a failure."""
+    cfg = subject.config
+    if not subject.takes_mask:
+        return skipped("takes no mask")
+    module = subject.copy()
+    x = subject.x(cfg.batch, cfg.seq_len, 10).requires_grad_(True)
+    with torch.no_grad():
+        ordinary, _ = subject.call(module, x, subject.keep("padding", cfg.batch, cfg.seq_len, 10))
+    if not torch.isfinite(ordinary).all():
+        return failed(f"NaN already with ordinary padding, where every query has a key: "
+                       f"output{first_nonfinite(ordinary)} (see the other probes)")  # fmt: skip
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 10, empty=True)
+    out, _ = subject.call(module, x, keep)
+    empty = ~keep.any(-1).any(-1)  # (B,) sequences with no key at all
+    if not torch.isfinite(out[~empty.to(out.device)]).all():
+        return failed("one all-padding sequence makes other sequences' outputs NaN")
+    if torch.isfinite(out).all():
+        return passed("finite for a query with no allowed key")
+    G = torch.randn(out.shape, generator=generator(10), dtype=out.dtype).to(out.device)
+    grads = torch.autograd.grad((out * G).sum(), list(module.parameters()), allow_unused=True)
+    poisoned = [
+        n
+        for (n, _), g in zip(module.named_parameters(), grads, strict=True)
+        if g is not None and not torch.isfinite(g).all()
+    ]
+    extra = f"; NaN reaches the gradient of {', '.join(poisoned)}" if poisoned else ""
+    return warned(
+        f"a query with no allowed key gives NaN (output{first_nonfinite(out.detach())}; "
+        f"SDPA returns 0 there){extra}",
+    )

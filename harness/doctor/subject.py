@@ -1,0 +1,216 @@
+"""The module under diagnosis: how to call it (the Config) and the calls themselves (Subject)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+from torch import Tensor, nn
+
+from harness.dependency import repeat_difference
+from harness.errors import UsageError
+from harness.inputs import generator
+from harness.masks import (
+    LAYOUTS,
+    MASK_DTYPES,
+    MEANINGS,
+    MaskSpec,
+    causal_keep,
+    encode,
+    keep_mask,
+)
+from harness.runner import split_output
+
+MASKS = (*MEANINGS, "none")  # --mask: a meaning, or none when the module takes no mask
+MASK_SHAPES = LAYOUTS
+
+
+@dataclass(frozen=True)
+class Config:
+    """How to call the module and what it promises."""
+
+    mask: str = "none"  # its mask convention: keep | drop | additive | none
+    causal: bool = False  # it masks the future by itself
+    mask_shape: str = "bqk"
+    mask_dtype: str = "bool"  # keep/drop masks as bool, or as float 0/1
+    positional: bool = False  # it uses positions: no permutation equivariance expected
+    strict: bool = False  # warnings fail too
+    batch: int = 4
+    seq_len: int = 8
+    d_model: int | None = None  # input width when it cannot be read off the module
+    device: str = "cpu"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mask not in MASKS:
+            raise UsageError(f"--mask must be one of {', '.join(MASKS)}, not {self.mask!r}")
+        if self.mask_shape not in MASK_SHAPES:
+            raise UsageError(f"--mask-shape must be one of {', '.join(MASK_SHAPES)}")
+        if self.mask_dtype not in MASK_DTYPES:
+            raise UsageError("--mask-dtype must be bool or float")
+        if self.batch < 2 or self.seq_len < 3:
+            raise UsageError("the doctor needs --batch >= 2 and --seq-len >= 3")
+
+    @property
+    def spec(self) -> MaskSpec | None:
+        """The module's mask convention in the shared vocabulary; None when it takes no mask."""
+        if self.mask == "none":
+            return None
+        return MaskSpec(self.mask, self.mask_shape, self.mask_dtype)
+
+    @classmethod
+    def for_spec(cls, spec: MaskSpec | None, **options: object) -> Config:
+        """The options for a module that takes its mask as ``spec`` (None: no mask)."""
+        if spec is None:
+            return cls(**options)
+        return cls(mask=spec.meaning, mask_shape=spec.layout, mask_dtype=spec.dtype, **options)
+
+
+class MultiheadSelfAttention(nn.Module):
+    """Adapts ``nn.MultiheadAttention`` to ``forward(x, mask)`` self-attention.
+
+    ``mask`` is (B, T, T) in the module's own convention (bool True = blocked, or additive
+    float); it is repeated per head as ``attn_mask`` expects. Weights come back per head.
+    """
+
+    def __init__(self, mha: nn.MultiheadAttention):
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        attn_mask = None if mask is None else mask.repeat_interleave(self.mha.num_heads, dim=0)
+        seq = x if self.mha.batch_first else x.transpose(0, 1)  # (T, B, d) when not batch_first
+        out, weights = self.mha(
+            seq, seq, seq, attn_mask=attn_mask, need_weights=True, average_attn_weights=False
+        )
+        return (out if self.mha.batch_first else out.transpose(0, 1)), weights
+
+
+def as_self_attention(module: nn.Module) -> nn.Module:
+    """The module itself, or an adapter for torch's own ``nn.MultiheadAttention``."""
+    return MultiheadSelfAttention(module) if isinstance(module, nn.MultiheadAttention) else module
+
+
+def infer_d_model(module: nn.Module) -> int | None:
+    """The input width: an ``embed_dim``/``d_model`` attribute, else the first Linear's input."""
+    if isinstance(getattr(module, "mha", None), nn.MultiheadAttention):
+        return module.mha.embed_dim
+    for name in ("embed_dim", "d_model", "dim", "n_embd"):
+        value = getattr(module, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            return layer.in_features
+    for param in module.parameters():
+        if param.dim() == 2:
+            return param.shape[1]
+    return None
+
+
+class Subject:
+    """The module under diagnosis, seen through the config: builds masks and calls it."""
+
+    def __init__(self, module: nn.Module, config: Config):
+        self.module = as_self_attention(module)
+        self.config = config
+        self.device = torch.device(config.device)
+        self.takes_mask = config.spec is not None
+        self.spec = config.spec
+        self.d_model = infer_d_model(self.module) or config.d_model
+        if self.d_model is None:
+            raise UsageError("cannot tell the module's input width: pass --d-model")
+
+    def copy(self, dtype: torch.dtype = torch.float64) -> nn.Module:
+        return copy.deepcopy(self.module).to(self.device, dtype).eval()
+
+    @cached_property
+    def repeat_difference(self) -> float:
+        """Max |difference| of two identical calls in eval mode (0: deterministic)."""
+        cfg = self.config
+        keep = self.ordinary_keep(cfg.batch, cfg.seq_len)
+        return repeat_difference(
+            self.bound(keep), self.x(cfg.batch, cfg.seq_len, 12), None, cfg.seed
+        )
+
+    @property
+    def deterministic(self) -> bool:
+        return self.repeat_difference == 0
+
+    def x(self, batch: int, seq_len: int, seed: int, scale: float = 1.0) -> Tensor:
+        gen = generator(seed)
+        x = torch.randn(batch, seq_len, self.d_model, generator=gen, dtype=torch.float64)
+        return (x * scale).to(self.device)
+
+    def keep(self, kind: str, batch: int, seq_len: int, seed: int, empty: bool = False) -> Tensor:
+        """A (B, T, T) keep-mask: causal, padding (lengths drawn from ``seed``) or both."""
+        return keep_mask(kind, batch, seq_len, generator(seed + 7), empty)
+
+    def encode(self, keep: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+        """The keep-mask in the module's convention and layout, on the device."""
+        return encode(keep, self.spec, self.device, dtype)
+
+    def call(
+        self, module: nn.Module, x: Tensor, keep: Tensor | None
+    ) -> tuple[Tensor, Tensor | None]:
+        mask = self.encode(keep, x.dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = module(x) if mask is None else module(x, mask)
+        return split_output(result)
+
+    def grad_of(self, x: Tensor, keep: Tensor | None, select: Callable[[Tensor], Tensor]) -> Tensor:
+        """d select(output).sum() / dx on a fresh float64 copy (zeros when x is unused)."""
+        module = self.copy()
+        x = x.detach().requires_grad_(True)
+        out, _ = self.call(module, x, keep)
+        (grad,) = torch.autograd.grad(select(out).sum(), x, allow_unused=True)
+        return torch.zeros_like(x) if grad is None else grad
+
+    def bound(self, keep: Tensor | None) -> nn.Module:
+        """A float64 copy that takes only x and always applies ``keep`` in the module's convention,
+        for the shared checks of ``harness.dependency``."""
+        subject, module = self, self.copy()
+
+        class Bound(nn.Module):
+            def forward(self, x: Tensor, _mask: Tensor | None = None):
+                return subject.call(module, x, keep)
+
+        return Bound()
+
+    def ordinary_keep(self, batch: int, seq_len: int) -> Tensor | None:
+        """The mask for ordinary calls: causal when the module takes one, padding for key masks."""
+        if not self.takes_mask:
+            return None
+        return self.keep(
+            "padding" if self.config.mask_shape == "bk" else "causal", batch, seq_len, 0
+        )
+
+    def effective_keep(self, keep: Tensor | None, batch: int, seq_len: int) -> Tensor | None:
+        """What the module should allow: the mask passed, and the causal one if it is causal."""
+        causal = causal_keep(batch, seq_len) if self.config.causal else None
+        if keep is None or not self.takes_mask:
+            return causal
+        return keep if causal is None else keep & causal
+
+
+def check_signature(module: nn.Module, takes_mask: bool) -> None:
+    """UsageError unless forward can take (x) or, when a mask is declared, (x, mask)."""
+    forward = as_self_attention(module).forward
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(object(), object()) if takes_mask else signature.bind(object())
+    except TypeError:
+        form = "(x, mask)" if takes_mask else "(x)"
+        raise UsageError(
+            f"{type(module).__name__}.forward{signature} cannot be called as forward{form}"
+            + ("" if takes_mask else "; if it takes a mask, say which with --mask")
+        ) from None

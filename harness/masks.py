@@ -1,0 +1,104 @@
+"""One mask vocabulary for both wings: which keys a query may see, and how a module wants it.
+
+Every mask starts as a *keep-mask*: ``(B, T, T)`` bool, True = the query may attend to the key.
+A ``MaskSpec`` says how a module takes it: its meaning (keep: True/1 attends; drop: True/1 is
+blocked, as ``nn.MultiheadAttention``; additive: 0 where allowed and -inf where blocked, added to
+the scores), its layout (``bqk`` (B, T, T); ``b1qk`` (B, 1, T, T); ``bk`` key padding (B, T))
+and, for keep/drop masks, its dtype (bool, or float 0/1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+KINDS = ("none", "causal", "padding", "both")  # which keys are blocked
+MEANINGS = ("keep", "drop", "additive")
+LAYOUTS = ("bqk", "b1qk", "bk")
+MASK_DTYPES = ("bool", "float")
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """How one module takes its mask."""
+
+    meaning: str = "keep"  # one of MEANINGS
+    layout: str = "bqk"  # one of LAYOUTS
+    dtype: str = "bool"  # one of MASK_DTYPES (additive masks are always in the compute dtype)
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("meaning", MEANINGS), ("layout", LAYOUTS), ("dtype", MASK_DTYPES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"mask {name} {getattr(self, name)!r} not in {allowed}")
+
+    def encode(self, keep: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """The (B, T, T) keep-mask in this convention and layout, on ``device``."""
+        if self.layout == "bk":
+            keep = keep.any(dim=1)  # (B, T): a key is real when some query may attend to it
+        if self.meaning == "additive":
+            mask = torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, float("-inf"))
+        else:
+            mask = keep if self.meaning == "keep" else ~keep
+            mask = mask.to(dtype) if self.dtype == "float" else mask
+        if self.layout == "b1qk":
+            mask = mask[:, None]  # (B, 1, T, T): one mask for every head
+        return mask.to(device)
+
+
+# The catalogue's conventions by name; "internal": the module builds its own mask and is called
+# without one.
+CONVENTIONS: dict[str, MaskSpec | None] = {
+    "keep": MaskSpec("keep"),
+    "keep_float": MaskSpec("keep", dtype="float"),
+    "drop": MaskSpec("drop"),
+    "additive": MaskSpec("additive"),
+    "key_padding": MaskSpec("keep", layout="bk"),
+    "internal": None,
+}
+
+
+def encode(
+    keep: Tensor | None, spec: MaskSpec | None, device: torch.device, dtype: torch.dtype
+) -> Tensor | None:
+    """``keep`` as ``spec`` wants it, or None when there is no mask or the module takes none."""
+    if keep is None or spec is None:
+        return None
+    return spec.encode(keep, device, dtype)
+
+
+def causal_keep(batch: int, seq_len: int) -> Tensor:
+    """(B, T, T) bool: query t may attend to keys 0..t."""
+    tril = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()  # (T, T)
+    return tril.expand(batch, seq_len, seq_len).clone()  # (B, T, T)
+
+
+def padding_keep(batch: int, seq_len: int, gen: torch.Generator, empty: bool = False) -> Tensor:
+    """(B, T, T) bool: every query may attend to the first L_b keys of sequence b.
+
+    Each length is drawn from 1..T, so every row keeps at least one key; the first sequence is
+    always full-length so the batch has both padded and unpadded rows. With ``empty`` the last
+    sequence is all padding (length 0, needs batch >= 2): its queries have no key at all.
+    """
+    lengths = torch.randint(1, seq_len + 1, (batch,), generator=gen)  # (B,)
+    if empty and batch > 1:
+        lengths[-1] = 0
+    lengths[0] = seq_len
+    valid_key = torch.arange(seq_len) < lengths[:, None]  # (B, T)
+    return valid_key[:, None, :].expand(batch, seq_len, seq_len).clone()  # (B, T, T)
+
+
+def keep_mask(
+    kind: str, batch: int, seq_len: int, gen: torch.Generator, empty: bool = False
+) -> Tensor | None:
+    """The keep-mask of a kind: none, causal, padding or both (``empty``: see padding_keep)."""
+    if kind == "none":
+        return None
+    if kind == "causal":
+        return causal_keep(batch, seq_len)
+    if kind == "padding":
+        return padding_keep(batch, seq_len, gen, empty)
+    if kind == "both":
+        return causal_keep(batch, seq_len) & padding_keep(batch, seq_len, gen, empty)
+    raise ValueError(f"unknown mask kind {kind!r}")

@@ -1,0 +1,42 @@
+"""The checks every pair shares, parametrized once over the registry."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.catalogue import registry
+from harness.catalogue.strategies import awkward_shapes
+from harness.shapes import Shape
+from harness.testing import (
+    assert_diff_is_small_and_marked,
+    assert_fixed_matches_sdpa,
+    assert_verdict_matches_card,
+)
+
+IDS = registry.ids()
+
+
+@pytest.mark.parametrize("pitfall_id", IDS)
+def test_fixed_matches_sdpa(pitfall_id: str, device: torch.device, dtype: torch.dtype):
+    """fixed.py agrees with F.scaled_dot_product_attention on awkward shapes, under the floor."""
+    pair = registry.load(pitfall_id)
+
+    @settings(max_examples=20)
+    @given(shape=awkward_shapes(pair.card.has_heads), seed=st.integers(0, 2**16))
+    def check(shape: Shape, seed: int) -> None:
+        assert_fixed_matches_sdpa(pair, device, dtype, shape, seed)
+
+    check()
+
+
+@pytest.mark.parametrize("pitfall_id", IDS)
+def test_verdict_matches_card(pitfall_id: str, device: torch.device):
+    """The verdict measured in float32, bfloat16 and float16 is the card's."""
+    assert_verdict_matches_card(registry.load(pitfall_id), device)
+
+
+@pytest.mark.parametrize("pitfall_id", IDS)
+def test_diff_is_small_and_marked(pitfall_id: str):
+    """buggy.py and fixed.py differ in at most 8 lines, each marked # BUG / # FIX."""
+    assert_diff_is_small_and_marked(registry.load(pitfall_id))
