@@ -164,3 +164,154 @@ class BareParameters(nn.Module):
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         return scores.softmax(-1) @ v
+
+
+def einsum_nearly_scaled(d_model, heads):
+    """Buggy by a hair: scales by 1/sqrt(1.002 d_k), a relative error of 1e-3 in the scores."""
+    return EinsumAttention(d_model, heads, scale_by=1.002 * (d_model // heads))
+
+
+def einsum_huge_output(d_model, heads):
+    """Correct, with an output projection 1e12 times too large: outputs near 1e12."""
+    module = EinsumAttention(d_model, heads)
+    with torch.no_grad():
+        module.o.weight.mul_(1e12)
+    return module
+
+
+class LastKeyUnmasked(EinsumAttention):
+    """Buggy: an off-by-one slice masks every key but the last, which stays visible to all."""
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        q, k, v = (p(x).view(b, t, self.heads, -1) for p in (self.q, self.k, self.v))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * self.scale
+        if mask is not None:
+            blocked = ~mask[:, None, :, : t - 1]  # BUG: the last key escapes the mask
+            scores = torch.cat(
+                [scores[..., :-1].masked_fill(blocked, -math.inf), scores[..., -1:]], -1
+            )
+        weights = scores.softmax(dim=-1)
+        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, d)
+        return self.o(out), weights
+
+
+class BertAdditive(EinsumAttention):
+    """Buggy: BERT's additive mask, scores + (1 - mask) * -10000; a masked key comes back once
+    the logits are large."""
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        q, k, v = (p(x).view(b, t, self.heads, -1) for p in (self.q, self.k, self.v))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * self.scale
+        if mask is not None:
+            scores = scores + (1.0 - mask[:, None].to(scores.dtype)) * -10000.0
+        weights = scores.softmax(dim=-1)
+        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, d)
+        return self.o(out), weights
+
+
+class KeyPadding(nn.Module):
+    """Correct: a key-padding mask (B, T), True = a real token; optionally causal as well."""
+
+    def __init__(self, d_model, n_heads, causal=False):
+        super().__init__()
+        self.n_heads, self.causal = n_heads, causal
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.n_heads, -1).transpose(1, 2) for z in self.qkv(x).split(d, -1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, None, :], -math.inf)
+        if self.causal:
+            future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(future, -math.inf)
+        return self.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class SqueezedScores(nn.Module):
+    """Buggy on one token: ``.squeeze()`` meant for a head axis also drops the query and key
+    axes when seq_len is 1."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = (q[:, None] @ k[:, None].transpose(-2, -1)).squeeze() / math.sqrt(q.size(-1))
+        return scores.softmax(dim=-1) @ v
+
+
+class NeighbourKeys(EinsumAttention):
+    """Buggy: keys and values come from the previous sequence of the batch (an off-by-one in a
+    batch gather), so sequence 0 reads the last one."""
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        q = self.q(x).view(b, t, self.heads, -1)
+        k, v = (p(x.roll(1, dims=0)).view(b, t, self.heads, -1) for p in (self.k, self.v))
+        weights = (torch.einsum("bqhd,bkhd->bhqk", q, k) * self.scale).softmax(dim=-1)
+        return self.o(torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, d)), weights
+
+
+class EpsSoftmax(EinsumAttention):
+    """Buggy by a little: a softmax with 1e-3 added to its denominator, so rows sum to less
+    than 1."""
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        q, k, v = (p(x).view(b, t, self.heads, -1) for p in (self.q, self.k, self.v))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * self.scale
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None], -math.inf)
+        e = (scores - scores.amax(-1, keepdim=True)).exp()
+        weights = e / (e.sum(-1, keepdim=True) + 1e-3)
+        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, d)
+        return self.o(out), weights
+
+
+class LearnedPositions(nn.Module):
+    """Correct attention after a learned absolute position embedding: it uses positions, so it
+    is not permutation-equivariant (and is not compared with SDPA)."""
+
+    def __init__(self, d_model, n_heads, max_len=128):
+        super().__init__()
+        self.attn = EinsumAttention(d_model, n_heads)
+        self.pos = nn.Parameter(torch.randn(max_len, d_model))
+
+    def forward(self, x, mask=None):
+        return self.attn(x + self.pos[: x.shape[1]], mask)
+
+
+class SwitchedOffBranch(nn.Module):
+    """Buggy: a residual attention branch scaled by a constant 0.0 (a ReZero gate that was
+    meant to be a parameter), so no parameter gets any gradient at all."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.attn = EinsumAttention(d_model, n_heads)
+        self.gate = 0.0
+
+    def forward(self, x, mask=None):
+        out, weights = self.attn(x, mask)
+        return x + self.gate * out, weights
+
+
+class MatmulParameters(nn.Module):
+    """Correct single-head attention written as ``x @ W`` with W (d_model, d_k), as tutorials
+    often do: the transpose of nn.Linear's (out, in) layout."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        d_k = d_model // n_heads
+        self.W_q, self.W_k, self.W_v = (
+            nn.Parameter(torch.randn(d_model, d_k) / math.sqrt(d_model)) for _ in range(3)
+        )
+
+    def forward(self, x):
+        q, k, v = x @ self.W_q, x @ self.W_k, x @ self.W_v
+        return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v

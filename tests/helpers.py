@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import types
 
+import torch
 from torch import nn
 
 from harness.catalogue import registry
@@ -19,9 +21,9 @@ def correct_class() -> type[nn.Module]:
 def make_pair(fixed_cls: type[nn.Module], buggy_cls: type[nn.Module], **card) -> Pair:
     """A Pair whose modules are the given classes, under a throwaway card."""
     fixed = types.ModuleType("fixed")
-    fixed.ScaledDotProductAttention = fixed_cls
+    fixed.ScaledDotProductAttention = fixed.MultiHeadAttention = fixed_cls
     buggy = types.ModuleType("buggy")
-    buggy.ScaledDotProductAttention = buggy_cls
+    buggy.ScaledDotProductAttention = buggy.MultiHeadAttention = buggy_cls
     fields = dict(
         id="synthetic",
         title="synthetic",
@@ -60,3 +62,81 @@ class Raising(nn.Module):
 
     def forward(self, x, mask=None):
         raise RuntimeError("deliberate failure")
+
+
+def altered_class(
+    offset: float = 0.0, grad_gain: float = 0.0, *, low_precision_only: bool = False
+) -> type[nn.Module]:
+    """The correct module with ``offset`` added to its output and every gradient (parameters and
+    input) scaled by ``1 + grad_gain``, its forward values untouched by the latter.
+
+    With ``low_precision_only`` the change applies only when the module runs below float64: as
+    a pair's fixed module it then sets the noise floor exactly (its float64 reference is exact).
+    """
+    base = correct_class()
+
+    class Altered(base):
+        def forward(self, x, mask=None):
+            out, weights = super().forward(x, mask)
+            if low_precision_only and self.W_q.weight.dtype == torch.float64:
+                return out, weights
+            out = out + grad_gain * (out - out.detach())  # forward: + 0 exactly
+            return out + offset, weights
+
+    return Altered
+
+
+def detached_key_class() -> type[nn.Module]:
+    """The correct module with its keys detached: the same forward, no gradient reaches W_k."""
+    base = correct_class()
+
+    class DetachedKey(base):
+        def __init__(self, d_model, d_k, d_v):
+            super().__init__(d_model, d_k, d_v)
+            self.W_k.register_forward_hook(lambda module, args, out: out.detach())
+
+    return DetachedKey
+
+
+def sharpened_class(factor: float) -> type[nn.Module]:
+    """The correct module with its queries (so its scores) multiplied by ``factor``."""
+    base = correct_class()
+
+    class Sharpened(base):
+        def __init__(self, d_model, d_k, d_v):
+            super().__init__(d_model, d_k, d_v)
+            self.W_q.register_forward_hook(lambda module, args, out: out * factor)
+
+    return Sharpened
+
+
+class MultiHead(nn.Module):
+    """Multi-head attention with a fused projection; ``split_by_view`` splits the heads as
+    ``(B, h, T, d)`` straight from memory (mixing positions across heads), harmless with one
+    head."""
+
+    split_by_view = False
+
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.heads = heads
+        self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.W_o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        h, d = self.heads, D // self.heads
+
+        def split(t):
+            if self.split_by_view:
+                return t.reshape(B, h, T, d)
+            return t.reshape(B, T, h, d).transpose(1, 2)
+
+        q, k, v = (split(t) for t in self.W_qkv(x).chunk(3, dim=-1))  # (B, h, T, d)
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(d)).softmax(dim=-1)  # (B, h, T, T)
+        out = (weights @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+
+
+class MultiHeadSplitByView(MultiHead):
+    split_by_view = True

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from harness import cli
-from harness.doctor import FAIL, Config, diagnose
+from harness.doctor import FAIL, PASS, SKIP, WARN, Config, Diagnosis, Finding, diagnose
 from harness.validation import detection_table
 from tests import doctor_modules as dm
 
@@ -143,3 +143,50 @@ def test_a_random_module_is_not_blamed_for_positions_or_scale():
     status = {f.probe: f.status for f in d.findings}
     assert status["eval determinism"] == FAIL
     assert status["permutation equivariance"] == status["agrees with SDPA"] == "skip"
+
+
+def _diagnosis(*statuses, strict=False):
+    """A diagnosis with one finding per status, named after it."""
+    findings = [Finding(f"{s} probe", s, f"evidence {i}") for i, s in enumerate(statuses)]
+    return Diagnosis("mine", Config(strict=strict), findings)
+
+
+def test_warnings_fail_only_in_strict_mode_and_failures_exit_1():
+    lenient, strict = _diagnosis(PASS, WARN, SKIP), _diagnosis(PASS, WARN, SKIP, strict=True)
+    assert (lenient.healthy, lenient.exit_code) == (True, 0)
+    assert (strict.healthy, strict.exit_code) == (False, 1)  # 2 is for usage errors
+    failing = _diagnosis(PASS, FAIL)
+    assert (failing.healthy, failing.exit_code) == (False, 1)
+    assert [f.probe for f in strict.failures] == ["warn probe"]
+
+
+def test_text_aligns_the_evidence_and_sums_up():
+    d = Diagnosis(
+        "mine",
+        Config(),
+        [Finding("a", PASS, "first"), Finding("a much longer name", WARN, "second")],
+    )
+    lines = d.text().splitlines()
+    assert lines[0] == "attention doctor: mine"
+    assert lines[1].index("first") == lines[2].index("second")
+    assert lines[1].startswith("PASS  a ") and lines[2].startswith("WARN  a much longer name  ")
+    assert lines[-1] == "=> healthy (1 warning(s))"
+    assert _diagnosis(WARN, FAIL).text().splitlines()[-1] == "=> 1 problem(s)"
+    assert _diagnosis(WARN, FAIL, strict=True).text().splitlines()[-1] == "=> 2 problem(s)"
+
+
+def test_json_has_every_finding_and_the_verdict():
+    data = json.loads(_diagnosis(PASS, WARN, SKIP, strict=True).to_json())
+    assert data["target"] == "mine" and data["healthy"] is False
+    assert data["config"]["strict"] is True
+    assert [f["status"] for f in data["findings"]] == [PASS, WARN, SKIP]
+    assert data["findings"][1] == {"probe": "warn probe", "status": WARN, "message": "evidence 1"}
+    assert json.loads(_diagnosis(PASS, WARN).to_json())["healthy"] is True
+
+
+def test_markdown_states_the_verdict_and_tabulates_the_findings():
+    text = _diagnosis(PASS, FAIL).markdown()
+    assert text.startswith("# Attention doctor: `mine`\n")
+    assert "Verdict: **problems found**" in text
+    assert "| fail probe | fail     | evidence 1 |" in text.splitlines()
+    assert "Verdict: **healthy**" in _diagnosis(PASS, SKIP).markdown()

@@ -68,7 +68,14 @@ def test_atol_is_the_rounding_of_one_add_subtract(dtype):
     ref = torch.linspace(-2, 2, 101, dtype=torch.float64)
     tol = metrics.atol(ref, dtype)
     eps = torch.finfo(dtype).eps
-    assert 0 < tol <= 8 * eps  # a few ulps at magnitude ~2
+    # Taken in the dtype: a few ulps of the dtype at magnitude ~2, not float64's far smaller ones.
+    assert eps <= tol <= 8 * eps
+
+
+def test_atol_ignores_non_finite_reference_values(dtype):
+    ref = torch.tensor([1.5, math.inf, -math.inf, math.nan, -1.25], dtype=torch.float64)
+    tol = metrics.atol(ref, dtype)
+    assert math.isfinite(tol) and tol <= 8 * torch.finfo(dtype).eps
 
 
 def test_floor_rule_uses_factor_times_floor_plus_atol():
@@ -84,3 +91,56 @@ def test_grad_stats_count_zeros_and_non_finite():
     assert math.isnan(stats["norm"])  # a NaN gradient has no meaningful norm
     assert stats["zero_frac"] == 0.25
     assert stats["nonfinite"] == 1
+
+
+def test_error_counts_a_candidate_below_the_reference():
+    ref = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    err = metrics.error(torch.tensor([3.0, 3.25], dtype=torch.float64), ref)
+    assert err.max_abs == pytest.approx(0.75)
+
+
+def test_error_treats_matching_nan_and_inf_as_agreement():
+    ref = torch.tensor([math.nan, math.inf, -math.inf, 1.0], dtype=torch.float64)
+    test = torch.tensor([math.nan, math.inf, -math.inf, 1.5], dtype=torch.float64)
+    err = metrics.error(test, ref)
+    assert err.max_abs == pytest.approx(0.5)
+    assert err.rel_l2 == pytest.approx(0.5)  # relative to the finite part of the reference
+
+
+def test_error_of_an_infinity_with_the_wrong_sign_is_infinite():
+    ref = torch.tensor([math.inf, 1.0], dtype=torch.float64)
+    assert metrics.error(torch.tensor([-math.inf, 1.0], dtype=torch.float64), ref).max_abs == (
+        math.inf
+    )
+
+
+def test_an_exact_match_never_differs_even_without_tolerance():
+    exact = metrics.Error(0.0, 0.0)
+    assert not metrics.differs(exact, exact, 0.0, metrics.OUTPUT_FACTOR)
+    assert metrics.differs(metrics.Error(1e-300, 0.0), exact, 0.0, metrics.OUTPUT_FACTOR)
+
+
+def test_saturation_is_counted_per_row_not_per_key():
+    # Rows 0 and 1 put all their weight on key 0; rows 2 and 3 are uniform. Half the rows are
+    # saturated, though only one key (column) ever receives a large weight.
+    weights = torch.full((1, 4, 4), 0.25, dtype=torch.float64)
+    weights[0, :2] = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    assert metrics.attention_stats(weights, None)["saturated"] == 0.5
+    every_row_on_key_0 = torch.zeros(2, 3, 5, dtype=torch.float64)
+    every_row_on_key_0[..., 0] = 1.0
+    assert metrics.attention_stats(every_row_on_key_0, None)["saturated"] == 1.0
+
+
+def test_a_row_whose_largest_weight_is_exactly_the_threshold_is_saturated():
+    weights = torch.tensor([[[0.99, 0.01], [0.98, 0.02]]], dtype=torch.float64)
+    assert metrics.attention_stats(weights, None)["saturated"] == 0.5
+
+
+def test_multi_head_entropy_is_normalized_by_the_shared_mask():
+    batch, heads, seq = 2, 3, 4  # batch != heads: the (B, T, T) mask must go to every head
+    keep = torch.ones(batch, seq, seq, dtype=torch.bool).tril()
+    uniform = keep.double() / keep.sum(-1, keepdim=True)  # uniform over the allowed keys
+    weights = uniform[:, None].expand(batch, heads, seq, seq)
+    stats = metrics.attention_stats(weights, keep)
+    assert stats["entropy_mean"] == pytest.approx(1.0)
+    assert stats["entropy_min"] == pytest.approx(1.0)

@@ -1,5 +1,7 @@
 """The pytest plugin, run inside pytest as a user's project would."""
 
+import subprocess
+import sys
 import textwrap
 
 pytest_plugins = ["pytester"]
@@ -32,3 +34,14 @@ def test_fixture_passes_healthy_and_fails_buggy_with_the_findings(pytester, requ
 def test_strict_option_is_registered(pytester):
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(["*attention doctor*", "*--attention-doctor-strict*"])
+
+
+def test_loading_the_plugin_imports_nothing_heavy():
+    """Every pytest run of an environment with the package installed loads the plugin: until a
+    test asks for the fixture it must not import torch, pandas or the doctor."""
+    code = (
+        "import sys, harness.plugin; "
+        "print(sorted(m for m in ('torch', 'pandas', 'harness.doctor') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -20,6 +20,16 @@ def test_float32_decides_when_it_is_not_benign():
     assert combine({"float32": L, "float16": S}) is L
 
 
+def test_float64_counts_as_full_precision():
+    assert combine({"float64": B, "float16": L}) is N
+    assert combine({"float16": S, "float64": L}) is L  # full precision decides, wherever listed
+
+
+def test_without_full_precision_the_first_dtype_stands():
+    assert combine({"bfloat16": B, "float16": L}) is B
+    assert combine({"float16": L, "bfloat16": B}) is L
+
+
 def test_combine_needs_something():
     with pytest.raises(ValueError):
         combine({})

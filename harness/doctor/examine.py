@@ -17,6 +17,8 @@ from harness.runner import describe, seeded
 
 @contextmanager
 def _isolated(seed: int) -> Iterator[None]:
+    """Each probe starts from the same seeded RNG, so a module that samples gives the same
+    evidence whichever probes ran before; warnings are the probes' own business."""
     with seeded(seed), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
@@ -25,7 +27,8 @@ def _isolated(seed: int) -> Iterator[None]:
 def examine(name: str, probe: Probe, subject: Subject) -> Finding:
     """One probe's finding; a probe that raises fails with the exception as its evidence."""
     try:
-        outcome = probe(subject)
+        with _isolated(subject.config.seed):
+            outcome = probe(subject)
     except UsageError:
         raise
     except Exception as exc:
@@ -39,6 +42,5 @@ def diagnose(module: nn.Module, config: Config | None = None, target: str = "") 
     check_signature(module, config.spec is not None)
     subject = Subject(module, config)
     diagnosis = Diagnosis(target or type(module).__name__, config)
-    with _isolated(config.seed):
-        diagnosis.findings.extend(examine(name, p, subject) for name, p in PROBES.items())
+    diagnosis.findings.extend(examine(name, p, subject) for name, p in PROBES.items())
     return diagnosis

@@ -11,7 +11,7 @@ CARD = Card(
     trap="masked_fill(mask == 0, -1e9) on float16 scores.",
     truth=(
         "float16 tops out at 65504: masked_fill raises 'value cannot be converted to type "
-        "at::Half without overflow'. float32 and bfloat16 are fine."
+        "c10::Half without overflow'. float32 and bfloat16 are fine."
     ),
     why="Code that works in float32 crashes when mixed precision is switched on.",
     avoid="Fill with float('-inf') or torch.finfo(scores.dtype).min.",

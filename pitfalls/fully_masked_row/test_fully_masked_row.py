@@ -1,9 +1,12 @@
 """fully_masked_row: the shared pair checks, and one empty sequence poisoning every gradient."""
 
 import torch
+import torch.nn.functional as F
 
 from harness.catalogue import registry
 from harness.catalogue.compare import compare
+from harness.inputs import generator
+from pitfalls.fully_masked_row import CARD
 
 
 def test_one_empty_sequence_poisons_the_value_gradient_whole(device):
@@ -17,3 +20,13 @@ def test_one_empty_sequence_poisons_the_value_gradient_whole(device):
     # The catalogue says every parameter; measured, masked_fill's backward zeroes the gradient
     # at every filled score, so the NaN never reaches W_q and W_k.
     assert torch.isfinite(grads["W_q.weight"]).all() and torch.isfinite(grads["W_k.weight"]).all()
+
+
+def test_sdpa_returns_zero_for_a_query_with_no_allowed_key(device):
+    assert "as SDPA's safe softmax returns 0 for such rows" in CARD.avoid
+    gen = generator(0)
+    q, k, v = (torch.randn(1, 3, 4, generator=gen).to(device) for _ in "qkv")
+    allowed = torch.ones(3, 3, dtype=torch.bool, device=device)
+    allowed[1] = False  # query 1 has no key at all
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    assert (out[0, 1] == 0).all() and torch.isfinite(out).all()

@@ -93,9 +93,10 @@ CARD = Card(
     trap="h separate small projections and attention calls instead of one fused, batched call.",
     truth=(
         "Numerically the same function as the fused form (within the noise floor). Its cost is "
-        "h small matmuls and attention calls instead of one each: measured on one CPU thread, "
-        "about even with 8 heads of width 32 (0.9x), 1.4x slower with 16 heads of width 16 and "
-        "about 4x with 16 heads of width 8 (this run's numbers are in timings.md)."
+        "h small matmuls and attention calls instead of one each, so the loop falls further "
+        "behind the more and narrower the heads: the timing table goes from 8 heads of width 32 "
+        "to 16 heads of width 8, where the loop is the slower of the two. Its numbers are in "
+        "timings.md, one run's; wall-clock time varies by machine."
     ),
     why="Only speed, and only when heads are many and narrow: worth knowing, not worth fearing.",
     avoid=(

@@ -11,8 +11,8 @@ CARD = Card(
     trap="masked_fill with a 4-D mask broadcasts the 3-D scores to 4-D.",
     truth=(
         "The example crashes: the weights become (1, B, T, T) and bmm raises 'batch1 must be a 3D "
-        "tensor'. With @ instead of bmm it would run and, for batch > 1, silently produce "
-        "(B, B, T, d_v)."
+        "tensor'. With @ instead of bmm it would run and silently return (1, B, T, d_v), for "
+        "every batch size: the right values under an extra leading dimension."
     ),
     why="The tutorial's printed shapes cannot come from its code; readers copy the mask shape.",
     avoid="Build the mask with the rank of the scores, or assert scores.shape after masking.",

@@ -14,8 +14,8 @@ CARD = Card(
         " to 1/sqrt(d_k), so the output is scaled down and the logits are never tempered."
     ),
     why=(
-        "The output magnitude drops by sqrt(d_k) and later layers compensate badly; rows no "
-        "longer sum to 1."
+        "Every output is sqrt(d_k) times smaller than its own (untempered) weights would give, "
+        "and later layers compensate badly; rows no longer sum to 1."
     ),
     avoid="Scale the logits, before the softmax; check that attention rows sum to 1.",
     expected=Verdict.SILENT,

@@ -11,7 +11,8 @@ CARD = Card(
     trap="torch.bmm(Q, K.transpose(0, 1)) swaps batch and time instead of time and features.",
     truth=(
         "It raises on ordinary shapes, but runs whenever batch == seq_len == d_k and then mixes "
-        "batch elements: the harness finds that trigger by search."
+        "batch elements: the harness finds that trigger by search, smallest at "
+        "batch = seq_len = d_k = 2."
     ),
     why=(
         "Tests with tiny square shapes (2, 2, 2) are exactly the ones on which it runs, so a "

@@ -1,0 +1,299 @@
+"""The doctor's probes one at a time, each on a module built to trip it (or to pass it).
+
+A probe is run exactly as ``diagnose`` runs it (``examine`` under the config's seed), so a test
+costs one probe, not the whole diagnosis. The last tests run every probe in other orders.
+"""
+
+import importlib
+import random
+import re
+
+import pytest
+from torch import nn
+
+from harness.catalogue.registry import load
+from harness.doctor import FAIL, PASS, SKIP, WARN, Config, diagnose
+from harness.doctor.examine import examine
+from harness.doctor.probes import PROBES
+from harness.doctor.subject import Subject
+from harness.errors import UsageError
+from harness.runner import seeded
+from harness.validation import DOCTOR_SHAPE, config_for
+from tests import doctor_modules as dm
+
+KEEP = Config(mask="keep")
+LARGE = "with activations scaled by 300"
+
+
+def make(factory, *args, **kwargs) -> nn.Module:
+    """A module built under seed 0, without touching the global RNG."""
+    with seeded(0):
+        return factory(*args, **kwargs)
+
+
+def catalogue(pitfall: str, side: str = "buggy") -> tuple[nn.Module, Config]:
+    """A catalogue module at the doctor's shape, with the options its user would pass."""
+    pair = load(pitfall)
+    module = make(pair.card.build, pair.buggy if side == "buggy" else pair.fixed, DOCTOR_SHAPE)
+    return module, config_for(pair.card)
+
+
+def probe(module: nn.Module, config: Config, name: str):
+    """One probe's finding, as ``diagnose`` makes it."""
+    with seeded(config.seed):
+        return examine(name, PROBES[name], Subject(module, config))
+
+
+# --- agrees with SDPA --------------------------------------------------------------------------
+
+
+CORRECT = {  # correct modules, each with the options that describe it
+    "einsum_keep": (dm.einsum_ok, KEEP),
+    "gpt_causal": (dm.gpt_ok, Config(causal=True)),
+    "key_padding_causal": (
+        lambda d, h: dm.KeyPadding(d, h, causal=True),
+        Config(mask="keep", mask_shape="bk", causal=True),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CORRECT)
+def test_correct_modules_agree_with_sdpa(case):
+    """SDPA gets the mask passed and, for a causal module, the causal one too."""
+    factory, config = CORRECT[case]
+    f = probe(make(factory, 64, 4), config, "agrees with SDPA")
+    assert f.status == PASS, f
+
+
+def test_a_slightly_wrong_scale_disagrees_with_sdpa():
+    f = probe(make(dm.einsum_nearly_scaled, 64, 4), KEEP, "agrees with SDPA")
+    assert f.status == FAIL and "max |output - SDPA|" in f.message, f
+    diff = float(re.search(r"= ([0-9.e+-]+) on", f.message).group(1))
+    assert 1e-6 < diff < 1e-2  # off by a small relative amount, not by a mile
+
+
+def test_sdpa_tolerance_is_relative_to_the_output_scale():
+    """Outputs near 1e12 carry float64 rounding near 1e-4: still agreement."""
+    f = probe(make(dm.einsum_huge_output, 64, 4), KEEP, "agrees with SDPA")
+    assert f.status == PASS, f
+
+
+def test_nan_rows_disagree_with_sdpa():
+    """padding_on_queries blocks padded rows: NaN there, where SDPA is finite."""
+    module, config = catalogue("padding_on_queries")
+    f = probe(module, config, "agrees with SDPA")
+    assert f.status == FAIL and "= inf" in f.message, f
+    assert probe(*catalogue("padding_on_queries", "fixed"), "agrees with SDPA").status == PASS
+
+
+# --- shape contract, batch independence, permutation, weights, gradients -----------------------
+
+
+def test_shape_contract_tries_a_single_token():
+    f = probe(make(dm.SqueezedScores, 64, 4), Config(), "shape contract")
+    assert f.status == FAIL and "seq_len 1" in f.message, f
+
+
+def test_shape_contract_reads_the_width_of_a_fused_projection():
+    f = probe(make(dm.gpt_ok, 64, 4), Config(causal=True), "shape contract")
+    assert f.status == PASS, f
+
+
+def test_batch_independence_names_the_sequence_that_leaks():
+    f = probe(make(dm.NeighbourKeys, 64, 4), Config(), "batch independence")
+    assert f.status == FAIL and "output of sequence 0 depends on sequence 2:" in f.message, f
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_weights_of_a_correct_module_pass(heads):
+    """Weights (B, T, T) from one head and (B, h, T, T) from several, under a causal mask."""
+    if heads == 1:
+        module, config = catalogue("mask_bool", "fixed")
+    else:
+        module, config = make(dm.einsum_ok, 64, heads), KEEP
+    f = probe(module, config, "attention weights")
+    assert f.status == PASS, f
+
+
+def test_rows_that_sum_to_0_999_are_not_distributions():
+    f = probe(make(dm.EpsSoftmax, 64, 4), KEEP, "attention weights")
+    assert f.status == FAIL and "not distributions" in f.message, f
+
+
+def test_a_masked_module_is_permutation_equivariant():
+    f = probe(make(dm.einsum_ok, 64, 4), KEEP, "permutation equivariance")
+    assert f.status == PASS, f
+
+
+def test_positions_break_permutation_unless_declared():
+    module = make(dm.LearnedPositions, 64, 4)
+    f = probe(module, KEEP, "permutation equivariance")
+    assert f.status == FAIL and "--positional" in f.message, f
+    declared = Config(mask="keep", positional=True)
+    assert probe(module, declared, "permutation equivariance").status == SKIP
+
+
+def test_a_dead_key_bias_is_a_warning():
+    f = probe(*catalogue("qkv_bias"), "gradient flow")
+    assert f.status == WARN and "dead weight: W_k.bias" in f.message, f
+    assert probe(*catalogue("qkv_bias", "fixed"), "gradient flow").status == PASS
+
+
+def test_no_gradient_to_any_parameter_is_dead_weight_not_health():
+    f = probe(make(dm.SwitchedOffBranch, 64, 4), Config(), "gradient flow")
+    assert f.status == WARN and "dead weight: attn.q.weight, attn.k.weight" in f.message, f
+
+
+# --- leaks -------------------------------------------------------------------------------------
+
+
+def test_padding_leak_names_the_padded_input_it_reads():
+    """The last key is never masked: the leak is from input 7, which is padding there."""
+    f = probe(make(dm.LastKeyUnmasked, 64, 4), KEEP, "padding no-leak")
+    assert f.status == FAIL, f
+    match = re.search(r"real outputs of sequence (\d+) depend on padded input (\d+):", f.message)
+    assert match and int(match.group(1)) > 0 and int(match.group(2)) == 7, f
+
+
+@pytest.mark.parametrize("name", ["causal no-leak", "padding no-leak"], ids=["causal", "padding"])
+def test_a_small_additive_fill_leaks_only_at_large_logits(name):
+    """BERT's (1 - mask) * -10000 hides a key on ordinary inputs, not at large logits."""
+    assert probe(make(dm.einsum_ok, 64, 4), KEEP, name).status == PASS
+    f = probe(make(dm.BertAdditive, 64, 4), KEEP, name)
+    assert f.status == FAIL and f.message.endswith(LARGE), f
+
+
+def test_an_inverted_convention_gets_a_hint_either_way():
+    keep_module = probe(make(dm.einsum_ok, 64, 4), Config(mask="drop"), "causal no-leak")
+    assert keep_module.status == FAIL and "passes with --mask keep" in keep_module.message
+    drop_module = probe(make(dm.wrapper_ok, 32, 4), KEEP, "causal no-leak")
+    assert drop_module.status == FAIL and "passes with --mask drop" in drop_module.message
+
+
+def test_a_real_leak_gets_no_convention_hint():
+    f = probe(make(dm.LastKeyUnmasked, 64, 4), KEEP, "causal no-leak")
+    assert f.status == FAIL and "depends on input 7" in f.message, f
+    assert "passes with" not in f.message
+
+
+def test_a_key_padding_module_is_not_probed_for_causality():
+    config = Config(mask="keep", mask_shape="bk")
+    assert probe(make(dm.KeyPadding, 64, 4), config, "causal no-leak").status == SKIP
+    assert probe(make(dm.KeyPadding, 64, 4), config, "padding no-leak").status == PASS
+
+
+def test_nan_for_an_all_padding_sequence_is_a_warning():
+    f = probe(make(dm.einsum_ok, 64, 4), KEEP, "all-masked rows")
+    assert f.status == WARN and "no allowed key gives NaN" in f.message, f
+
+
+# --- numerics ----------------------------------------------------------------------------------
+
+
+def test_dropout_left_on_in_eval_fails_determinism():
+    f = probe(*catalogue("dropout_in_eval"), "eval determinism")
+    assert f.status == FAIL and "dropout" in f.message, f
+    assert probe(*catalogue("dropout_in_eval", "fixed"), "eval determinism").status == PASS
+
+
+def test_a_module_in_training_mode_is_probed_in_eval_mode():
+    module = make(nn.MultiheadAttention, 32, 4, dropout=0.5).train()
+    assert probe(module, Config(mask="drop"), "eval determinism").status == PASS
+    assert module.training
+
+
+def test_float16_overflow_before_the_scale_is_a_warning():
+    module, config = catalogue("qk_overflow_half")
+    f = probe(module, config, "float16 robustness")
+    assert f.status == WARN and "SDPA on the same projections stays finite" in f.message, f
+    assert probe(module, config, "bfloat16 robustness").status == PASS
+    fixed = probe(*catalogue("qk_overflow_half", "fixed"), "float16 robustness")
+    assert fixed.status == PASS, fixed
+
+
+def test_an_error_in_float16_only_is_a_failure():
+    module, config = catalogue("fill_overflow_half")
+    f = probe(module, config, "float16 robustness")
+    assert f.status == FAIL and f.message.startswith("raises:"), f
+    assert probe(module, config, "bfloat16 robustness").status == PASS
+
+
+# --- the subject -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [dict(batch=1), dict(seq_len=2)], ids=["batch", "seq_len"])
+def test_config_refuses_sizes_the_probes_cannot_use(options):
+    with pytest.raises(UsageError):
+        Config(**options)
+    Config(batch=2, seq_len=3)  # the smallest that works
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: infer_d_model reads the input width as shape[1] of the first 2-D parameter "
+    "(nn.Linear's (out, in) layout), so a module written x @ W with W (d_model, d_k) is called "
+    "with width d_k and fails every probe; the width given in Config(d_model=...) / --d-model "
+    "is ignored because the wrong inferred width takes precedence",
+)
+def test_a_module_written_x_at_w_is_called_with_its_input_width():
+    d = diagnose(make(dm.MatmulParameters, 64, 4), Config(d_model=64))
+    assert d.healthy, d.text()
+
+
+def test_sequence_first_multihead_attention_is_called_the_right_way():
+    module = make(nn.MultiheadAttention, 32, 4)  # batch_first=False: (T, B, E)
+    config = Config(mask="drop")
+    for name in ("batch independence", "padding no-leak", "agrees with SDPA"):
+        f = probe(module, config, name)
+        assert f.status == PASS, f
+
+
+# --- probe order -------------------------------------------------------------------------------
+
+ORDER_CASES = {  # name -> () -> (module, config)
+    "einsum_ok": lambda: (make(dm.einsum_ok, 32, 4), KEEP),
+    "gpt_leaky": lambda: (make(dm.gpt_leaky, 32, 4), Config(causal=True)),
+    "wrapper_no_transpose": lambda: (make(dm.wrapper_no_transpose, 32, 4), Config()),
+    "inverted_convention": lambda: (make(dm.wrapper_ok, 32, 4), KEEP),
+    "qk_overflow_half": lambda: catalogue("qk_overflow_half"),
+    "huge_output": lambda: (make(dm.einsum_huge_output, 32, 4), KEEP),  # inf in float16
+}
+
+
+def _orders() -> dict[str, list[str]]:
+    names = list(PROBES)
+    shuffled = names.copy()
+    random.Random(0).shuffle(shuffled)
+    return {"reversed": names[::-1], "shuffled": shuffled}
+
+
+def _diagnose_in_order(monkeypatch, module, config, order):
+    examine_module = importlib.import_module("harness.doctor.examine")
+    monkeypatch.setattr(examine_module, "PROBES", {name: PROBES[name] for name in order})
+    d = diagnose(module, config)
+    monkeypatch.undo()
+    assert [f.probe for f in d.findings] == order
+    return {f.probe: f for f in d.findings}
+
+
+@pytest.mark.parametrize("case", ORDER_CASES)
+def test_probe_order_does_not_matter(monkeypatch, case):
+    expected = {f.probe: f for f in diagnose(*ORDER_CASES[case]()).findings}
+    for label, order in _orders().items():
+        found = _diagnose_in_order(monkeypatch, *ORDER_CASES[case](), order)
+        assert found == expected, label
+
+
+def test_probe_order_does_not_change_a_random_modules_verdicts(monkeypatch):
+    module, config = catalogue("dropout_in_eval")
+    expected = {f.probe: f.status for f in diagnose(module, config).findings}
+    for order in _orders().values():
+        found = _diagnose_in_order(monkeypatch, module, config, order)
+        assert {name: f.status for name, f in found.items()} == expected
+
+
+def test_probe_order_does_not_change_a_random_modules_evidence(monkeypatch):
+    module, config = catalogue("dropout_in_eval")
+    expected = {f.probe: f for f in diagnose(module, config).findings}
+    found = _diagnose_in_order(monkeypatch, module, config, list(PROBES)[::-1])
+    assert found == expected

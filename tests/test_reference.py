@@ -1,0 +1,138 @@
+"""The SDPA reference and the pair checks built on it (harness.reference, harness.testing)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness import metrics
+from harness.catalogue.compare import build_pair
+from harness.catalogue.verdicts import Verdict
+from harness.masks import causal_keep
+from harness.reference import agreement, math_attention
+from harness.shapes import Shape
+from harness.testing import (
+    assert_diff_is_small_and_marked,
+    assert_fixed_matches_sdpa,
+    assert_verdict_matches_card,
+)
+from tests.helpers import correct_class, make_pair, offset_class
+
+CPU = torch.device("cpu")
+SHAPE = Shape()  # B=2 T=5 d_model=16 d_k=8 d_v=6
+
+
+def test_math_attention_matches_sdpa_with_a_mask():
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 5, 8, generator=gen, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
+    keep = causal_keep(2, 5)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    assert torch.allclose(math_attention(q, k, v, keep), want, rtol=0, atol=1e-12)
+    assert torch.allclose(math_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+
+
+def kernel_errors(module: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> list[float]:
+    """Max abs errors of SDPA and of textbook math, both in ``dtype``, against SDPA in float64,
+    on the module's own projections (computed here, without harness.reference)."""
+
+    def projections(d):
+        return [
+            F.linear(x.to(d), getattr(module, n).weight.detach().to(d))[:, None]  # (B, 1, T, ·)
+            for n in ("W_q", "W_k", "W_v")
+        ]
+
+    with torch.no_grad():
+        ref = F.scaled_dot_product_attention(*projections(torch.float64))
+        q, k, v = projections(dtype)
+        sdpa = F.scaled_dot_product_attention(q, k, v)
+        textbook = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1) @ v
+    return [(out.double() - ref).abs().max().item() for out in (sdpa, textbook)]
+
+
+def test_agreement_takes_the_larger_kernel_error_as_the_floor():
+    pair = make_pair(correct_class(), correct_class())
+    fixed, _ = build_pair(pair, SHAPE, 0)
+    x = pair.card.inputs(SHAPE, 0).x
+    spread = []
+    for dtype in (torch.bfloat16, torch.float16):
+        err, floor, tol = agreement(fixed, None, x, None, CPU, dtype)
+        errors = kernel_errors(fixed, x, dtype)
+        assert floor.max_abs == pytest.approx(max(errors), rel=1e-3), dtype
+        spread.append(min(errors) / max(errors))
+        eps = torch.finfo(dtype).eps
+        assert eps / 4 <= tol <= 8 * eps  # atol taken in the dtype (outputs are of order 1)
+        assert err.max_abs <= metrics.threshold(floor, tol, metrics.OUTPUT_FACTOR)
+    assert min(spread) < 0.95  # the two kernels disagree here, so the choice is tested
+
+
+def test_agreement_refuses_a_module_with_parameters_it_cannot_place():
+    class WithNorm(correct_class()):
+        def __init__(self, d_model, d_k, d_v):
+            super().__init__(d_model, d_k, d_v)
+            self.norm = nn.LayerNorm(d_model)
+
+        def forward(self, x, mask=None):
+            return super().forward(self.norm(x), mask)
+
+    module = WithNorm(SHAPE.d_model, SHAPE.d_k, SHAPE.d_v)
+    x = torch.randn(2, 5, SHAPE.d_model, dtype=torch.float64)
+    with pytest.raises(ValueError, match="not recognized"):
+        agreement(module, None, x, None, CPU, torch.float32)
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "padding"])
+def test_a_correct_fixed_module_matches_sdpa(mask):
+    pair = make_pair(correct_class(), correct_class(), mask=mask)
+    for dtype in (torch.float32, torch.bfloat16):
+        assert_fixed_matches_sdpa(pair, CPU, dtype, SHAPE, seed=1)
+
+
+@pytest.mark.parametrize("wrong", [offset_class(1e-3), offset_class(-1e-3)])
+def test_a_wrong_fixed_module_fails_the_sdpa_check(wrong):
+    pair = make_pair(wrong, correct_class())
+    with pytest.raises(AssertionError, match=r"synthetic/fixed\.py vs SDPA"):
+        assert_fixed_matches_sdpa(pair, CPU, torch.float32, SHAPE, seed=1)
+
+
+def test_a_fixed_module_ignoring_its_mask_fails_the_sdpa_check():
+    class Unmasked(correct_class()):
+        def forward(self, x, mask=None):
+            return super().forward(x)
+
+    pair = make_pair(Unmasked, correct_class(), mask="causal")
+    with pytest.raises(AssertionError, match="max abs error"):
+        assert_fixed_matches_sdpa(pair, CPU, torch.float32, SHAPE, seed=1)
+
+
+def test_verdict_check_compares_the_measurement_with_the_card():
+    silent = (correct_class(), offset_class(1e-1))
+    assert_verdict_matches_card(make_pair(*silent, expected=Verdict.SILENT), CPU)
+    with pytest.raises(AssertionError, match="synthetic: float32: SILENT"):
+        assert_verdict_matches_card(make_pair(*silent, expected=Verdict.BENIGN), CPU)
+
+
+def pair_in(folder, buggy: str, fixed: str):
+    """A pair whose buggy.py and fixed.py are the given texts, written to ``folder``."""
+    (folder / "buggy.py").write_text(buggy)
+    (folder / "fixed.py").write_text(fixed)
+    pair = make_pair(correct_class(), correct_class())
+    pair.fixed.__file__ = str(folder / "fixed.py")
+    return pair
+
+
+def test_diff_check_wants_a_small_marked_difference(tmp_path):
+    body = "import torch\n\n\ndef f(x):\n    return x\n"
+    marked = pair_in(
+        tmp_path, body.replace("x\n", "-x  # BUG: sign\n"), body.replace("x\n", "x  # FIX\n")
+    )
+    assert_diff_is_small_and_marked(marked)
+    for buggy, fixed in [
+        (body, body),  # no difference: nothing to learn
+        (body.replace("x\n", "-x\n"), body),  # unmarked
+        (body + "".join(f"y{i} = {i}  # BUG\n" for i in range(9)), body),  # too big
+    ]:
+        with pytest.raises(AssertionError):
+            assert_diff_is_small_and_marked(pair_in(tmp_path, buggy, fixed))

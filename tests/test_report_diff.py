@@ -1,0 +1,197 @@
+"""The cross-machine report comparison passes rounding noise and fails on a real change."""
+
+from decimal import Decimal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.report_diff import agree, compare, normalise, parse, primary_thresholds
+
+COMMITTED = (Path(__file__).resolve().parents[1] / "reports" / "report.md").read_text()
+SECTIONS_DIFFER = "sections differ (missing, extra or reordered):"
+ATOL = 5.96e-08
+
+
+def edit(text: str, old: str, new: str) -> str:
+    """``text`` with its first ``old`` replaced; ``old`` must be there."""
+    assert old in text, f"not in the report any more: {old!r}"
+    return text.replace(old, new, 1)
+
+
+def section(text: str, pid: str) -> str:
+    """A trap's section, from its anchor to the next anchor."""
+    anchor = f'<a id="{pid}"></a>'
+    return anchor + text.split(anchor)[1].split('<a id="')[0]
+
+
+def padding(row: str) -> list[int]:
+    """How many spaces pad each cell of a table row."""
+    return [len(cell) - len(cell.strip()) for cell in row.split("|")]
+
+
+def snippet(floor: float, bug_error: float = 0.75, verdict: str = "SILENT") -> str:
+    """A small report with one trap, shaped like the real one."""
+    threshold = 2 * floor + ATOL
+    summary = {
+        "trap": "[`demo`](#demo)",
+        "§": "§4.3",
+        "cpu float32": verdict,
+        "cpu bfloat16": "SILENT",
+        "expected": "SILENT",
+        "output error vs floor": f"{bug_error:.3g} vs {floor:.3g}",
+        "trigger": "B=2 T=2 d_k=2",
+    }
+    output = {
+        "run": ["fix", "bug"],
+        "max_abs": [floor, bug_error],
+        "floor": [floor, floor],
+        "threshold": [threshold, threshold],
+        "shape": ["(2, 5, 6)", "(2, 5, 6)"],
+    }
+    lines = [
+        "# Report",
+        f"- Versions: torch 2.13.0, floor {floor}.",
+        "## Summary",
+        pd.DataFrame([summary]).to_markdown(index=False),
+        "## Masks",
+        '<a id="demo"></a>',
+        "### `demo`: a demo trap",
+        f"- cpu float32: **{verdict}**: output error {bug_error:.3g} > threshold {threshold:.3g}",
+        "- cpu bfloat16: **SILENT**: output error 0.75 > threshold 0.00999",
+        pd.DataFrame(output).to_markdown(index=False, floatfmt=".3g"),
+    ]
+    return "\n\n".join(lines) + "\n"
+
+
+def test_the_committed_report_agrees_with_itself_whatever_the_versions() -> None:
+    other = edit(COMMITTED, "torch 2.13.0+cpu", "torch 2.14.0+cu128")
+    other = edit(other, " Not available here: cuda.", "")
+    assert compare(COMMITTED, other) == []
+
+
+def test_floors_that_differ_in_the_noise_and_shift_the_padding_pass() -> None:
+    here, there = snippet(1.45e-07), snippet(1.51e-07, bug_error=0.751)
+    assert padding(here.splitlines()[-1]) != padding(there.splitlines()[-1])
+    assert compare(here, there) == []
+
+
+def test_floors_four_times_apart_pass_on_each_reports_own_threshold() -> None:
+    """Seen between two CPUs (transpose's W_v gradient: 3.17e-07 vs 7.87e-08)."""
+    assert compare(snippet(4e-07), snippet(1e-07)) == []
+    # The thresholds differ by more than twice the smaller one: one report's would not do.
+    assert not agree("8.6e-07", "2.6e-07", 2 * Decimal("2.6e-07"))
+
+
+@pytest.mark.parametrize(
+    ("change", "found"),
+    [
+        ({"bug_error": 0.76}, "committed 0.75, fresh 0.76"),
+        ({"bug_error": float("inf")}, "committed 0.75, fresh inf"),
+        ({"verdict": "BENIGN"}, "summary, [`demo`](#demo), cpu float32: committed 'SILENT'"),
+    ],
+)
+def test_a_real_change_in_a_snippet_fails(change: dict, found: str) -> None:
+    problems = compare(snippet(1.45e-07), snippet(**{"floor": 1.45e-07} | change))
+    assert any(found in p for p in problems), problems
+
+
+def test_each_line_takes_the_threshold_it_prints_else_its_traps_largest() -> None:
+    bf16 = "- cpu bfloat16: **SILENT**: output error 0.268 > threshold 0.00999"
+    f32 = "- cpu float32: **SILENT**: output error 0.269 > threshold 2.13e-07"
+    output_row = "| bug   |  0.269    | 0.282 "  # printed threshold 2.13e-07
+    attention_row = "|          0 |      8.94e-08 |"  # prints none: the trap's 3.09e-06
+
+    def moved(line: str, number: str, new: str) -> list[str]:
+        return compare(COMMITTED, edit(COMMITTED, line, line.replace(number, new)))
+
+    assert moved(bf16, "0.268", "0.285") == []  # within 2 x 0.00999 + 0.001
+    assert moved(bf16, "0.268", "0.29")
+    assert moved(f32, "0.269", "0.27") == []  # one display step
+    assert moved(f32, "0.269", "0.271")
+    assert moved(output_row, "0.269", "0.27 ") == []
+    assert moved(output_row, "0.269", "0.285")  # bfloat16's threshold is not float32's
+    assert moved(attention_row, "8.94e-08", "6e-06  ") == []  # within 2 x 3.09e-06
+    assert moved(attention_row, "8.94e-08", "7e-06  ")
+
+
+def test_printed_thresholds_are_read_from_tables_and_verdict_lines() -> None:
+    lines = parse(COMMITTED)
+    assert primary_thresholds(lines)["missing_scale"] == Decimal("3.09e-06")  # W_v's gradient
+    printed = {line.words: line.threshold for line in lines if line.trap == "missing_scale"}
+    assert printed["- cpu bfloat16: **SILENT**: output error <n> > threshold <n>"] == Decimal(
+        "0.00999"
+    )
+    assert "init_variance" not in primary_thresholds(lines)  # over seeds: no threshold
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "found"),
+    [
+        (  # a verdict in a trap's section
+            "- cpu bfloat16: **SILENT**: output error 0.268",
+            "- cpu bfloat16: **BENIGN**: output error 0.268",
+            "the text differs",
+        ),
+        (  # a verdict in the summary, padding and all
+            "| LOUD          | LOUD           | LOUD          | LOUD        | LOUD        |",
+            "| LOUD          | LOUD           | SILENT        | LOUD        | LOUD        |",
+            "summary, [`mask_rank`](#mask_rank), cpu float16: committed 'LOUD', fresh 'SILENT'",
+        ),
+        (  # an expected verdict
+            "category scale · expected SILENT",
+            "category scale · expected BENIGN",
+            "the text differs",
+        ),
+        (  # a trigger shape
+            "| B=2 T=2 d_model=1 d_k=2 d_v=1 h=1 |",
+            "| B=2 T=3 d_model=1 d_k=2 d_v=1 h=1 |",
+            "summary, [`transpose`](#transpose), trigger",
+        ),
+        ("Mutation score: 20/20", "Mutation score: 19/20", "committed 20, fresh 19"),  # a count
+        ("| (2, 5, 6) |", "| (2, 5, 7) |", "committed 6, fresh 7"),  # a shape
+        ("| bug   |  0.269 ", "| bug   |  0.279 ", "committed 0.269, fresh 0.279"),  # too far
+        ("1.53 vs 1.51e-07", "inf vs 1.51e-07", "committed 1.53, fresh inf"),  # finite -> inf
+    ],
+)
+def test_a_real_change_in_the_committed_report_fails(old: str, new: str, found: str) -> None:
+    problems = compare(COMMITTED, edit(COMMITTED, old, new))
+    assert any(found in p for p in problems), problems
+
+
+def test_a_missing_or_reordered_trap_section_fails() -> None:
+    missing = edit(COMMITTED, section(COMMITTED, "qkv_bias"), "")
+    assert SECTIONS_DIFFER in compare(COMMITTED, missing)
+    first, second = section(COMMITTED, "missing_scale"), section(COMMITTED, "scale_after_softmax")
+    swapped = edit(COMMITTED, first + second, second + first)
+    assert SECTIONS_DIFFER in compare(COMMITTED, swapped)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "threshold", "same"),
+    [
+        ("0.645", "0.646", "0", True),  # either side of a rounding boundary
+        ("0.645", "0.647", "0", False),
+        ("0.0999", "0.1", "0", True),  # across a decade
+        ("2", "3", "0", False),  # integers exactly...
+        ("2", "3", "5", False),  # ...whatever the threshold
+        ("416", "417", "0", True),  # .3g of 416.5: one step is a unit
+        ("1000", "1001", "0", False),  # more digits than .3g prints: not rounded
+        ("1.45e-07", "1.51e-07", "7e-07", True),
+        ("1.51e-07", "9.51e-07", "7e-07", False),
+        ("inf", "inf", "0", True),
+        ("nan", "nan", "0", True),
+        ("inf", "3.4e+38", "1", False),
+        ("-inf", "inf", "1", False),
+    ],
+)
+def test_agree(a: str, b: str, threshold: str, same: bool) -> None:
+    assert agree(a, b, Decimal(threshold)) is same
+    assert agree(b, a, Decimal(threshold)) is same
+
+
+def test_normalise_drops_padding_and_the_environment() -> None:
+    assert normalise("|  1.5e-07 |    2.13e-07 |") == normalise("| 1.5e-07 | 2.13e-07 |")
+    assert normalise("|:------|-------:|") == normalise("|:---|---:|") != normalise("|---:|:---|")
+    assert normalise("- Versions: torch 2.13.0") == normalise("- Versions: torch 2.14.0")
+    assert normalise("- Devices: cpu. Not available here: cuda.") == "- Devices: cpu."
