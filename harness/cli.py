@@ -30,8 +30,8 @@ from harness.devices import (
     resolve_dtype,
 )
 from harness.doctor import MASK_SHAPES, MASKS, Config, diagnose
+from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
-from harness.doctor.target import load_object
 from harness.errors import UsageError
 from harness.files import ensure_writable, write_atomically
 from harness.progress import Progress
@@ -96,6 +96,15 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
                         help="it uses positions: skip the permutation probe")  # fmt: skip
     doctor.add_argument("--d-model", type=int, default=64, help="passed to the factory (64)")
     doctor.add_argument("--heads", type=int, default=4, help="passed to the factory (4)")
+    doctor.add_argument(
+        "--init",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a constructor or config value the doctor cannot guess (a Python literal, else a "
+        "string); repeatable",
+    )
+    doctor.add_argument("--seed", type=int, default=0, help="seed for weights and inputs (0)")
     doctor.add_argument("--batch", type=int, default=4)
     doctor.add_argument("--seq-len", type=int, default=8)
     doctor.add_argument("--device", default="cpu")
@@ -229,16 +238,16 @@ def cmd_run(args: argparse.Namespace) -> str:
 
 def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     device = resolve_device(args.device)
-    if args.d_model < 1 or args.heads < 1 or args.d_model % args.heads:
-        raise UsageError("--d-model must be a positive multiple of --heads")
+    sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init))
     if args.report is not None:
         ensure_writable(args.report.parent if str(args.report.parent) else Path("."))
     config = Config(
         mask=args.mask, causal=args.causal, mask_shape=args.mask_shape,
         mask_dtype=args.mask_dtype, positional=args.positional, strict=args.strict,
         batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, device=str(device),
+        seed=args.seed,
     )  # fmt: skip
-    module = build_target(load_object(args.target), args.d_model, args.heads)
+    module = build_target(load_object(args.target), sizes, args.seed)
     diagnosis = diagnose(module, config, args.target)
     if args.report is not None:
         write_atomically(args.report, diagnosis.markdown())

@@ -1,27 +1,31 @@
-"""Loading a user's attention module for the doctor: ``file.py:name`` or ``package.module:name``.
+"""Loading and building a user's attention module: ``file.py:name`` or ``package.module:name``.
 
-``name`` is an ``nn.Module`` class or a factory returning one. Its parameters are filled by name
-from the doctor's sizes (d_model, heads, head width); anything it cannot fill is a usage error.
+``name`` is an ``nn.Module`` class or a factory returning one. Its constructor's parameters are
+filled by name from a table of the names real code uses for each size (``d_model``, ``n_embd``,
+``hidden_size``, ``num_attention_heads``, ``block_size``, ...). A single ``config``/``args``/``cfg``
+parameter gets a config object: an instance of its annotated class built from the same table, or
+an object that answers the names it knows. ``--init name=value`` sets anything else. Construction
+runs under the doctor's seed, so the same command builds the same weights.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch import nn
 
 from harness.errors import UsageError
-
-# Parameter names a constructor may use for each size the doctor knows.
-D_MODEL_NAMES = ("d_model", "embed_dim", "dim", "n_embd", "hidden_size", "d_in", "emb_dim")
-HEADS_NAMES = ("heads", "n_heads", "num_heads", "n_head", "nhead", "h")
-HEAD_DIM_NAMES = ("d_k", "d_v", "head_dim", "d_head", "dim_head")
-BOOL_TRUE_NAMES = ("batch_first",)
+from harness.runner import seeded
 
 
 def load_object(target: str) -> object:
@@ -53,10 +57,166 @@ def load_object(target: str) -> object:
     return getattr(module, name)
 
 
-def constructor_kwargs(
-    factory: Callable[..., object], d_model: int, heads: int
-) -> dict[str, object]:
-    """Keyword arguments for ``factory``, filled by parameter name; UsageError if one is left."""
+@dataclass(frozen=True)
+class Sizes:
+    """What the doctor builds a module with; ``init`` (from ``--init``) overrides any name."""
+
+    d_model: int = 64
+    heads: int = 4
+    context: int = 256  # the maximum sequence length a module is built for
+    init: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.d_model < 1 or self.heads < 1 or self.d_model % self.heads:
+            raise UsageError("--d-model must be a positive multiple of --heads")
+
+
+# The names real constructors and config objects use for each size, and the value each gets.
+NAMES: dict[str, Callable[[Sizes], object]] = {
+    **dict.fromkeys(
+        ("d_model", "embed_dim", "dim", "n_embd", "n_embed", "hidden_size", "hidden_dim",
+         "n_state", "model_dim", "query_dim", "input_dim", "d_in", "emb_dim", "embedding_dim",
+         "embed_size", "n_channels", "channels", "width", "n_feat", "in_features"),
+        lambda s: s.d_model,
+    ),
+    **dict.fromkeys(
+        ("heads", "n_heads", "num_heads", "n_head", "nhead", "h", "num_attention_heads",
+         "head_count", "num_head", "n_heads_q", "attention_heads"),
+        lambda s: s.heads,
+    ),
+    **dict.fromkeys(
+        ("num_key_value_heads", "n_kv_heads", "kv_heads", "num_kv_heads", "n_kv_head",
+         "n_query_groups", "num_key_value_groups"),
+        lambda s: s.heads,
+    ),
+    **dict.fromkeys(
+        ("d_k", "d_v", "head_dim", "d_head", "dim_head", "head_size", "attention_head_size",
+         "kv_channels", "head_dim_v", "dim_per_head"),
+        lambda s: s.d_model // s.heads,
+    ),
+    **dict.fromkeys(
+        ("d_out", "dim_out", "out_dim", "output_dim", "out_features"), lambda s: s.d_model
+    ),
+    **dict.fromkeys(
+        ("block_size", "context_length", "max_seq_len", "max_seq_length", "n_ctx",
+         "max_position_embeddings", "n_positions", "max_len", "max_length", "seq_len",
+         "context_size", "max_sequence_length"),
+        lambda s: s.context,
+    ),
+    **dict.fromkeys(
+        ("intermediate_size", "n_inner", "ffn_dim", "mlp_dim", "d_ff", "dim_feedforward"),
+        lambda s: 4 * s.d_model,
+    ),
+    # A required dropout rate gets a non-zero one, so dropout left on in eval mode shows.
+    **dict.fromkeys(
+        ("dropout", "attn_dropout", "attention_dropout", "attn_pdrop", "resid_pdrop",
+         "dropout_rate", "attention_probs_dropout_prob", "hidden_dropout_prob", "p_drop",
+         "dropout_p", "attn_drop", "proj_drop"),
+        lambda s: 0.1,
+    ),
+    **dict.fromkeys(("bias", "qkv_bias", "use_bias", "batch_first"), lambda s: True),
+    **dict.fromkeys(("layer_idx", "layer_id", "layer_number", "layer_index"), lambda s: 0),
+    **dict.fromkeys(("rope_theta", "rope_base", "rotary_base", "base"), lambda s: 10000.0),
+    **dict.fromkeys(("layer_norm_eps", "norm_eps", "rms_norm_eps", "eps"), lambda s: 1e-5),
+    **dict.fromkeys(("initializer_range",), lambda s: 0.02),
+}  # fmt: skip
+CONFIG_NAMES = ("config", "cfg", "args", "conf", "params", "hparams", "model_args", "opt")
+CONFIG_SUFFIXES = ("Config", "Args", "Cfg", "Hparams")
+
+
+def value_for(name: str, sizes: Sizes) -> object:
+    """The value the doctor gives ``name``; KeyError when it knows no value for it."""
+    if name in sizes.init:
+        return sizes.init[name]
+    return NAMES[name](sizes)
+
+
+def parse_init(items: list[str]) -> dict[str, object]:
+    """``["n_layer=2", "act='gelu'", "name=abc"]`` -> values: Python literals, else strings."""
+    values: dict[str, object] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise UsageError(f"--init wants name=value, not {item[:80]!r}")
+        try:
+            values[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            values[name] = text
+    return values
+
+
+class DoctorConfig:
+    """A config object for a module built from one: answers the names the doctor knows (and
+    those given with --init); every other name it is asked for is recorded in ``asked``."""
+
+    def __init__(self, sizes: Sizes, placeholders: Mapping[str, object] = {}) -> None:
+        self._sizes = sizes
+        self._placeholders = dict(placeholders)
+        self.asked: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return value_for(name, self._sizes)
+        except KeyError:
+            pass
+        if name in self._placeholders:
+            return self._placeholders[name]
+        self.asked.append(name)
+        raise AttributeError(name, name=name, obj=self)
+
+    def __repr__(self) -> str:
+        return f"DoctorConfig(d_model={self._sizes.d_model}, heads={self._sizes.heads})"
+
+
+def _config_class(parameter: inspect.Parameter, factory: Callable[..., object]) -> type | None:
+    """The class of a config parameter: its annotation, else the one config class (``*Config``,
+    ``*Args``) that the factory's own module defines or imports; None when there is none."""
+    annotation = parameter.annotation
+    if isinstance(annotation, type) and annotation is not inspect.Parameter.empty:
+        return None if annotation.__module__ == "builtins" else annotation
+    home = sys.modules.get(getattr(factory, "__module__", ""), None)
+    found = [
+        v
+        for k, v in vars(home).items()
+        if isinstance(v, type) and k.endswith(CONFIG_SUFFIXES) and not issubclass(v, nn.Module)
+    ] if home else []  # fmt: skip
+    if len(found) > 1:  # BertSelfAttention next to BertConfig and others: take the namesake
+        prefix = getattr(factory, "__name__", "")
+        found = [c for c in found if prefix.startswith(c.__name__.removesuffix("Config"))]
+    return found[0] if len(found) == 1 else None
+
+
+def _typed_config(cls: type, sizes: Sizes) -> object:
+    """An instance of a config class, with every field the doctor knows set by name."""
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls)]
+    else:
+        names = [n for n in inspect.signature(cls).parameters if n not in ("self", "kwargs")]
+        with contextlib.suppress(Exception):  # classes taking **kwargs declare fields on instances
+            names += [n for n in vars(cls()) if n not in names]
+    known = {n: value_for(n, sizes) for n in names if n in NAMES or n in sizes.init}
+    try:
+        return cls(**known)
+    except Exception as exc:
+        raise UsageError(
+            f"cannot build its config {cls.__name__}({', '.join(known)}): "
+            f"{type(exc).__name__}: {_first_line(exc)}"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else ""
+
+
+def constructor_kwargs(factory: Callable[..., object], sizes: Sizes) -> dict[str, object]:
+    """Keyword arguments for ``factory``, filled by parameter name; UsageError if one is left.
+
+    A required parameter the table does not know is a usage error naming it; an optional one
+    keeps its default unless --init names it.
+    """
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
@@ -66,38 +226,89 @@ def constructor_kwargs(
     for name, p in params.items():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        if name in D_MODEL_NAMES:
-            kwargs[name] = d_model
-        elif name in HEADS_NAMES:
-            kwargs[name] = heads
-        elif name in HEAD_DIM_NAMES:
-            kwargs[name] = d_model // heads
-        elif name in BOOL_TRUE_NAMES and p.default is inspect.Parameter.empty:
-            kwargs[name] = True
-        elif p.default is inspect.Parameter.empty:
+        required = p.default is inspect.Parameter.empty
+        if name in sizes.init:
+            kwargs[name] = sizes.init[name]
+        elif name in CONFIG_NAMES and required:
+            cls = _config_class(p, factory)
+            kwargs[name] = _typed_config(cls, sizes) if cls else DoctorConfig(sizes)
+        elif name in NAMES and (required or _is_size(name)):
+            kwargs[name] = value_for(name, sizes)
+        elif required:
             missing.append(name)
     if missing:
         raise UsageError(
             f"cannot build {getattr(factory, '__name__', factory)}: no value for "
-            f"{', '.join(missing)} (the doctor fills d_model/embed_dim/dim, heads/num_heads and "
-            "d_k/head_dim by name; wrap it in a factory that takes no arguments)"
+            f"{', '.join(missing)}; pass --init {missing[0]}=VALUE (the doctor fills sizes by "
+            "name: d_model/n_embd/hidden_size, heads/n_head/num_attention_heads, head_dim, ...)"
         )
     return kwargs
 
 
-def build(obj: object, d_model: int, heads: int) -> nn.Module:
-    """Instantiate a class or call a factory, turning any failure into a UsageError."""
+def _is_size(name: str) -> bool:
+    """Sizes are set even where they have defaults, so the module has the doctor's widths;
+    flags, rates and indices keep the module's own defaults."""
+    return NAMES[name] in {NAMES["d_model"], NAMES["heads"], NAMES["head_dim"]}
+
+
+def _config_reads(factory: Callable[..., object], sizes: Sizes) -> list[str]:
+    """The names the factory's source reads off its config parameter (``config.name``) that the
+    doctor has no value for, in order: so one message can name them all."""
+    init = factory.__init__ if isinstance(factory, type) else factory
+    try:
+        source = inspect.getsource(init)
+        params = inspect.signature(factory).parameters
+    except (OSError, TypeError, ValueError):
+        return []
+    reads: list[str] = []
+    for param in (p for p in params if p in CONFIG_NAMES):
+        for found in re.findall(rf"\b{param}\.(\w+)", source):
+            if found not in NAMES and found not in sizes.init and found not in reads:
+                reads.append(found)
+    return reads
+
+
+MAX_TRIES = 20  # a config object is retried once per name it asks for and the doctor lacks
+
+
+def build(obj: object, sizes: Sizes, seed: int = 0) -> nn.Module:
+    """Instantiate a class or call a factory under ``seed``; any failure is a UsageError.
+
+    A module built from a ``DoctorConfig`` that asks for names the doctor does not know is
+    retried with those names set to None, to name every one of them in a single message.
+    """
     if isinstance(obj, nn.Module):
         return obj
     if not callable(obj):
         raise UsageError(f"{obj!r} is neither an nn.Module class nor a factory")
-    kwargs = constructor_kwargs(obj, d_model, heads)
-    try:
-        module = obj(**kwargs)
-    except Exception as exc:
-        name = getattr(obj, "__name__", repr(obj))
-        raise UsageError(f"{name}(...) raised {type(exc).__name__}: {exc}") from None
+    name = getattr(obj, "__name__", repr(obj))
+    kwargs = constructor_kwargs(obj, sizes)
+    unknown: list[str] = []
+    for _ in range(MAX_TRIES):
+        try:
+            with seeded(seed):
+                module = obj(**kwargs)
+            break
+        except Exception as exc:
+            missing = getattr(exc, "name", None) if isinstance(exc, AttributeError) else None
+            asked = {a for v in kwargs.values() if isinstance(v, DoctorConfig) for a in v.asked}
+            if missing not in asked or missing in unknown:
+                if unknown:  # a placeholder None broke it: the names are what is missing
+                    break
+                reason = f"{type(exc).__name__}: {_first_line(exc)}"
+                raise UsageError(f"{name}(...) raised {reason}") from None
+            unknown.append(missing)
+            placeholders = dict.fromkeys(unknown)
+            kwargs = {
+                k: DoctorConfig(sizes, placeholders) if isinstance(v, DoctorConfig) else v
+                for k, v in kwargs.items()
+            }
+    if unknown:
+        unknown += [n for n in _config_reads(obj, sizes) if n not in unknown]
+        raise UsageError(
+            f"cannot build {name}: its config has no value for {', '.join(unknown)}; "
+            f"pass --init {unknown[0]}=VALUE for each"
+        )
     if not isinstance(module, nn.Module):
-        raise UsageError(f"{getattr(obj, '__name__', obj)} returned {type(module).__name__}, "
-                         "not an nn.Module")  # fmt: skip
+        raise UsageError(f"{name} returned {type(module).__name__}, not an nn.Module")
     return module

@@ -1,0 +1,94 @@
+"""Building a user's module as published: names from real code, config objects, --init, seeds."""
+
+import pytest
+import torch
+
+from harness import cli
+from harness.doctor.target import DoctorConfig, Sizes, build, parse_init
+from harness.errors import UsageError
+from tests import construct_config_modules as ccm
+from tests import construct_modules as cm
+
+SIZES = Sizes(d_model=32, heads=4, context=64)
+
+
+def test_required_names_from_real_code_are_filled_by_meaning():
+    module = build(cm.real_names, SIZES)
+    assert module.kwargs == dict(
+        hidden_size=32, num_attention_heads=4, attention_head_size=8, block_size=64,
+        attn_pdrop=0.1, layer_idx=0, rope_theta=1.0, dim=32, heads=4,
+    )  # fmt: skip
+
+
+def test_a_required_dropout_is_not_zero_so_dropout_left_on_shows():
+    assert build(cm.real_names, SIZES).kwargs["attn_pdrop"] > 0
+
+
+def test_init_overrides_and_fills_what_the_table_lacks():
+    sizes = Sizes(32, 4, init=parse_init(["vocab_size=11", "n_embd=16"]))
+    assert build(cm.needs_unknown, sizes).kwargs == dict(n_embd=16, vocab_size=11)
+
+
+def test_a_required_name_nobody_knows_is_named_with_the_flag_to_pass():
+    with pytest.raises(UsageError, match=r"no value for vocab_size; pass --init vocab_size=VALUE"):
+        build(cm.needs_unknown, SIZES)
+
+
+@pytest.mark.parametrize("cls", [cm.CausalSelfAttention, cm.TypedAttention])
+def test_a_config_parameter_gets_its_config_class_with_the_doctors_sizes(cls):
+    module = build(cls, SIZES)
+    assert (module.n_embd, module.n_head, module.block_size) == (32, 4, 64)
+    assert module.c_attn.weight.shape == (96, 32)
+
+
+def test_a_config_without_a_class_answers_what_it_knows_and_names_the_rest_in_one_line():
+    with pytest.raises(UsageError) as info:
+        build(ccm.ReadsManyNames, SIZES)
+    message = str(info.value)
+    assert "no value for vocab_size, norm_style" in message and "\n" not in message
+    module = build(ccm.ReadsManyNames, Sizes(32, 4, init={"vocab_size": 5, "norm_style": "pre"}))
+    assert (module.proj.in_features, module.heads, module.style) == (32, 4, "pre")
+
+
+def test_the_config_object_answers_table_names_and_init_values():
+    config = DoctorConfig(Sizes(48, 6, init={"anything": [1]}))
+    assert (config.n_embd, config.num_attention_heads, config.head_dim) == (48, 6, 8)
+    assert config.anything == [1]
+    with pytest.raises(AttributeError):
+        _ = config.not_a_size
+    assert getattr(config, "optional", "default") == "default"
+
+
+def test_construction_is_seeded_and_leaves_the_global_rng_alone():
+    state = torch.get_rng_state()
+    a, b = build(cm.TypedAttention, SIZES, seed=3), build(cm.TypedAttention, SIZES, seed=3)
+    c = build(cm.TypedAttention, SIZES, seed=4)
+    assert torch.equal(a.c_attn.weight, b.c_attn.weight)
+    assert not torch.equal(a.c_attn.weight, c.c_attn.weight)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+@pytest.mark.parametrize(
+    ("items", "words"),
+    [(["novalue"], "--init wants name=value"), (["2x=1"], "--init wants name=value")],
+)
+def test_bad_init_is_a_usage_error(items, words):
+    with pytest.raises(UsageError, match=words):
+        parse_init(items)
+
+
+def test_init_values_are_python_literals_else_strings():
+    assert parse_init(["a=1", "b=0.5", "c=True", "d=gelu", "e=(1, 2)", "f="]) == dict(
+        a=1, b=0.5, c=True, d="gelu", e=(1, 2), f=""
+    )
+
+
+def test_cli_builds_from_a_config_and_init(capsys):
+    code = cli.main(["doctor", "tests/construct_config_modules.py:ReadsManyNames", "--init",
+                     "vocab_size=5", "--init", "norm_style=pre", "--d-model", "32"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code in (0, 1) and out.startswith("attention doctor:"), err
+    code = cli.main(["doctor", "tests/construct_config_modules.py:ReadsManyNames"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "no value for vocab_size, norm_style" in err
