@@ -44,7 +44,20 @@ SEPARATE = (
 FUSED = ("c_attn", "qkv", "to_qkv", "W_qkv", "Wqkv", "w_qkv", "qkv_proj", "in_proj", "qkv_linear")
 OUTPUT = ("W_o", "w_o", "Wo", "wo", "o_proj", "out_proj", "c_proj", "to_out", "proj", "o", "out",
           "dense", "output", "fc_out", "linear_out", "out_linear")  # fmt: skip
-HEAD_ATTRS = ("n_heads", "num_heads", "heads", "n_head", "nhead", "h")
+HEAD_ATTRS = (
+    "n_heads", "num_heads", "heads", "n_head", "nhead", "h", "num_attention_heads", "head_count",
+    "n_heads_q", "num_head", "attention_heads",
+)  # fmt: skip
+
+
+def head_count(module: nn.Module) -> int:
+    """The module's head count: an attribute under a common name, or its ``config``'s; else 1."""
+    for owner in (module, getattr(module, "config", None)):
+        for name in HEAD_ATTRS:
+            value = getattr(owner, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return 1
 
 
 def _is_mask(buffer: Tensor) -> bool:
@@ -110,9 +123,7 @@ def recognize(module: nn.Module) -> Recognized | None:
         return None
     if not all(_is_mask(b) for b in inner.buffers()):  # slopes, rotary tables, ...
         return None
-    heads = next(
-        (getattr(inner, a) for a in HEAD_ATTRS if isinstance(getattr(inner, a, None), int)), 1
-    )
+    heads = head_count(inner)
     return qkv, out, heads, ", ".join(used) + f" with {heads} head(s)"
 
 

@@ -1,11 +1,15 @@
 """Building a user's module as published: names from real code, config objects, --init, seeds."""
 
+import types
+
 import pytest
 import torch
 
 from harness import cli
+from harness.doctor import Config, diagnose
 from harness.doctor.target import DoctorConfig, Sizes, build, parse_init
 from harness.errors import UsageError
+from harness.reference import head_count
 from tests import construct_config_modules as ccm
 from tests import construct_modules as cm
 
@@ -92,3 +96,29 @@ def test_cli_builds_from_a_config_and_init(capsys):
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "no value for vocab_size, norm_style" in err
+
+
+class BertStyle(torch.nn.Module):
+    """Heads under BERT's attribute name, in a config object: 4 heads, not 1."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4):
+        super().__init__()
+        self.config = types.SimpleNamespace(num_attention_heads=heads)
+        self.query, self.key, self.value = (torch.nn.Linear(d_model, d_model) for _ in range(3))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        h = self.config.num_attention_heads
+        q, k, v = (
+            f(x).view(B, T, h, -1).transpose(1, 2) for f in (self.query, self.key, self.value)
+        )
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # (B, h, T, d)
+        return y.transpose(1, 2).reshape(B, T, C)
+
+
+def test_the_head_count_is_read_under_real_names_and_from_the_config():
+    assert head_count(BertStyle(32, 4)) == 4
+    assert head_count(torch.nn.Linear(2, 2)) == 1
+    d = diagnose(BertStyle(32, 4), Config())
+    sdpa = next(f for f in d.findings if f.probe == "agrees with SDPA")
+    assert sdpa.status == "pass" and "4 head(s)" in sdpa.message, sdpa.message

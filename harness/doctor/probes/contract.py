@@ -12,7 +12,7 @@ from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.inputs import generator
-from harness.reference import HEAD_ATTRS
+from harness.reference import head_count
 from harness.runner import describe
 
 EXACT = 1e-9  # float64: differences below this are rounding
@@ -20,9 +20,7 @@ EXACT = 1e-9  # float64: differences below this are rounding
 
 def _shape_cases(subject: Subject) -> list[tuple[str, int, int]]:
     cfg = subject.config
-    heads = next((getattr(subject.module, a) for a in HEAD_ATTRS
-                  if isinstance(getattr(subject.module, a, None), int)), 1)  # fmt: skip
-    head_width = max(1, subject.d_model // max(1, heads))
+    head_width = max(1, subject.d_model // head_count(subject.module))
     return [
         ("ordinary", cfg.batch, cfg.seq_len),
         ("batch == seq_len", 3, 3),
