@@ -10,7 +10,7 @@ from torch import nn
 
 from harness.doctor.findings import Diagnosis, Finding, failed
 from harness.doctor.probes import PROBES, Probe
-from harness.doctor.subject import Config, Subject, check_signature
+from harness.doctor.subject import Config, Subject
 from harness.errors import UsageError
 from harness.runner import describe, seeded
 
@@ -39,7 +39,6 @@ def examine(name: str, probe: Probe, subject: Subject) -> Finding:
 def diagnose(module: nn.Module, config: Config | None = None, target: str = "") -> Diagnosis:
     """Run every probe on a copy of ``module``; the module itself is left as it was."""
     config = config or Config()
-    check_signature(module, config.spec is not None)
     subject = Subject(module, config)
     diagnosis = Diagnosis(target or type(module).__name__, config)
     diagnosis.findings.extend(examine(name, p, subject) for name, p in PROBES.items())

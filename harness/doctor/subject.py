@@ -122,6 +122,7 @@ class Subject:
         self.device = torch.device(config.device)
         self.takes_mask = config.spec is not None
         self.spec = config.spec
+        self.plan = plan_call(self.module, self.takes_mask)
         self.d_model = infer_d_model(self.module) or config.d_model
         if self.d_model is None:
             raise UsageError("cannot tell the module's input width: pass --d-model")
@@ -161,7 +162,7 @@ class Subject:
         mask = self.encode(keep, x.dtype)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = module(x) if mask is None else module(x, mask)
+            result = self.plan.call(module, x, mask)
         return split_output(result)
 
     def grad_of(self, x: Tensor, keep: Tensor | None, select: Callable[[Tensor], Tensor]) -> Tensor:
@@ -199,18 +200,65 @@ class Subject:
         return keep if causal is None else keep & causal
 
 
-def check_signature(module: nn.Module, takes_mask: bool) -> None:
-    """UsageError unless forward can take (x) or, when a mask is declared, (x, mask)."""
+# How real forwards name their arguments: the input (or query, key and value for
+# self-attention) and the mask. A forward is called by these names, never by position into an
+# argument of another meaning (a cross-attention input, a cache, positions).
+INPUT_NAMES = ("x", "hidden_states", "inputs", "input", "hidden", "tgt", "src", "seq",
+               "inputs_embeds", "embeddings", "features", "tokens")  # fmt: skip
+QKV_NAMES = (("query", "key", "value"), ("q", "k", "v"), ("queries", "keys", "values"))
+MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_mask", "padding_mask",
+              "src_key_padding_mask", "tgt_mask", "pad_mask", "input_mask")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """Which of forward's parameters get the input and the mask, and how."""
+
+    inputs: tuple[str, ...] = ()  # parameter names given x (query, key and value: all three)
+    mask: str | None = None  # the parameter given the mask
+    positional: bool = False  # forward(*args): x (and the mask) passed by position
+
+    def call(self, module: nn.Module, x: Tensor, mask: Tensor | None) -> object:
+        if self.positional:
+            return module(x) if mask is None else module(x, mask)
+        kwargs: dict[str, object] = dict.fromkeys(self.inputs, x)
+        if mask is not None and self.mask is not None:
+            kwargs[self.mask] = mask
+        return module(**kwargs)
+
+
+def plan_call(module: nn.Module, takes_mask: bool) -> CallPlan:
+    """How to call ``module``'s forward with x (and a mask); UsageError when it cannot be."""
     forward = as_self_attention(module).forward
     try:
-        signature = inspect.signature(forward)
+        params = dict(inspect.signature(forward).parameters)
     except (TypeError, ValueError):
-        return
-    try:
-        signature.bind(object(), object()) if takes_mask else signature.bind(object())
-    except TypeError:
-        form = "(x, mask)" if takes_mask else "(x)"
+        return CallPlan(positional=True)
+    if not params:
+        name = type(module).__name__
+        raise UsageError(f"{name}.forward() cannot be called as forward(x): it takes no input")
+    named = {n: p for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    if not named or any(p.kind is p.POSITIONAL_ONLY for p in named.values()):
+        return CallPlan(positional=True)
+    qkv = next((t for t in QKV_NAMES if all(n in named for n in t)), None)
+    first = next(iter(named))
+    inputs = qkv or (next((n for n in INPUT_NAMES if n in named), first),)
+    mask = next((n for n in MASK_NAMES if n in named), None)
+    signature = f"{type(module).__name__}.forward{inspect.signature(forward)}"
+    if takes_mask and mask is None:
         raise UsageError(
-            f"{type(module).__name__}.forward{signature} cannot be called as forward{form}"
-            + ("" if takes_mask else "; if it takes a mask, say which with --mask")
-        ) from None
+            f"{signature} cannot be called as forward(x, mask): no parameter named "
+            f"{', '.join(MASK_NAMES[:4])}, ...; drop --mask, or wrap it"
+        )
+    plan = CallPlan(inputs=inputs, mask=mask if takes_mask else None)
+    others = [
+        n for n, p in named.items()
+        if p.default is inspect.Parameter.empty and n not in plan.inputs and n != plan.mask
+    ]  # fmt: skip
+    if others:
+        hint = "" if takes_mask else "; if it takes a mask, say which with --mask"
+        raise UsageError(
+            f"{signature} cannot be called as forward(x): it needs {', '.join(others)}, which "
+            f"the doctor cannot make{hint}"
+        )
+    return plan

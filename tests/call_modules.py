@@ -1,0 +1,63 @@
+"""Forwards written the ways real code writes them, for the doctor's calling tests."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class Heads(nn.Module):
+    """Separate q/k/v/out projections and SDPA with a keep-mask; subclasses vary the forward."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4):
+        super().__init__()
+        self.n_head = heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
+
+    def attend(self, q_in: Tensor, kv_in: Tensor, keep: Tensor | None) -> Tensor:
+        B, T, C = q_in.shape
+        q, k, v = (
+            p(t).view(B, -1, self.n_head, C // self.n_head).transpose(1, 2)
+            for p, t in ((self.q_proj, q_in), (self.k_proj, kv_in), (self.v_proj, kv_in))
+        )  # (B, h, T, d)
+        mask = None if keep is None else keep[:, None]  # (B, 1, T, T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class CrossInputFirst(Heads):
+    """Whisper's order: the cross-attention input comes before the mask."""
+
+    def forward(self, x, xa=None, mask=None, kv_cache=None):
+        return self.attend(x, x if xa is None else xa, mask)
+
+
+class QueryKeyValue(Heads):
+    """forward(query, key, value, attn_mask): self-attention gets x three times."""
+
+    def forward(self, query, key, value, attn_mask=None):
+        assert query is key is value, "self-attention: one input"
+        return self.attend(query, key, attn_mask)
+
+
+class KeywordOnly(Heads):
+    """Every argument keyword-only, hidden_states first."""
+
+    def forward(self, *, hidden_states, attention_mask=None):
+        return self.attend(hidden_states, hidden_states, attention_mask)
+
+
+class NeedsPositions(Heads):
+    """A required argument the doctor cannot make."""
+
+    def forward(self, x, freqs_cis, mask=None):
+        return self.attend(x, x, mask)
+
+
+class NoMaskParameter(Heads):
+    """Takes no mask at all."""
+
+    def forward(self, x):
+        return self.attend(x, x, None)

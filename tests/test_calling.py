@@ -1,0 +1,36 @@
+"""Calling a module as published: arguments bound by name, never by position into another one."""
+
+import pytest
+
+from harness.doctor import Config, diagnose
+from harness.doctor.subject import plan_call
+from harness.errors import UsageError
+from tests import call_modules as cm
+
+
+@pytest.mark.parametrize("cls", [cm.CrossInputFirst, cm.QueryKeyValue, cm.KeywordOnly])
+def test_correct_modules_called_by_name_are_healthy_and_masked(cls):
+    d = diagnose(cls(32, 4), Config(mask="keep"))
+    assert d.healthy, d.text()
+    status = {f.probe: f.status for f in d.findings}
+    assert status["causal no-leak"] == status["padding no-leak"] == "pass"
+
+
+def test_the_mask_goes_to_its_own_parameter_not_the_cross_attention_input():
+    plan = plan_call(cm.CrossInputFirst(), takes_mask=True)
+    assert (plan.inputs, plan.mask) == (("x",), "mask")
+
+
+def test_query_key_and_value_all_get_the_input():
+    plan = plan_call(cm.QueryKeyValue(), takes_mask=True)
+    assert (plan.inputs, plan.mask) == (("query", "key", "value"), "attn_mask")
+
+
+def test_an_argument_the_doctor_cannot_make_is_named_in_one_line():
+    with pytest.raises(UsageError, match=r"it needs freqs_cis, which the doctor cannot make"):
+        plan_call(cm.NeedsPositions(), takes_mask=True)
+
+
+def test_a_declared_mask_needs_a_mask_parameter():
+    with pytest.raises(UsageError, match=r"cannot be called as forward\(x, mask\): no parameter"):
+        plan_call(cm.NoMaskParameter(), takes_mask=True)
