@@ -61,3 +61,14 @@ class NoMaskParameter(Heads):
 
     def forward(self, x):
         return self.attend(x, x, None)
+
+
+class MisleadingDim(Heads):
+    """Stores its head width as ``dim``; takes x (B, T, d_model) like any other."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4):
+        super().__init__(d_model, heads)
+        self.dim = d_model // heads
+
+    def forward(self, x):
+        return self.attend(x, x, None)

@@ -34,3 +34,8 @@ def test_an_argument_the_doctor_cannot_make_is_named_in_one_line():
 def test_a_declared_mask_needs_a_mask_parameter():
     with pytest.raises(UsageError, match=r"cannot be called as forward\(x, mask\): no parameter"):
         plan_call(cm.NoMaskParameter(), takes_mask=True)
+
+
+def test_the_input_width_is_one_the_module_runs_on_not_the_first_guess():
+    d = diagnose(cm.MisleadingDim(32, 4), Config())
+    assert d.healthy, d.text()

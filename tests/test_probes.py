@@ -228,13 +228,6 @@ def test_config_refuses_sizes_the_probes_cannot_use(options):
     Config(batch=2, seq_len=3)  # the smallest that works
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: infer_d_model reads the input width as shape[1] of the first 2-D parameter "
-    "(nn.Linear's (out, in) layout), so a module written x @ W with W (d_model, d_k) is called "
-    "with width d_k and fails every probe; the width given in Config(d_model=...) / --d-model "
-    "is ignored because the wrong inferred width takes precedence",
-)
 def test_a_module_written_x_at_w_is_called_with_its_input_width():
     d = diagnose(make(dm.MatmulParameters, 64, 4), Config(d_model=64))
     assert d.healthy, d.text()

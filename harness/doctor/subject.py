@@ -96,21 +96,24 @@ def as_self_attention(module: nn.Module) -> nn.Module:
     return MultiheadSelfAttention(module) if isinstance(module, nn.MultiheadAttention) else module
 
 
-def infer_d_model(module: nn.Module) -> int | None:
-    """The input width: an ``embed_dim``/``d_model`` attribute, else the first Linear's input."""
+def width_candidates(module: nn.Module, given: int | None = None) -> list[int]:
+    """Input widths the module may take, most likely first: a width attribute, the given one,
+    the first Linear's input, then both sides of each 2-D parameter (``x @ W`` code stores W
+    as (in, out), nn.Linear as (out, in))."""
+    found: list[int] = []
     if isinstance(getattr(module, "mha", None), nn.MultiheadAttention):
-        return module.mha.embed_dim
-    for name in ("embed_dim", "d_model", "dim", "n_embd"):
+        found.append(module.mha.embed_dim)
+    for name in ("embed_dim", "d_model", "dim", "n_embd", "hidden_size", "n_state"):
         value = getattr(module, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    for layer in module.modules():
-        if isinstance(layer, nn.Linear):
-            return layer.in_features
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            found.append(value)
+    if given is not None:
+        found.append(given)
+    found += [m.in_features for m in module.modules() if isinstance(m, nn.Linear)][:1]
     for param in module.parameters():
         if param.dim() == 2:
-            return param.shape[1]
-    return None
+            found += [param.shape[1], param.shape[0]]
+    return list(dict.fromkeys(found))
 
 
 class Subject:
@@ -123,9 +126,25 @@ class Subject:
         self.takes_mask = config.spec is not None
         self.spec = config.spec
         self.plan = plan_call(self.module, self.takes_mask)
-        self.d_model = infer_d_model(self.module) or config.d_model
-        if self.d_model is None:
+        self.d_model = self._input_width(config.d_model)
+
+    def _input_width(self, given: int | None) -> int:
+        """The first candidate width the module runs on; else the likeliest one, and the
+        probes will show what goes wrong."""
+        candidates = width_candidates(self.module, given)
+        if not candidates:
             raise UsageError("cannot tell the module's input width: pass --d-model")
+        module = self.copy()
+        for width in candidates:
+            self.d_model = width
+            try:
+                with torch.no_grad():
+                    out, _ = self.call(module, self.x(2, 3, 0), self.ordinary_keep(2, 3))
+            except Exception:
+                continue
+            if out.dim() == 3 and tuple(out.shape[:2]) == (2, 3):
+                return width
+        return candidates[0]
 
     def copy(self, dtype: torch.dtype = torch.float64) -> nn.Module:
         return copy.deepcopy(self.module).to(self.device, dtype).eval()
