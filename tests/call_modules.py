@@ -72,3 +72,28 @@ class MisleadingDim(Heads):
 
     def forward(self, x):
         return self.attend(x, x, None)
+
+
+class IgnoresItsMask(Heads):
+    """A real bug: ``scores.masked_fill(...)`` without assigning the result, so no mask acts."""
+
+    def forward(self, x, mask=None):
+        return self.attend(x, x, None)
+
+
+class KeyPaddingDrop(Heads):
+    """Takes a (B, T) key padding mask, True = padding, as nn.MultiheadAttention does."""
+
+    def forward(self, x, key_padding_mask=None):
+        keep = None if key_padding_mask is None else ~key_padding_mask[:, None, :]  # (B, 1, T)
+        keep = None if keep is None else keep.expand(-1, x.shape[1], -1)  # (B, T, T)
+        return self.attend(x, x, keep)
+
+
+class LastRowOnly(Heads):
+    """Takes a (B, T, T) keep-mask but applies its last row to every query: fine for padding,
+    where every row is the same; a future leak for a causal mask."""
+
+    def forward(self, x, mask=None):
+        keep = None if mask is None else mask[:, -1:, :].expand(-1, x.shape[1], -1)  # (B, T, T)
+        return self.attend(x, x, keep)

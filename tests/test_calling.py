@@ -1,6 +1,7 @@
 """Calling a module as published: arguments bound by name, never by position into another one."""
 
 import pytest
+import torch
 
 from harness.doctor import Config, diagnose
 from harness.doctor.subject import plan_call
@@ -39,3 +40,38 @@ def test_a_declared_mask_needs_a_mask_parameter():
 def test_the_input_width_is_one_the_module_runs_on_not_the_first_guess():
     d = diagnose(cm.MisleadingDim(32, 4), Config())
     assert d.healthy, d.text()
+
+
+@pytest.mark.parametrize(
+    ("module", "words"),
+    [
+        (cm.CrossInputFirst(32, 4), "keep (True = attend) (B, T, T)"),
+        (cm.KeyPaddingDrop(32, 4), "drop (True = blocked, as nn.MultiheadAttention) key padding"),
+        (torch.nn.MultiheadAttention(32, 4, batch_first=True), "drop (True = blocked"),
+    ],
+)
+def test_an_undeclared_mask_convention_is_detected_and_said(module, words):
+    d = diagnose(module, Config())
+    found = {f.probe: f for f in d.findings}
+    assert found["mask convention"].status == "pass" and words in found["mask convention"].message
+    assert found["padding no-leak"].status == "pass", d.text()
+    assert d.healthy, d.text()
+
+
+def test_a_mask_that_changes_nothing_is_a_failure_not_a_skip():
+    d = diagnose(cm.IgnoresItsMask(32, 4), Config())
+    found = {f.probe: f for f in d.findings}
+    assert found["mask convention"].status == "fail", d.text()
+    assert "ignored or broken" in found["mask convention"].message
+    assert not d.healthy
+
+
+def test_a_declared_convention_is_not_second_guessed():
+    d = diagnose(cm.CrossInputFirst(32, 4), Config(mask="keep"))
+    assert "mask convention" not in {f.probe for f in d.findings}
+
+
+def test_a_mask_read_right_for_padding_but_leaking_the_future_gets_no_convention():
+    d = diagnose(cm.LastRowOnly(32, 4), Config())
+    found = {f.probe: f for f in d.findings}
+    assert found["mask convention"].status == "fail", d.text()

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 from torch import nn
 
+from harness.doctor.convention import detect
 from harness.doctor.findings import Diagnosis, Finding, failed
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.subject import Config, Subject
@@ -38,8 +39,9 @@ def examine(name: str, probe: Probe, subject: Subject) -> Finding:
 
 def diagnose(module: nn.Module, config: Config | None = None, target: str = "") -> Diagnosis:
     """Run every probe on a copy of ``module``; the module itself is left as it was."""
-    config = config or Config()
+    config, detected = detect(module, config or Config())
     subject = Subject(module, config)
     diagnosis = Diagnosis(target or type(module).__name__, config)
+    diagnosis.findings.extend([detected] if detected else [])
     diagnosis.findings.extend(examine(name, p, subject) for name, p in PROBES.items())
     return diagnosis

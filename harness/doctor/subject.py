@@ -246,6 +246,15 @@ class CallPlan:
         return module(**kwargs)
 
 
+def mask_parameter(module: nn.Module) -> str | None:
+    """The name of forward's mask parameter, when it has one under a common name."""
+    try:
+        params = inspect.signature(as_self_attention(module).forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((n for n in MASK_NAMES if n in params), None)
+
+
 def plan_call(module: nn.Module, takes_mask: bool) -> CallPlan:
     """How to call ``module``'s forward with x (and a mask); UsageError when it cannot be."""
     forward = as_self_attention(module).forward

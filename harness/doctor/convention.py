@@ -1,0 +1,68 @@
+"""The mask convention of a forward that takes a mask the user did not describe, from behaviour.
+
+A module whose forward has a mask parameter is always probed with masks. When ``--mask`` is not
+given, each reading of a mask (keep, drop or additive; ``(B, T, T)``, ``(B, 1, T, T)`` or key
+padding ``(B, T)``) is tried in turn: the first under which a causal mask stops every future leak
+and a padding mask every leak from padding is the module's convention, and the doctor says so.
+When none does, the mask is ignored or broken, and that is a failure, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+
+from torch import nn
+
+from harness.doctor.findings import FAIL, PASS, Finding
+from harness.doctor.probes.leaks import _future_leak, _padding_leak
+from harness.doctor.subject import Config, Subject, mask_parameter
+from harness.masks import LAYOUTS, MEANINGS, MaskSpec
+from harness.runner import seeded
+
+NAME = "mask convention"
+CANDIDATES = tuple(MaskSpec(meaning, layout) for layout in LAYOUTS for meaning in MEANINGS)
+WORDS = {
+    "keep": "keep (True = attend)",
+    "drop": "drop (True = blocked, as nn.MultiheadAttention)",
+    "additive": "additive (0 or -inf added to the scores)",
+    "bqk": "(B, T, T)",
+    "b1qk": "(B, 1, T, T)",
+    "bk": "key padding (B, T)",
+}
+
+
+def respects(module: nn.Module, config: Config) -> bool:
+    """The module, called with masks read as ``config`` says, leaks neither future nor padding."""
+    try:
+        subject = Subject(module, config)
+        with seeded(config.seed), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if _padding_leak(subject) is not None:
+                return False
+            return config.mask_shape == "bk" or _future_leak(subject, 1.0) is None
+    except Exception:  # this reading does not even run
+        return False
+
+
+def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
+    """The config to probe with, and a finding saying what was detected (None: nothing to do)."""
+    parameter = mask_parameter(module)
+    if config.spec is not None or parameter is None:
+        return config, None
+    for spec in CANDIDATES:
+        candidate = replace(config, mask=spec.meaning, mask_shape=spec.layout)
+        if respects(module, candidate):
+            words = f"{WORDS[spec.meaning]} {WORDS[spec.layout]}"
+            flags = f"--mask {spec.meaning} --mask-shape {spec.layout}"
+            return candidate, Finding(
+                NAME, PASS, f"forward takes `{parameter}`: detected {words}; declare it: {flags}"
+            )
+    return config, Finding(
+        NAME,
+        FAIL,
+        f"forward takes `{parameter}`, but no reading of it (keep, drop or additive; (B, T, T), "
+        "(B, 1, T, T) or (B, T)) stops a causal mask leaking the future and a padding mask "
+        "leaking padding: the mask is ignored or broken (or in a form the doctor does not "
+        "make: declare it with --mask)",
+    )
