@@ -133,7 +133,8 @@ def first_nonfinite(tensor: Tensor) -> str | None:
 
 
 def cosine(a: Tensor, b: Tensor) -> float:
-    """Cosine similarity of two tensors seen as vectors (NaN when either is zero or non-finite)."""
+    """Cosine similarity of two tensors seen as vectors: NaN when the shapes differ or either is
+    non-finite; 1 when both are zero and 0 when only one is (a dead gradient points nowhere)."""
     if a.shape != b.shape:
         return float("nan")
     a, b = a.double().flatten(), b.double().flatten()
