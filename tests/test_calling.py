@@ -7,6 +7,7 @@ from harness.doctor import Config, diagnose
 from harness.doctor.subject import plan_call
 from harness.errors import UsageError
 from tests import call_modules as cm
+from tests import doctor_modules as dm
 
 
 @pytest.mark.parametrize("cls", [cm.CrossInputFirst, cm.QueryKeyValue, cm.KeywordOnly])
@@ -75,3 +76,20 @@ def test_a_mask_read_right_for_padding_but_leaking_the_future_gets_no_convention
     d = diagnose(cm.LastRowOnly(32, 4), Config())
     found = {f.probe: f for f in d.findings}
     assert found["mask convention"].status == "fail", d.text()
+
+
+def _permutation_message(module, config):
+    found = {f.probe: f for f in diagnose(module, config).findings}
+    assert found["permutation equivariance"].status == "fail"
+    return found["permutation equivariance"].message
+
+
+def test_a_causal_module_run_without_causal_is_pointed_to_causal_not_positional():
+    message = _permutation_message(dm.gpt_ok(32, 4), Config())
+    assert "pass --causal" in message and "--positional" not in message
+
+
+def test_a_module_that_looks_ahead_is_shown_the_leak_before_positional_is_offered():
+    message = _permutation_message(dm.gpt_leaky(32, 4), Config())
+    assert "output at position 0 depends on input 1" in message
+    assert message.index("depends on input") < message.index("--positional")

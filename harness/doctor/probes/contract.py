@@ -8,6 +8,7 @@ import math
 import torch
 
 from harness import metrics
+from harness.dependency import future_leak
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
@@ -111,10 +112,27 @@ def probe_permutation(subject: Subject) -> Outcome:
     diff = (out[:, perm] - out_perm).abs().nan_to_num(math.inf).max().item()
     if diff > EXACT * max(1.0, out.abs().nan_to_num(0).max().item()):
         return failed(
-            f"permuting the positions changes more than their order: max |diff| {diff:.3g} "
-            "(if the module uses positions on purpose, pass --positional)",
+            f"permuting the positions changes more than their order: max |diff| {diff:.3g}; "
+            + _order_hint(subject)
         )
     return passed("permuted input, permuted output")
+
+
+def _order_hint(subject: Subject) -> str:
+    """Why a module may not be permutation equivariant, without pointing to a flag that would
+    hide a failure: a module that never looks ahead is told about --causal (which runs the
+    causal probes), one that does is shown the evidence before --positional is offered."""
+    cfg = subject.config
+    try:  # with no mask passed: does the module itself keep outputs from looking ahead?
+        leak = future_leak(subject.bound(None), subject.x(cfg.batch, cfg.seq_len, 3), None)
+    except Exception:
+        return "if it uses positions on purpose, pass --positional; if it is causal, --causal"
+    if leak is None:
+        return "no output depends on a later input: if it masks the future, pass --causal"
+    return (
+        f"{leak}: if it is meant to be causal, that is a future leak (pass --causal to probe "
+        "it); if it uses positions on purpose (rotary, ALiBi, learned), pass --positional"
+    )
 
 
 @probe("attention weights")
