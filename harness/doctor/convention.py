@@ -9,16 +9,14 @@ When none does, the mask is ignored or broken, and that is a failure, never a si
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 
 from torch import nn
 
 from harness.doctor.findings import FAIL, PASS, Finding
 from harness.doctor.probes.leaks import _future_leak, _padding_leak
-from harness.doctor.subject import Config, Subject, mask_parameter
+from harness.doctor.subject import Config, Subject, mask_parameter, quietly_seeded
 from harness.masks import LAYOUTS, MEANINGS, MaskSpec
-from harness.runner import seeded
 
 NAME = "mask convention"
 CANDIDATES = tuple(MaskSpec(meaning, layout) for layout in LAYOUTS for meaning in MEANINGS)
@@ -36,8 +34,7 @@ def respects(module: nn.Module, config: Config) -> bool:
     """The module, called with masks read as ``config`` says, leaks neither future nor padding."""
     try:
         subject = Subject(module, config)
-        with seeded(config.seed), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with quietly_seeded(config.seed):
             if _padding_leak(subject) is not None:
                 return False
             return config.mask_shape == "bk" or _future_leak(subject, 1.0) is None

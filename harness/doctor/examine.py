@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from torch import nn
 
 from harness.doctor.convention import detect
 from harness.doctor.findings import Diagnosis, Finding, failed
 from harness.doctor.probes import PROBES, Probe
-from harness.doctor.subject import Config, Subject
+from harness.doctor.subject import Config, Subject, quietly_seeded
 from harness.errors import UsageError
-from harness.runner import describe, seeded
-
-
-@contextmanager
-def _isolated(seed: int) -> Iterator[None]:
-    """Each probe starts from the same seeded RNG, so a module that samples gives the same
-    evidence whichever probes ran before; warnings are the probes' own business."""
-    with seeded(seed), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+from harness.runner import describe
 
 
 def examine(name: str, probe: Probe, subject: Subject) -> Finding:
     """One probe's finding; a probe that raises fails with the exception as its evidence."""
     try:
-        with _isolated(subject.config.seed):
+        with quietly_seeded(subject.config.seed):
             outcome = probe(subject)
     except UsageError:
         raise

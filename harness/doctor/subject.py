@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -24,7 +25,17 @@ from harness.masks import (
     encode,
     keep_mask,
 )
-from harness.runner import split_output
+from harness.runner import seeded, split_output
+
+
+@contextmanager
+def quietly_seeded(seed: int) -> Iterator[None]:
+    """A block that starts from the seeded RNG (restored afterwards), with warnings silenced: a
+    module that samples gives the same evidence whatever ran before; warnings are not findings."""
+    with seeded(seed), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
 
 MASKS = (*MEANINGS, "none")  # --mask: a meaning, or none when the module takes no mask
 MASK_SHAPES = LAYOUTS
@@ -252,6 +263,11 @@ def mask_parameter(module: nn.Module) -> str | None:
         params = inspect.signature(as_self_attention(module).forward).parameters
     except (TypeError, ValueError):
         return None
+    return _mask_name(params)
+
+
+def _mask_name(params: Mapping[str, object]) -> str | None:
+    """The first common mask name among a forward's parameters."""
     return next((n for n in MASK_NAMES if n in params), None)
 
 
@@ -271,7 +287,7 @@ def plan_call(module: nn.Module, takes_mask: bool) -> CallPlan:
     qkv = next((t for t in QKV_NAMES if all(n in named for n in t)), None)
     first = next(iter(named))
     inputs = qkv or (next((n for n in INPUT_NAMES if n in named), first),)
-    mask = next((n for n in MASK_NAMES if n in named), None)
+    mask = _mask_name(named)
     signature = f"{type(module).__name__}.forward{inspect.signature(forward)}"
     if takes_mask and mask is None:
         raise UsageError(

@@ -72,28 +72,31 @@ class Sizes:
 
 
 # The names real constructors and config objects use for each size, and the value each gets.
+D_MODEL_NAMES = (
+    "d_model", "embed_dim", "dim", "n_embd", "n_embed", "hidden_size", "hidden_dim", "n_state",
+    "model_dim", "query_dim", "input_dim", "d_in", "emb_dim", "embedding_dim", "embed_size",
+    "n_channels", "channels", "width", "n_feat", "in_features",
+)  # fmt: skip
+HEADS_NAMES = (
+    "heads", "n_heads", "num_heads", "n_head", "nhead", "h", "num_attention_heads", "head_count",
+    "num_head", "n_heads_q", "attention_heads",
+)  # fmt: skip
+HEAD_DIM_NAMES = (
+    "d_k", "d_v", "head_dim", "d_head", "dim_head", "head_size", "attention_head_size",
+    "kv_channels", "head_dim_v", "dim_per_head",
+)  # fmt: skip
+# Sizes are set even where they have defaults, so the module has the doctor's widths; flags,
+# rates and indices keep the module's own defaults.
+SIZE_NAMES = frozenset((*D_MODEL_NAMES, *HEADS_NAMES, *HEAD_DIM_NAMES))
 NAMES: dict[str, Callable[[Sizes], object]] = {
-    **dict.fromkeys(
-        ("d_model", "embed_dim", "dim", "n_embd", "n_embed", "hidden_size", "hidden_dim",
-         "n_state", "model_dim", "query_dim", "input_dim", "d_in", "emb_dim", "embedding_dim",
-         "embed_size", "n_channels", "channels", "width", "n_feat", "in_features"),
-        lambda s: s.d_model,
-    ),
-    **dict.fromkeys(
-        ("heads", "n_heads", "num_heads", "n_head", "nhead", "h", "num_attention_heads",
-         "head_count", "num_head", "n_heads_q", "attention_heads"),
-        lambda s: s.heads,
-    ),
+    **dict.fromkeys(D_MODEL_NAMES, lambda s: s.d_model),
+    **dict.fromkeys(HEADS_NAMES, lambda s: s.heads),
     **dict.fromkeys(
         ("num_key_value_heads", "n_kv_heads", "kv_heads", "num_kv_heads", "n_kv_head",
          "n_query_groups", "num_key_value_groups"),
         lambda s: s.heads,
     ),
-    **dict.fromkeys(
-        ("d_k", "d_v", "head_dim", "d_head", "dim_head", "head_size", "attention_head_size",
-         "kv_channels", "head_dim_v", "dim_per_head"),
-        lambda s: s.d_model // s.heads,
-    ),
+    **dict.fromkeys(HEAD_DIM_NAMES, lambda s: s.d_model // s.heads),
     **dict.fromkeys(
         ("d_out", "dim_out", "out_dim", "output_dim", "out_features"), lambda s: s.d_model
     ),
@@ -232,7 +235,7 @@ def constructor_kwargs(factory: Callable[..., object], sizes: Sizes) -> dict[str
         elif name in CONFIG_NAMES and required:
             cls = _config_class(p, factory)
             kwargs[name] = _typed_config(cls, sizes) if cls else DoctorConfig(sizes)
-        elif name in NAMES and (required or _is_size(name)):
+        elif name in NAMES and (required or name in SIZE_NAMES):
             kwargs[name] = value_for(name, sizes)
         elif required:
             missing.append(name)
@@ -243,12 +246,6 @@ def constructor_kwargs(factory: Callable[..., object], sizes: Sizes) -> dict[str
             "name: d_model/n_embd/hidden_size, heads/n_head/num_attention_heads, head_dim, ...)"
         )
     return kwargs
-
-
-def _is_size(name: str) -> bool:
-    """Sizes are set even where they have defaults, so the module has the doctor's widths;
-    flags, rates and indices keep the module's own defaults."""
-    return NAMES[name] in {NAMES["d_model"], NAMES["heads"], NAMES["head_dim"]}
 
 
 def _config_reads(factory: Callable[..., object], sizes: Sizes) -> list[str]:
