@@ -29,7 +29,7 @@ from harness.devices import (
     resolve_device,
     resolve_dtype,
 )
-from harness.doctor import MASK_SHAPES, MASKS, Config, diagnose
+from harness.doctor import MASK_SHAPES, MASKS, TIMEOUT, Config, UserCodeError, diagnose, guarded
 from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
 from harness.errors import UsageError
@@ -111,6 +111,13 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
     doctor.add_argument("--strict", action="store_true", help="warnings fail too")
     doctor.add_argument("--json", action="store_true", help="print JSON instead of text")
     doctor.add_argument("--report", type=Path, help="also write a markdown report here")
+    doctor.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT,
+        metavar="SECONDS",
+        help=f"time limit of each probe, and of building the module ({TIMEOUT:g}; 0: none)",
+    )
 
 
 def add_grid_options(parser: argparse.ArgumentParser) -> None:
@@ -241,14 +248,20 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init))
     if args.report is not None:
         ensure_writable(args.report.parent if str(args.report.parent) else Path("."))
+    if not args.timeout >= 0:  # NaN too
+        raise UsageError("--timeout must be a number of seconds >= 0 (0: no limit)")
     config = Config(
         mask=args.mask, causal=args.causal, mask_shape=args.mask_shape,
         mask_dtype=args.mask_dtype, positional=args.positional, strict=args.strict,
         batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, device=str(device),
         seed=args.seed,
     )  # fmt: skip
-    module = build_target(load_object(args.target), sizes, args.seed)
-    diagnosis = diagnose(module, config, args.target)
+    try:  # importing and building run the user's code too
+        with guarded(args.timeout):
+            module = build_target(load_object(args.target), sizes, args.seed)
+    except UserCodeError as exc:
+        raise UsageError(f"building {args.target} stopped: it {exc}") from None
+    diagnosis = diagnose(module, config, args.target, args.timeout)
     if args.report is not None:
         write_atomically(args.report, diagnosis.markdown())
     return (diagnosis.to_json() if args.json else diagnosis.text()), diagnosis.exit_code

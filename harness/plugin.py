@@ -41,16 +41,29 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
     """Diagnose a self-attention module; assert that it is healthy.
 
     Call it with the module and the doctor's options (``mask``, ``causal``, ``mask_shape``,
-    ``mask_dtype``, ``positional``, ``strict``, ``batch``, ``seq_len``, ``device``). It returns
-    the Diagnosis when healthy and raises an AssertionError listing the findings otherwise.
+    ``mask_dtype``, ``positional``, ``strict``, ``batch``, ``seq_len``, ``device``, and
+    ``timeout``: seconds per probe). It returns the Diagnosis when healthy and raises an
+    AssertionError listing the findings otherwise. Bad options (an unknown one, a device that is
+    not available here) fail the test with one line, before any probe runs.
     """
-    from harness.doctor import Config, diagnose
+    from dataclasses import fields
+
+    from harness.doctor import TIMEOUT, Config, diagnose
+    from harness.errors import UsageError
 
     strict_default = request.config.getoption("--attention-doctor-strict")
 
-    def check(module: nn.Module, **options: object) -> Diagnosis:
+    def check(module: nn.Module, timeout: float | None = TIMEOUT, **options: object) -> Diagnosis:
+        __tracebackhide__ = True  # a failure points at the test, not into the plugin
         options.setdefault("strict", strict_default)
-        diagnosis = diagnose(module, Config(**options), type(module).__name__)
+        unknown = sorted(set(options) - {f.name for f in fields(Config)})
+        if unknown:
+            known = ", ".join([*(f.name for f in fields(Config)), "timeout"])
+            pytest.fail(f"attention_doctor: no option {unknown[0]!r}; use {known}", pytrace=False)
+        try:
+            diagnosis = diagnose(module, Config(**options), type(module).__name__, timeout)
+        except UsageError as exc:  # bad input, as the command line reports it: one line
+            raise pytest.fail.Exception(f"attention_doctor: {exc}", pytrace=False) from None
         if not diagnosis.healthy:
             raise AttentionDoctorFailure(diagnosis.text())
         return diagnosis

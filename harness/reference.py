@@ -41,7 +41,25 @@ SEPARATE = (
     ("linear_q", "linear_k", "linear_v"),
     ("query_proj", "key_proj", "value_proj"),
 )
-FUSED = ("c_attn", "qkv", "to_qkv", "W_qkv", "Wqkv", "w_qkv", "qkv_proj", "in_proj", "qkv_linear")
+QUERY_AND_KV = (
+    ("to_q", "to_kv"), ("q_proj", "kv_proj"), ("q", "kv"), ("query", "key_value"), ("wq", "wkv"),
+    ("W_q", "W_kv"), ("q_lin", "kv_lin"), ("q_linear", "kv_linear"),
+)  # fmt: skip
+FUSED = (
+    "c_attn",
+    "qkv",
+    "to_qkv",
+    "W_qkv",
+    "Wqkv",
+    "w_qkv",
+    "qkv_proj",
+    "in_proj",
+    "qkv_linear",
+    "in_proj_qkv",
+    "query_key_value",
+    "Wqkv_proj",
+    "attn",
+)
 OUTPUT = ("W_o", "w_o", "Wo", "wo", "o_proj", "out_proj", "c_proj", "to_out", "proj", "o", "out",
           "dense", "output", "fc_out", "linear_out", "out_linear")  # fmt: skip
 HEAD_ATTRS = (
@@ -68,63 +86,136 @@ def _is_mask(buffer: Tensor) -> bool:
     return bool(((finite == 0) | (finite == 1)).all()) and not bool((buffer == math.inf).any())
 
 
-Recognized = tuple[Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], nn.Module | None, int, str]
+Project = Callable[[Tensor], Tensor]
+Recognized = tuple[Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], Project | None, int, str]
+PASSIVE = (nn.Dropout, nn.Identity)  # layers that do nothing in eval mode
 
 
-def recognize(module: nn.Module) -> Recognized | None:
-    """(q/k/v function, output projection, heads, description), or None when not recognized.
+def _is_projection(child: nn.Module) -> bool:
+    """nn.Linear; a Conv1D-style layer (transformers' GPT-2: a weight (in, out) and a bias); or
+    an nn.Sequential of one of those and layers that do nothing in eval mode (Dropout)."""
+    if isinstance(child, nn.Linear):
+        return True
+    if type(child).__name__ == "Conv1D" and getattr(child, "weight", None) is not None:
+        return child.weight.dim() == 2
+    if isinstance(child, nn.Sequential):
+        active = [m for m in child if not isinstance(m, PASSIVE)]
+        return len(active) == 1 and _is_projection(active[0])
+    return False
 
-    Recognized only when those projections are all of the module's parameters, so a module
-    with anything else (norms, rotary tables, gates) is not compared.
-    """
-    inner = (
-        module.mha if isinstance(getattr(module, "mha", None), nn.MultiheadAttention) else module
-    )
-    if isinstance(inner, nn.MultiheadAttention):
-        d = inner.embed_dim
 
-        def qkv_mha(x):
-            return F.linear(x, inner.in_proj_weight, inner.in_proj_bias).split(d, dim=-1)
+def _bare(weight: Tensor, transpose: bool, bias: Tensor | None = None) -> Project:
+    """A projection by a bare weight: ``x @ W.T`` as nn.Linear stores it, or ``x @ W``."""
+    return lambda x: F.linear(x, weight if transpose else weight.T, bias)
 
-        return (
-            qkv_mha,
-            inner.out_proj,
-            inner.num_heads,
-            "nn.MultiheadAttention's in_proj and out_proj",
-        )
-    linears = {n: m for n, m in inner.named_children() if isinstance(m, nn.Linear)}
-    qkv, used = None, []
+
+def _projections(module: nn.Module, transpose: bool) -> dict[str, tuple[Project, list[Tensor]]]:
+    """Every projection of ``module`` by name, with the parameters it uses: projection layers
+    among its children, bare 2-D weights (read as (out, in) when ``transpose``, else (in, out)),
+    and ``in_proj_weight`` with its bias, stored (out, in) as nn.MultiheadAttention does."""
+    found: dict[str, tuple[Project, list[Tensor]]] = {}
+    for name, child in module.named_children():
+        if _is_projection(child):
+            found[name] = (child, list(child.parameters()))
+    params = dict(module.named_parameters(recurse=False))
+    for name, weight in params.items():
+        if weight.dim() == 2 and name != "in_proj_weight":
+            found[name] = (_bare(weight, transpose), [weight])
+    if "in_proj_weight" in params:
+        bias = params.get("in_proj_bias")
+        used = [params["in_proj_weight"], *([bias] if bias is not None else [])]
+        found["in_proj"] = (_bare(params["in_proj_weight"], True, bias), used)
+    return found
+
+
+def _heads_list(module: nn.Module) -> tuple[str, list[Recognized]] | None:
+    """A ModuleList of single-head attentions (each with its own q, k and v), recognized."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.ModuleList) and len(child) > 0:
+            each = [_recognize_one(head, True) for head in child]
+            if all(r is not None and r[1] is None and r[2] == 1 for r in each):
+                return name, each  # type: ignore[return-value]
+    return None
+
+
+def _recognize_one(module: nn.Module, transpose: bool) -> Recognized | None:
+    """The recognized projections of ``module`` with bare weights read one way, or None."""
+    found = _projections(module, transpose)
+    qkv, used, heads = None, [], None
     for names in SEPARATE:
-        if all(n in linears for n in names):
-            q, k, v = (linears[n] for n in names)
+        if all(n in found for n in names):
+            q, k, v = (found[n][0] for n in names)
 
             def qkv(x, q=q, k=k, v=v):
                 return q(x), k(x), v(x)
 
             used = list(names)
             break
-    if qkv is None:
-        for name in FUSED:
-            if name in linears and linears[name].out_features % 3 == 0:
-                fused = linears[name]
+    for q_name, kv_name in QUERY_AND_KV if qkv is None else ():
+        if q_name in found and kv_name in found:
+            q, kv = found[q_name][0], found[kv_name][0]
 
-                def qkv(x, fused=fused):
-                    return fused(x).chunk(3, dim=-1)
+            def qkv(x, q=q, kv=kv):
+                return (q(x), *kv(x).chunk(2, dim=-1))
 
-                used = [name]
-                break
+            used = [q_name, kv_name]
+            break
+    for name in FUSED if qkv is None else ():
+        if name in found:
+            fused = found[name][0]
+
+            def qkv(x, fused=fused):
+                return fused(x).chunk(3, dim=-1)
+
+            used = [name]
+            break
+    if qkv is None and (listed := _heads_list(module)) is not None:
+        name, each = listed
+
+        def qkv(x, each=each):
+            parts = [r[0](x) for r in each]  # per head: (q, k, v)
+            return tuple(torch.cat([p[i] for p in parts], dim=-1) for i in range(3))
+
+        used, heads = [name], len(each)
+        found[name] = (None, list(module.get_submodule(name).parameters()))  # type: ignore[assignment]
     if qkv is None:
         return None
-    out = next((linears[n] for n in OUTPUT if n in linears), None)
-    if out is not None:
-        used.append(next(n for n in OUTPUT if n in linears))
-    covered = {id(p) for n in used for p in linears[n].parameters()}
-    if any(id(p) not in covered for p in inner.parameters()):
+    out_name = next((n for n in OUTPUT if n in found and n not in used), None)
+    out = None if out_name is None else found[out_name][0]
+    used += [out_name] if out_name else []
+    covered = {id(p) for n in used for p in found[n][1]}
+    if any(id(p) not in covered for p in module.parameters()):
         return None
-    if not all(_is_mask(b) for b in inner.buffers()):  # slopes, rotary tables, ...
+    if not all(_is_mask(b) for b in module.buffers()):  # slopes, rotary tables, ...
         return None
-    heads = head_count(inner)
+    heads = heads or head_count(module)
     return qkv, out, heads, ", ".join(used) + f" with {heads} head(s)"
+
+
+def recognize(module: nn.Module) -> list[Recognized]:
+    """Every reading of the module's projections: (q/k/v function, output projection, heads,
+    description); empty when they are not recognized.
+
+    Recognized only when those projections are all of the module's parameters, so a module
+    with anything else (norms, rotary tables, gates) is not compared. Square bare weights can be
+    read (out, in) or (in, out): both readings are given, the (out, in) one first.
+    """
+    inner = (
+        module.mha if isinstance(getattr(module, "mha", None), nn.MultiheadAttention) else module
+    )
+    if isinstance(inner, nn.MultiheadAttention):
+        if inner.bias_k is not None or inner.add_zero_attn or not inner._qkv_same_embed_dim:
+            return []  # an extra key, or separate weights: not plain SDPA
+        d = inner.embed_dim
+
+        def qkv_mha(x):
+            return F.linear(x, inner.in_proj_weight, inner.in_proj_bias).split(d, dim=-1)
+
+        described = "nn.MultiheadAttention's in_proj and out_proj"
+        return [(qkv_mha, inner.out_proj, inner.num_heads, described)]
+    readings = [_recognize_one(inner, transpose) for transpose in (True, False)]
+    bare = any(p.dim() == 2 for p in inner.parameters(recurse=False))
+    return [r for r in readings[: 2 if bare else 1] if r is not None]
 
 
 def attend(
@@ -139,7 +230,12 @@ def attend(
     """
     qkv, out_proj, heads, _ = found
     B, T, _ = x.shape
-    q, k, v = (t.reshape(B, T, heads, -1).transpose(1, 2) for t in qkv(x))  # (B, h, T, d)
+    q, k, v = qkv(x)
+    q = q.reshape(B, T, heads, -1).transpose(1, 2)  # (B, h, T, d)
+    k = k.reshape(B, T, -1, q.shape[-1]).transpose(1, 2)  # (B, h_kv, T, d): fewer with GQA
+    v = v.reshape(B, T, k.shape[1], -1).transpose(1, 2)  # (B, h_kv, T, d_v)
+    if k.shape[1] != heads:  # grouped-query heads: each key/value head serves a group
+        k, v = (t.repeat_interleave(heads // k.shape[1], dim=1) for t in (k, v))
     mask = None if keep is None else keep[:, None].to(x.device)  # (B, 1, T, T)
     out = kernel(q, k, v, attn_mask=mask)  # (B, h, T, d)
     out = out.transpose(1, 2).reshape(B, T, -1)  # (B, T, h * d)
@@ -163,9 +259,10 @@ def agreement(
     """
     with exact_float32(device), torch.no_grad():
         ref64, low = as_dtype(module, device, torch.float64), as_dtype(module, device, dtype)
-        found64, found_low = recognize(ref64), recognize(low)
-        if found64 is None or found_low is None:
+        found64, found_low = recognize(ref64)[:1], recognize(low)[:1]
+        if not found64 or not found_low:
             raise ValueError(f"{type(module).__name__}: its projections are not recognized")
+        found64, found_low = found64[0], found_low[0]
         ref = attend(found64, x.to(device), keep)
         x_low = x.to(device, dtype)
         floor = max(

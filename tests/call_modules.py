@@ -49,11 +49,31 @@ class KeywordOnly(Heads):
         return self.attend(hidden_states, hidden_states, attention_mask)
 
 
-class NeedsPositions(Heads):
+class NeedsCache(Heads):
     """A required argument the doctor cannot make."""
 
-    def forward(self, x, freqs_cis, mask=None):
+    def forward(self, x, kv_cache, mask=None):
         return self.attend(x, x, mask)
+
+
+class MetaRotary(Heads):
+    """Meta's Llama order: forward(x, start_pos, freqs_cis, mask) with complex tables."""
+
+    def forward(self, x, freqs_cis, mask=None, start_pos=0):
+        _, T, C = x.shape
+        assert freqs_cis.is_complex() and freqs_cis.shape == (T, C // self.n_head // 2)
+        angle = freqs_cis.angle()[:, :1].to(x.dtype)  # (T, 1): a position-dependent input
+        return self.attend(x * angle.cos(), x, mask)
+
+
+class TransformersRotary(Heads):
+    """transformers' order: forward(hidden_states, position_embeddings, attention_mask)."""
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None):
+        cos, sin = position_embeddings
+        B, T, C = hidden_states.shape
+        assert cos.shape == sin.shape == (B, T, C // self.n_head)
+        return self.attend(hidden_states * cos[..., :1], hidden_states, attention_mask)
 
 
 class NoMaskParameter(Heads):

@@ -29,8 +29,16 @@ def test_query_key_and_value_all_get_the_input():
 
 
 def test_an_argument_the_doctor_cannot_make_is_named_in_one_line():
-    with pytest.raises(UsageError, match=r"it needs freqs_cis, which the doctor cannot make"):
-        plan_call(cm.NeedsPositions(), takes_mask=True)
+    with pytest.raises(UsageError, match=r"it needs kv_cache, which the doctor cannot make"):
+        plan_call(cm.NeedsCache(), takes_mask=True)
+
+
+@pytest.mark.parametrize("module", [cm.MetaRotary, cm.TransformersRotary])
+def test_rotary_tables_are_made_in_the_form_the_forward_names_and_mark_it_positional(module):
+    d = diagnose(module(32, 4), Config())
+    found = {f.probe: f for f in d.findings}
+    assert d.healthy, d.text()
+    assert "rotary" in found["permutation equivariance"].message, d.text()
 
 
 def test_a_declared_mask_needs_a_mask_parameter():

@@ -2,15 +2,19 @@
 
 import io
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from harness import cli, devices
 from harness.catalogue import registry
+from harness.doctor import guard
 from harness.progress import Progress
+from tests import misbehaving_modules
 
 
 def run_cli(capsys, *argv):
@@ -123,3 +127,57 @@ def test_progress_draws_on_a_terminal_after_the_delay():
         bar.step("first")
         bar.step("second")
     assert "1/2 second" in stream.getvalue()
+
+
+# The doctor on modules whose code exits, prints, hangs, interrupts or changes global settings:
+# its exit status (0, 1, 2; 130 on Ctrl-C) and its --json stay its own.
+MISBEHAVING = Path(misbehaving_modules.__file__).resolve()
+
+
+def run_doctor(capsys, name, *flags):
+    return run_cli(capsys, "doctor", f"{MISBEHAVING}:{name}", "--d-model", "16", *flags)
+
+
+def test_doctor_json_stays_json_when_the_module_prints(capsys):
+    code, out, err = run_doctor(capsys, "Prints", "--json")
+    assert json.loads(out)["healthy"] and code == 0 and err == ""
+
+
+def test_doctor_exit_when_built_is_one_usage_line(capsys):
+    code, out, err = run_doctor(capsys, "ExitsInInit")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "stopped: it calls sys.exit(3)" in err
+
+
+def test_doctor_exit_in_forward_fails_with_the_doctors_own_status(capsys):
+    code, out, _ = run_doctor(capsys, "ExitsInForward", "--json")
+    findings = json.loads(out)["findings"]
+    assert code == 1 and [f["message"] for f in findings] == ["calls sys.exit(0)"]
+
+
+def test_doctor_ctrl_c_is_exit_130_and_writes_no_report(capsys, tmp_path):
+    report = tmp_path / "doctor.md"
+    code, out, err = run_doctor(capsys, "Interrupted", "--report", str(report))
+    assert code == 130 and out == "" and err.strip() == "python -m harness: interrupted"
+    assert not report.exists()
+
+
+@pytest.fixture
+def settings_kept(monkeypatch):
+    monkeypatch.chdir(os.getcwd())
+    saved = guard.snapshot()  # a safety net: no other test inherits a change if this one fails
+    yield
+    guard.restore(saved)
+
+
+def test_doctor_leaves_global_settings_as_they_were(capsys, settings_kept):
+    before = misbehaving_modules.global_settings()
+    code, out, _ = run_doctor(capsys, "ChangesGlobals", "--json")  # when built and in forward
+    assert code in (0, 1) and json.loads(out)["findings"]
+    assert misbehaving_modules.global_settings() == before
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "soon"])
+def test_doctor_bad_timeout_is_a_usage_error(capsys, value):
+    code, out, err = run_doctor(capsys, "Plain", "--timeout", value)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--timeout" in err

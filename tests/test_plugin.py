@@ -31,6 +31,43 @@ def test_fixture_passes_healthy_and_fails_buggy_with_the_findings(pytester, requ
     )
 
 
+BAD_CALLS = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from tests import misbehaving_modules as mm
+
+    def test_absent_device(attention_doctor):
+        attention_doctor(mm.Plain(16), device="cuda:99")
+
+    def test_unknown_option(attention_doctor):
+        attention_doctor(mm.Plain(16), colour="blue")
+
+    def test_hangs(attention_doctor):
+        attention_doctor(mm.Hangs(16), timeout=1)
+    """
+)
+
+
+def test_fixture_reports_bad_options_in_one_line_and_keeps_the_time_limit(pytester, request):
+    pytester.makepyfile(BAD_CALLS.format(root=str(request.config.rootpath)))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_absent_device _*",
+            "attention_doctor: device 'cuda:99' *",
+            "*_ test_unknown_option _*",
+            "attention_doctor: no option 'colour'; use mask, *, timeout",
+            "*_ test_hangs _*",
+            "*FAIL  calling the module*did not finish within 1 s*",
+        ]
+    )
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if " test_absent_device " in line)
+    assert lines[start + 2].startswith("___")  # one line: no traceback, no probe ran
+
+
 def test_strict_option_is_registered(pytester):
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(["*attention doctor*", "*--attention-doctor-strict*"])

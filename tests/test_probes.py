@@ -72,6 +72,25 @@ def test_a_slightly_wrong_scale_disagrees_with_sdpa():
     assert 1e-6 < diff < 1e-2  # off by a small relative amount, not by a mile
 
 
+@pytest.mark.parametrize(
+    ("pitfall", "words"),
+    [
+        ("scale_d_model", "a 1/sqrt(d_model) scale"),
+        ("softmax_dim", "softmax over the batch"),
+        ("missing_scale", "no scale at all"),
+    ],
+)
+def test_a_disagreement_names_the_catalogue_trap_it_reproduces(pitfall, words):
+    f = probe(*catalogue(pitfall), "agrees with SDPA")
+    assert f.status == FAIL and f"behaves like {words}" in f.message, f
+    assert f.message.endswith(f": {pitfall}"), f
+
+
+def test_a_disagreement_no_trap_explains_says_so_with_the_nearest():
+    f = probe(make(dm.einsum_nearly_scaled, 64, 4), KEEP, "agrees with SDPA")
+    assert "no known trap matches (nearest:" in f.message, f
+
+
 def test_sdpa_tolerance_is_relative_to_the_output_scale():
     """Outputs near 1e12 carry float64 rounding near 1e-4: still agreement."""
     f = probe(make(dm.einsum_huge_output, 64, 4), KEEP, "agrees with SDPA")
@@ -151,7 +170,8 @@ def test_padding_leak_names_the_padded_input_it_reads():
     """The last key is never masked: the leak is from input 7, which is padding there."""
     f = probe(make(dm.LastKeyUnmasked, 64, 4), KEEP, "padding no-leak")
     assert f.status == FAIL, f
-    match = re.search(r"real outputs of sequence (\d+) depend on padded input (\d+):", f.message)
+    pattern = r"real output \d+ of sequence (\d+) depends on padded input (\d+):"
+    match = re.search(pattern, f.message)
     assert match and int(match.group(1)) > 0 and int(match.group(2)) == 7, f
 
 
@@ -205,16 +225,26 @@ def test_a_module_in_training_mode_is_probed_in_eval_mode():
 def test_float16_overflow_before_the_scale_is_a_warning():
     module, config = catalogue("qk_overflow_half")
     f = probe(module, config, "float16 robustness")
-    assert f.status == WARN and "SDPA on the same projections stays finite" in f.message, f
+    assert f.status == WARN and "qk_overflow_half" in f.message, f
     assert probe(module, config, "bfloat16 robustness").status == PASS
     fixed = probe(*catalogue("qk_overflow_half", "fixed"), "float16 robustness")
     assert fixed.status == PASS, fixed
 
 
+def test_a_module_worse_than_sdpa_in_bfloat16_fails():
+    """Adding 256 and taking it away is exact in float64; in bfloat16 it rounds the output to
+    steps of 2, far beyond SDPA's own bfloat16 error on the same projections."""
+    module = make(dm.einsum_ok, 64, 4)
+    module.register_forward_hook(lambda m, args, out: ((out[0] + 256) - 256, out[1]))
+    f = probe(module, KEEP, "bfloat16 robustness")
+    assert f.status == FAIL and "beyond 2x the floor" in f.message, f
+    assert probe(make(dm.einsum_ok, 64, 4), KEEP, "bfloat16 robustness").status == PASS
+
+
 def test_an_error_in_float16_only_is_a_failure():
     module, config = catalogue("fill_overflow_half")
     f = probe(module, config, "float16 robustness")
-    assert f.status == FAIL and f.message.startswith("raises:"), f
+    assert f.status == FAIL and f.message.startswith("raises under torch.autocast"), f
     assert probe(module, config, "bfloat16 robustness").status == PASS
 
 

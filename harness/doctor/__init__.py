@@ -5,14 +5,17 @@ family, each registered by name) -> findings (Finding, Diagnosis and its renderi
 
 Every probe runs on a private float64 copy in eval mode (low-precision probes on a copy in that
 dtype), so a gradient that should be zero is exactly zero and the user's module is never touched:
-its weights, training mode and the global RNG state are the same afterwards.
+its weights, training mode and the global RNG state are the same afterwards. Its code runs
+inside guard.guarded(): what it prints is captured, sys.exit and hanging fail the step, and
+torch's global settings are restored.
 """
 
 from harness.doctor.examine import diagnose
 from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding
+from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.subject import MASK_SHAPES, MASKS, Config
 
 __all__ = [
-    "FAIL", "MASKS", "MASK_SHAPES", "PASS", "SKIP", "WARN",
-    "Config", "Diagnosis", "Finding", "diagnose",
+    "FAIL", "MASKS", "MASK_SHAPES", "PASS", "SKIP", "TIMEOUT", "WARN",
+    "Config", "Diagnosis", "Finding", "UserCodeError", "diagnose", "guarded",
 ]  # fmt: skip

@@ -14,9 +14,11 @@ from dataclasses import replace
 from torch import nn
 
 from harness.doctor.findings import FAIL, PASS, Finding
-from harness.doctor.probes.leaks import _future_leak, _padding_leak
+from harness.doctor.probes.leaks import _future_leak, _padding_leak, _responds
 from harness.doctor.subject import Config, Subject, mask_parameter, quietly_seeded
+from harness.errors import UsageError
 from harness.masks import LAYOUTS, MEANINGS, MaskSpec
+from harness.runner import describe
 
 NAME = "mask convention"
 CANDIDATES = tuple(MaskSpec(meaning, layout) for layout in LAYOUTS for meaning in MEANINGS)
@@ -31,15 +33,13 @@ WORDS = {
 
 
 def respects(module: nn.Module, config: Config) -> bool:
-    """The module, called with masks read as ``config`` says, leaks neither future nor padding."""
-    try:
-        subject = Subject(module, config)
-        with quietly_seeded(config.seed):
-            if _padding_leak(subject) is not None:
-                return False
-            return config.mask_shape == "bk" or _future_leak(subject, 1.0) is None
-    except Exception:  # this reading does not even run
-        return False
+    """The module, called with masks read as ``config`` says, leaks neither future nor padding,
+    and its real outputs still respond to the real inputs. Raises when it does not run."""
+    subject = Subject(module, config)
+    with quietly_seeded(config.seed):
+        if _padding_leak(subject) is not None or not _responds(subject):
+            return False
+        return config.mask_shape == "bk" or _future_leak(subject, 1.0) is None
 
 
 def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
@@ -47,14 +47,27 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
     parameter = mask_parameter(module)
     if config.spec is not None or parameter is None:
         return config, None
+    errors: list[str] = []
     for spec in CANDIDATES:
         candidate = replace(config, mask=spec.meaning, mask_shape=spec.layout)
-        if respects(module, candidate):
+        small = replace(candidate, batch=min(config.batch, 4), seq_len=min(config.seq_len, 8))
+        try:  # a convention shows on short sequences: cheap to try every one
+            works = respects(module, small)
+        except UsageError:
+            raise
+        except Exception as exc:  # this reading does not even run
+            errors.append(describe(exc))
+            continue
+        if works:
             words = f"{WORDS[spec.meaning]} {WORDS[spec.layout]}"
             flags = f"--mask {spec.meaning} --mask-shape {spec.layout}"
             return candidate, Finding(
                 NAME, PASS, f"forward takes `{parameter}`: detected {words}; declare it: {flags}"
             )
+    if len(errors) == len(CANDIDATES):  # the call itself is broken: say how, not "the mask"
+        return config, Finding(
+            NAME, FAIL, f"forward takes `{parameter}`, but every call raises: {errors[0]}"
+        )
     return config, Finding(
         NAME,
         FAIL,

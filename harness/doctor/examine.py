@@ -1,34 +1,71 @@
-"""Run every registered probe on a module and collect the findings."""
+"""Run every registered probe on a module and collect the findings.
+
+The user's code runs only inside ``guarded()``: each probe, the detection of the mask convention
+and the first calls that find the input width, each with its own time limit. Exiting or running
+past the limit fails that step; the process's global settings are restored after each.
+"""
 
 from __future__ import annotations
 
 from torch import nn
 
+from harness.devices import resolve_device
+from harness.doctor.convention import NAME as CONVENTION
 from harness.doctor.convention import detect
-from harness.doctor.findings import Diagnosis, Finding, failed
+from harness.doctor.findings import FAIL, Diagnosis, Finding, failed
+from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.subject import Config, Subject, quietly_seeded
 from harness.errors import UsageError
 from harness.runner import describe
 
+SETUP = "calling the module"  # the finding when the module cannot even be called to be probed
 
-def examine(name: str, probe: Probe, subject: Subject) -> Finding:
-    """One probe's finding; a probe that raises fails with the exception as its evidence."""
+
+def evidence(exc: Exception) -> str:
+    """What an exception from the user's code is reported as."""
+    return str(exc) if isinstance(exc, UserCodeError) else f"raises: {describe(exc)}"
+
+
+def examine(name: str, probe: Probe, subject: Subject, timeout: float | None = TIMEOUT) -> Finding:
+    """One probe's finding; a probe that raises, exits or runs past ``timeout`` seconds fails
+    with that as its evidence. Usage errors and KeyboardInterrupt pass through."""
     try:
-        with quietly_seeded(subject.config.seed):
+        with guarded(timeout), quietly_seeded(subject.config.seed):
             outcome = probe(subject)
     except UsageError:
         raise
     except Exception as exc:
-        outcome = failed(f"raises: {describe(exc)}")
+        outcome = failed(evidence(exc))
     return Finding(name, outcome.status, outcome.message)
 
 
-def diagnose(module: nn.Module, config: Config | None = None, target: str = "") -> Diagnosis:
-    """Run every probe on a copy of ``module``; the module itself is left as it was."""
-    config, detected = detect(module, config or Config())
-    subject = Subject(module, config)
-    diagnosis = Diagnosis(target or type(module).__name__, config)
+def diagnose(
+    module: nn.Module,
+    config: Config | None = None,
+    target: str = "",
+    timeout: float | None = TIMEOUT,
+) -> Diagnosis:
+    """Run every probe on a copy of ``module``; the module itself is left as it was.
+
+    ``timeout``: seconds each probe may run (None or 0: no limit). A device that is not
+    available here is a UsageError, before anything runs.
+    """
+    config = config or Config()
+    resolve_device(config.device)
+    name = target or type(module).__name__
+    step = CONVENTION
+    try:
+        with guarded(timeout):
+            config, detected = detect(module, config)
+        step = SETUP
+        with guarded(timeout):
+            subject = Subject(module, config)
+    except UsageError:
+        raise
+    except Exception as exc:  # the module exits, hangs or breaks before any probe can run
+        return Diagnosis(name, config, [Finding(step, FAIL, evidence(exc))])
+    diagnosis = Diagnosis(name, config)
     diagnosis.findings.extend([detected] if detected else [])
-    diagnosis.findings.extend(examine(name, p, subject) for name, p in PROBES.items())
+    diagnosis.findings.extend(examine(n, p, subject, timeout) for n, p in PROBES.items())
     return diagnosis

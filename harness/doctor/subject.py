@@ -25,6 +25,7 @@ from harness.masks import (
     encode,
     keep_mask,
 )
+from harness.reference import head_count
 from harness.runner import seeded, split_output
 
 
@@ -85,8 +86,10 @@ class Config:
 class MultiheadSelfAttention(nn.Module):
     """Adapts ``nn.MultiheadAttention`` to ``forward(x, mask)`` self-attention.
 
-    ``mask`` is (B, T, T) in the module's own convention (bool True = blocked, or additive
-    float); it is repeated per head as ``attn_mask`` expects. Weights come back per head.
+    ``mask`` is in the module's own convention (bool True = blocked, or additive float): a key
+    padding mask (B, T) goes to ``key_padding_mask``; (B, T, T) or (B, 1, T, T) to ``attn_mask``,
+    repeated per head. Sequence-first modules (``batch_first=False``) get (T, B, d). Weights come
+    back per head.
     """
 
     def __init__(self, mha: nn.MultiheadAttention):
@@ -94,11 +97,14 @@ class MultiheadSelfAttention(nn.Module):
         self.mha = mha
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        attn_mask = None if mask is None else mask.repeat_interleave(self.mha.num_heads, dim=0)
+        T = x.shape[1]
+        padding = mask if mask is not None and mask.dim() == 2 else None  # (B, T)
+        attn_mask = None
+        if mask is not None and mask.dim() > 2:
+            attn_mask = mask.reshape(-1, T, T).repeat_interleave(self.mha.num_heads, dim=0)
         seq = x if self.mha.batch_first else x.transpose(0, 1)  # (T, B, d) when not batch_first
-        out, weights = self.mha(
-            seq, seq, seq, attn_mask=attn_mask, need_weights=True, average_attn_weights=False
-        )
+        out, weights = self.mha(seq, seq, seq, key_padding_mask=padding, attn_mask=attn_mask,
+                                need_weights=True, average_attn_weights=False)  # fmt: skip
         return (out if self.mha.batch_first else out.transpose(0, 1)), weights
 
 
@@ -137,6 +143,7 @@ class Subject:
         self.takes_mask = config.spec is not None
         self.spec = config.spec
         self.plan = plan_call(self.module, self.takes_mask)
+        self.positional = config.positional or self.plan.rotary  # rotary: positions matter
         self.d_model = self._input_width(config.d_model)
 
     def _input_width(self, given: int | None) -> int:
@@ -240,13 +247,36 @@ MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_ma
               "src_key_padding_mask", "tgt_mask", "pad_mask", "input_mask")  # fmt: skip
 
 
+# Position inputs the doctor can make: rotary tables in the two common forms, and positions.
+ROTARY_NAMES = ("position_embeddings", "freqs_cis", "rotary_emb", "rope", "cos_sin")
+POSITION_NAMES = ("position_ids", "cache_position", "positions", "pos")
+
+
+def rotary_tables(name: str, batch: int, seq_len: int, head_dim: int, x: Tensor) -> object:
+    """Standard RoPE tables (base 10000) for positions 0..T-1: transformers' ``(cos, sin)``, each
+    (B, T, head_dim), or Meta's complex ``freqs_cis`` (T, head_dim / 2)."""
+    inv_freq = 10000.0 ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv_freq  # (T, head_dim / 2)
+    if name == "freqs_cis":
+        return torch.polar(torch.ones_like(angles), angles).to(x.device)
+    table = torch.cat([angles, angles], dim=-1).expand(batch, seq_len, head_dim)
+    return table.cos().to(x.device, x.dtype), table.sin().to(x.device, x.dtype)
+
+
 @dataclass(frozen=True)
 class CallPlan:
-    """Which of forward's parameters get the input and the mask, and how."""
+    """Which of forward's parameters get the input, the mask and position tables, and how."""
 
     inputs: tuple[str, ...] = ()  # parameter names given x (query, key and value: all three)
     mask: str | None = None  # the parameter given the mask
     positional: bool = False  # forward(*args): x (and the mask) passed by position
+    positions: tuple[str, ...] = ()  # parameters given positions or rotary tables
+    mask_optional: bool = False  # the mask parameter has a default: it may be left out
+    head_dim: int = 0  # the rotary tables' width
+
+    @property
+    def rotary(self) -> bool:
+        return any(n in ROTARY_NAMES for n in self.positions)
 
     def call(self, module: nn.Module, x: Tensor, mask: Tensor | None) -> object:
         if self.positional:
@@ -254,7 +284,28 @@ class CallPlan:
         kwargs: dict[str, object] = dict.fromkeys(self.inputs, x)
         if mask is not None and self.mask is not None:
             kwargs[self.mask] = mask
+        batch, seq_len = x.shape[:2]
+        for name in self.positions:
+            if name in ROTARY_NAMES:
+                kwargs[name] = rotary_tables(name, batch, seq_len, self.head_dim, x)
+            else:
+                kwargs[name] = torch.arange(seq_len, device=x.device).expand(batch, seq_len)
         return module(**kwargs)
+
+
+HEAD_DIM_ATTRS = ("head_dim", "d_head", "dim_head", "head_size", "attention_head_size", "d_k")
+
+
+def head_width(module: nn.Module) -> int:
+    """The module's per-head width: an attribute (or its config's) under a common name, else the
+    width of its first Linear's output over its head count; 64 when nothing says."""
+    for owner in (module, getattr(module, "config", None)):
+        for name in HEAD_DIM_ATTRS:
+            value = getattr(owner, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    linear = next((m for m in module.modules() if isinstance(m, nn.Linear)), None)
+    return linear.out_features // head_count(module) if linear is not None else 64
 
 
 def mask_parameter(module: nn.Module) -> str | None:
@@ -294,10 +345,15 @@ def plan_call(module: nn.Module, takes_mask: bool) -> CallPlan:
             f"{signature} cannot be called as forward(x, mask): no parameter named "
             f"{', '.join(MASK_NAMES[:4])}, ...; drop --mask, or wrap it"
         )
-    plan = CallPlan(inputs=inputs, mask=mask if takes_mask else None)
+    positions = tuple(n for n in named if n in ROTARY_NAMES or n in POSITION_NAMES)
+    optional = mask is not None and named[mask].default is not inspect.Parameter.empty
+    plan = CallPlan(inputs=inputs, mask=mask if takes_mask else None, positions=positions,
+                    head_dim=head_width(module) if positions else 0,
+                    mask_optional=optional)  # fmt: skip
     others = [
         n for n, p in named.items()
         if p.default is inspect.Parameter.empty and n not in plan.inputs and n != plan.mask
+        and n not in positions
     ]  # fmt: skip
     if others:
         hint = "" if takes_mask else "; if it takes a mask, say which with --mask"

@@ -1,15 +1,14 @@
-"""Leaks: outputs that depend on inputs the mask hides (the future, padding), by gradient
-dependency, also with large logits; and queries that have no key at all."""
+"""Leaks: outputs that depend on inputs the mask hides (the future, padding), found by redrawing
+those inputs, also with large logits; and queries that have no key at all."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
-from harness.dependency import future_leak
+from harness.dependency import MAX_SPLITS, Redraws, as_call, future_leak
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
@@ -17,12 +16,14 @@ from harness.inputs import generator
 from harness.metrics import first_nonfinite
 
 LARGE = 300.0  # activation scale for the large-logit leak checks (float64: no overflow)
+LARGE_SPLITS = 3  # a mask constant too small for large logits fails at every split: a few do
 
 
 def _future_leak(subject: Subject, scale: float) -> str | None:
     cfg = subject.config
     keep = subject.keep("causal", cfg.batch, cfg.seq_len, 0) if subject.takes_mask else None
-    leak = future_leak(subject.bound(keep), subject.x(cfg.batch, cfg.seq_len, 3, scale), None)
+    x = subject.x(cfg.batch, cfg.seq_len, 3, scale)
+    leak = future_leak(subject.bound(keep), x, None, MAX_SPLITS if scale == 1.0 else LARGE_SPLITS)
     return str(leak) if leak else None
 
 
@@ -38,26 +39,39 @@ def _causal_leak(subject: Subject) -> str | None:
 def _padding_leak(subject: Subject) -> str | None:
     """Evidence that real outputs depend on padded inputs (also with large logits), or None."""
     cfg = subject.config
-    batch, seq_len = cfg.batch, cfg.seq_len
-    keep = subject.keep("padding", batch, seq_len, 4)
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4)
     real = keep.any(dim=1)  # (B, T)
     for scale in (1.0, LARGE):
-        x = subject.x(batch, seq_len, 4, scale)
-        for b in range(batch):
-            padded = (~real[b]).nonzero().flatten()
-            if not len(padded):
-                continue
-            length = int(real[b].sum())
-            grad = subject.grad_of(x, keep, lambda out, b=b, n=length: out[b, :n])
-            norms = grad[b, padded].flatten(1).norm(dim=1)
-            if not torch.isfinite(norms).all() or (norms > 0).any():
-                i = int(torch.nan_to_num(norms, nan=math.inf).argmax())
-                where = "" if scale == 1.0 else f" with activations scaled by {scale:g}"
-                return (
-                    f"real outputs of sequence {b} depend on padded input {int(padded[i])}: "
-                    f"gradient norm {norms[i].item():.3g}{where}"
-                )
+        x = subject.x(cfg.batch, cfg.seq_len, 4, scale)
+        redraws = Redraws(as_call(subject.bound(keep), None), x)
+        change = redraws.change(~real)  # (B, T)
+        leaked = (change.isnan() | (change > 0)) & real
+        if leaked.any():
+            finite = leaked & ~change.isnan()  # a dependency is better evidence than a NaN
+            b, t = (int(i) for i in (finite if finite.any() else leaked).nonzero()[0])
+            where = "" if scale == 1.0 else f" with activations scaled by {scale:g}"
+            padded = (~real[b]).nonzero().flatten().tolist()
+            if change[b, t].isnan():
+                return f"real output {t} of sequence {b} is NaN with padding{where}"
+            if not padded:  # it moved although its own sequence has no padding
+                return f"real output {t} of sequence {b} depends on other sequences' padding"
+            s = redraws.latest(torch.arange(cfg.batch) == b, t, padded)
+            return (
+                f"real output {t} of sequence {b} depends on padded input {s}: it moves by "
+                f"{change[b, t].item():.3g} when its padding changes{where}"
+            )
     return None
+
+
+def _responds(subject: Subject) -> bool:
+    """Every real output moves when the real inputs are redrawn under a padding mask: a mask read
+    so that it hides everything (outputs all zero, or NaN) leaks nothing but says nothing."""
+    cfg = subject.config
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4)
+    real = keep.any(dim=1)  # (B, T)
+    redraws = Redraws(as_call(subject.bound(keep), None), subject.x(cfg.batch, cfg.seq_len, 4))
+    change = redraws.change(real)
+    return bool((change[real] > 0).all())
 
 
 def _convention_hint(subject: Subject, check: Callable[[Subject], str | None]) -> str:
@@ -82,6 +96,14 @@ def probe_causal(subject: Subject) -> Outcome:
     leak = _causal_leak(subject)
     if leak:
         return failed(leak + _convention_hint(subject, _causal_leak))
+    if cfg.causal and subject.takes_mask and subject.plan.mask_optional:
+        x = subject.x(cfg.batch, cfg.seq_len, 3)
+        alone = future_leak(subject.bound(None), x, None)  # called with no mask at all
+        if alone:
+            return failed(
+                f"called without a mask, {alone}: it does not mask the future by itself, as "
+                "--causal says (its caller must pass a causal mask)"
+            )
     return passed(f"no output depends on a later input (also at x {LARGE:g})")
 
 
@@ -93,7 +115,12 @@ def probe_padding(subject: Subject) -> Outcome:
     leak = _padding_leak(subject)
     if leak:
         return failed(leak + _convention_hint(subject, _padding_leak))
-    return passed("real outputs: zero gradient to padded inputs")
+    if not _responds(subject):
+        return failed(
+            "real outputs do not respond to the real inputs under a padding mask: the mask hides "
+            "them (is the convention inverted?)"
+        )
+    return passed("real outputs ignore padded inputs and respond to real ones")
 
 
 @probe("all-masked rows")

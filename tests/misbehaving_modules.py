@@ -1,0 +1,141 @@
+"""Attention modules whose code misbehaves: it exits, prints, hangs, interrupts, or changes the
+process's global torch settings. The doctor must survive each with its output and exit status its
+own. All are correct attention otherwise (one head, no mask), so only the misbehaviour shows."""
+
+import os
+import sys
+import tempfile
+
+import torch
+import torch.nn as nn
+
+
+def global_settings():
+    """The global settings a module may change, read here independently of the guard (a getter
+    that raises, as torch's do after code mixed its two TF32 APIs, reads as "unreadable")."""
+    getters = {
+        "default dtype": torch.get_default_dtype,
+        "grad mode": torch.is_grad_enabled,
+        "threads": torch.get_num_threads,
+        "matmul precision": torch.get_float32_matmul_precision,
+        "deterministic": torch.are_deterministic_algorithms_enabled,
+        "anomaly": torch.is_anomaly_enabled,
+        "matmul tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+        "cudnn tf32": lambda: torch.backends.cudnn.allow_tf32,
+        "cudnn benchmark": lambda: torch.backends.cudnn.benchmark,
+        "cwd": os.getcwd,
+    }
+    if hasattr(torch.backends, "fp32_precision"):  # torch >= 2.9: the new precision API
+        getters["cuda matmul fp32"] = lambda: torch.backends.cuda.matmul.fp32_precision
+        getters["mkldnn matmul fp32"] = lambda: torch.backends.mkldnn.matmul.fp32_precision
+    values = {}
+    for name, get in getters.items():
+        try:
+            values[name] = get()
+        except RuntimeError:
+            values[name] = "unreadable"
+    return values
+
+
+class Plain(nn.Module):
+    """Correct single-head self-attention; ``misbehave(x)`` runs first in every forward."""
+
+    def __init__(self, d_model):
+        super().__init__()
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def misbehave(self, x):
+        pass
+
+    def forward(self, x):
+        self.misbehave(x)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1)
+        return weights @ v
+
+
+class ExitsInForward(Plain):
+    def misbehave(self, x):
+        sys.exit(0)
+
+
+class ExitsWithMask(Plain):
+    """Takes a mask, so the doctor first calls it to detect the mask's convention."""
+
+    def forward(self, x, mask=None):
+        sys.exit(0)
+
+
+class ExitsOnLongInputs(Plain):
+    """Exits only on sequences longer than the doctor's first calls (3 tokens)."""
+
+    def misbehave(self, x):
+        if x.shape[1] > 3:
+            exit()
+
+
+class ExitsInInit(Plain):
+    def __init__(self, d_model):
+        sys.exit(3)
+
+
+class Prints(Plain):
+    def __init__(self, d_model):
+        print("building Prints")
+        print("a warning of mine", file=sys.stderr)
+        super().__init__(d_model)
+
+    def misbehave(self, x):
+        print("forward called with", tuple(x.shape))
+
+
+class ChangesGlobals(Plain):
+    """Changes every global setting the doctor restores in every forward (and when built)."""
+
+    def __init__(self, d_model, when_built=True):
+        super().__init__(d_model)
+        if when_built:
+            self.misbehave(None)
+
+    def misbehave(self, x):
+        torch.set_default_dtype(torch.float64)
+        torch.set_grad_enabled(False)
+        torch.set_num_threads(7)
+        torch.set_float32_matmul_precision("medium")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.autograd.set_detect_anomaly(True)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
+        os.chdir(tempfile.gettempdir())
+
+
+class Hangs(Plain):
+    def misbehave(self, x):
+        while True:
+            pass
+
+
+class HangsSwallowingErrors(Plain):
+    """Never returns, and swallows every Exception on the way."""
+
+    def misbehave(self, x):
+        while True:
+            try:  # noqa: SIM105 - written as user code is
+                sum(range(1000))
+            except Exception:
+                pass
+
+
+class HangsOnLongInputs(Plain):
+    """Hangs only on sequences longer than the doctor's first calls (3 tokens)."""
+
+    def misbehave(self, x):
+        if x.shape[1] > 3:
+            while True:
+                pass
+
+
+class Interrupted(Plain):
+    def misbehave(self, x):
+        raise KeyboardInterrupt

@@ -1,0 +1,233 @@
+"""The guard around user code: prints captured, exits and hangs turned into failures, the
+process's global settings restored; and the Python API checks its device as the CLI does."""
+
+import _thread
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from harness import cli
+from harness.doctor import Config, UserCodeError, diagnose, guarded
+from harness.doctor import examine as examine_module
+from harness.doctor import guard as guard_module
+from harness.doctor.findings import passed
+from harness.errors import UsageError
+from tests import misbehaving_modules as mm
+
+
+@pytest.fixture
+def safety_net(monkeypatch):
+    """Put every setting back even when a test fails, so no other test inherits a change."""
+    monkeypatch.chdir(os.getcwd())
+    saved = guard_module.snapshot()
+    yield
+    guard_module.restore(saved)
+
+
+def test_prints_are_captured(capsys):
+    with guarded() as printed:
+        print("to stdout")
+        print("to stderr", file=sys.stderr)
+    out, err = capsys.readouterr()
+    assert out == err == ""
+    assert printed.getvalue() == "to stdout\nto stderr\n"
+
+
+@pytest.mark.parametrize(
+    "code, message",
+    [(0, "calls sys.exit(0)"), (3, "calls sys.exit(3)"), (None, "calls sys.exit()"),
+     ("bye", "calls sys.exit('bye')")],
+)  # fmt: skip
+def test_sys_exit_becomes_an_ordinary_failure(code, message):
+    with pytest.raises(UserCodeError) as caught, guarded():
+        sys.exit(code)
+    assert str(caught.value) == message
+
+
+def test_every_setting_is_restored(safety_net):
+    before = mm.global_settings()
+    with guarded():
+        mm.ChangesGlobals(4, when_built=False).misbehave(None)
+        changed = mm.global_settings()
+    assert [k for k in before if changed[k] == before[k]] == []  # the module changed them all
+    assert mm.global_settings() == before
+
+
+def test_keyboard_interrupt_passes_through_with_settings_restored(safety_net):
+    before = mm.global_settings()
+    with pytest.raises(KeyboardInterrupt), guarded():
+        torch.set_default_dtype(torch.float64)
+        raise KeyboardInterrupt
+    assert mm.global_settings() == before
+
+
+def busy(seconds: float) -> None:
+    """Loop for ``seconds`` swallowing every Exception, as a forward that never returns might
+    (bounded, so a broken time limit fails the test instead of hanging it)."""
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            if time.monotonic() > end:
+                break
+            sum(range(100))
+        except Exception:
+            pass
+
+
+def test_a_loop_is_stopped_at_the_time_limit_and_the_alarm_put_back():
+    handler = signal.getsignal(signal.SIGALRM)
+    start = time.monotonic()
+    with pytest.raises(UserCodeError, match=r"did not finish within 0\.3 s"), guarded(0.3):
+        busy(10)
+    assert time.monotonic() - start < 5
+    assert signal.getsignal(signal.SIGALRM) is handler
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("seconds", [None, 0, float("inf"), float("nan")])
+def test_no_limit_means_no_timer(seconds):
+    with guarded(seconds):
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_someone_elses_pending_timer_is_left_alone():
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    signal.setitimer(signal.ITIMER_REAL, 100)
+    try:
+        with guarded(0.2):
+            busy(0.5)  # no limit of ours: theirs would have been replaced
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 90 < remaining <= 100 and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_off_the_main_thread_there_is_no_limit_and_no_error():
+    errors = []
+
+    def work():
+        try:
+            with guarded(0.2):
+                busy(0.4)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert errors == []
+
+
+def test_diagnose_restores_settings_a_forward_changes(safety_net):
+    before = mm.global_settings()
+    diagnosis = diagnose(mm.ChangesGlobals(16, when_built=False), Config(d_model=16))
+    assert mm.global_settings() == before
+    assert diagnosis.findings  # it ran
+
+
+def calls_with(seq_len: int):
+    """A probe that calls the module once on ``seq_len`` tokens, and passes if it returns."""
+
+    def run(subject):
+        out, _ = subject.call(subject.copy(), subject.x(2, seq_len, 0), None)
+        return passed(f"output {tuple(out.shape)}")
+
+    return run
+
+
+@pytest.fixture
+def two_probes(monkeypatch):
+    """Just two probes, one calling the module on 5 tokens, then one on 3."""
+    probes = {"long": calls_with(5), "short": calls_with(3)}
+    monkeypatch.setattr(examine_module, "PROBES", probes)
+
+
+def test_an_exit_in_one_probe_fails_that_probe_only(two_probes):
+    diagnosis = diagnose(mm.ExitsOnLongInputs(16), Config(d_model=16))
+    assert [(f.probe, f.status, f.message) for f in diagnosis.findings] == [
+        ("long", "fail", "calls sys.exit()"),
+        ("short", "pass", "output (2, 3, 16)"),
+    ]
+
+
+def test_an_exit_at_the_first_call_stops_with_one_finding():
+    diagnosis = diagnose(mm.ExitsInForward(16), Config(d_model=16))
+    assert [(f.probe, f.status, f.message) for f in diagnosis.findings] == [
+        ("calling the module", "fail", "calls sys.exit(0)")
+    ]
+    assert diagnosis.exit_code == 1
+
+
+def test_an_exit_while_detecting_the_mask_convention_fails_that_step():
+    diagnosis = diagnose(mm.ExitsWithMask(16), Config(d_model=16))
+    assert [(f.probe, f.status, f.message) for f in diagnosis.findings] == [
+        ("mask convention", "fail", "calls sys.exit(0)")
+    ]
+
+
+def test_prints_during_diagnosis_are_captured(capsys):
+    module = mm.Prints(16)
+    assert capsys.readouterr().out == "building Prints\n"  # outside the doctor: printed
+    diagnose(module, Config(d_model=16))
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_absent_cuda_via_the_api_is_a_usage_error_before_probing(monkeypatch):
+    called = []
+    monkeypatch.setattr(mm.Plain, "misbehave", lambda self, x: called.append(1))
+    with pytest.raises(UsageError, match="device 'cuda' is not available here"):
+        diagnose(mm.Plain(16), Config(d_model=16, device="cuda"))
+    assert called == []
+
+
+def test_an_unknown_device_via_the_api_is_a_usage_error():
+    with pytest.raises(UsageError, match="unknown device 'tpu'"):
+        diagnose(mm.Plain(16), Config(d_model=16, device="tpu"))
+
+
+@contextmanager
+def watchdog(seconds: float):
+    """Interrupt the block after ``seconds``: a broken time limit fails the test, not hangs it."""
+    done = threading.Event()
+
+    def bark() -> None:
+        if not done.wait(seconds):
+            _thread.interrupt_main()
+
+    thread = threading.Thread(target=bark, daemon=True)
+    thread.start()
+    try:
+        yield
+    except KeyboardInterrupt:
+        pytest.fail(f"still running after {seconds} s: the time limit did not stop it")
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_a_forward_that_never_returns_fails_in_bounded_time(capsys):
+    start = time.monotonic()
+    with watchdog(60):
+        code = cli.main(["doctor", f"{mm.__file__}:Hangs", "--d-model", "16", "--timeout", "1",
+                         "--json"])  # fmt: skip
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert code == 1 and len(findings) == 1 and time.monotonic() - start < 30
+    assert findings[0]["message"].startswith("did not finish within 1 s (a forward that never")
+
+
+def test_the_doctor_moves_on_after_a_probe_runs_out_of_time(two_probes):
+    with watchdog(60):
+        diagnosis = diagnose(mm.HangsOnLongInputs(16), Config(d_model=16), timeout=1)
+    (long, short) = diagnosis.findings
+    assert long.status == "fail" and long.message.startswith("did not finish within 1 s")
+    assert short.status == "pass"
