@@ -35,6 +35,7 @@ from harness.doctor.target import build as build_target
 from harness.errors import UsageError
 from harness.files import ensure_writable, write_atomically
 from harness.progress import Progress
+from harness.realmodules import real_markdown, real_table
 from harness.report import collect, write_report
 from harness.validation import detection_markdown, detection_table
 
@@ -272,7 +273,7 @@ def cmd_report(args: argparse.Namespace) -> str:
     ensure_writable(args.out)
     unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
     results, timed = collect(registry.load_all(), grid, measure_grid)
-    doctor = detection_markdown(detection_table())
+    doctor = detection_markdown(detection_table()) + "\n\n" + real_markdown(real_table())
     path = write_report(results, grid, args.out, unavailable, timed, doctor)
     return f"wrote {path}"
 

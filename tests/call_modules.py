@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -117,3 +118,41 @@ class LastRowOnly(Heads):
     def forward(self, x, mask=None):
         keep = None if mask is None else mask[:, -1:, :].expand(-1, x.shape[1], -1)  # (B, T, T)
         return self.attend(x, x, keep)
+
+
+class Float32Scores(Heads):
+    """Upcasts the scores with .float() and multiplies by V as it is: in float64 it raises
+    (float32 weights @ float64 values), so the doctor must run it in float32."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (
+            p(x).view(B, T, self.n_head, -1).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )  # (B, h, T, d)
+        scores = q.float() @ k.float().transpose(-2, -1) / (C // self.n_head) ** 0.5
+        y = scores.softmax(dim=-1) @ v  # (B, h, T, d)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class ShortContext(Heads):
+    """nanoGPT's registered causal buffer: sequences beyond block_size break the mask slice."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4, block_size: int = 16):
+        super().__init__(d_model, heads)
+        self.block_size = block_size
+        self.register_buffer("bias", torch.ones(block_size, block_size, dtype=torch.bool).tril())
+
+    def forward(self, x):
+        T = x.shape[1]
+        keep = self.bias[:T, :T].expand(x.shape[0], T, T)  # (B, T, T); wrong shape past the context
+        return self.attend(x, x, keep)
+
+
+class ReturnsLogits(Heads):
+    """Returns (output, pre-softmax scores): the second output is not attention weights."""
+
+    def forward(self, x):
+        C = x.shape[-1]
+        q, k = self.q_proj(x), self.k_proj(x)
+        return self.attend(x, x, None), q @ k.transpose(-2, -1) / C**0.5  # (B, T, T) logits

@@ -27,6 +27,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.n_head, self.n_embd, self.block_size = config.n_head, config.n_embd, config.block_size
+        self.config = config
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, C = x.shape

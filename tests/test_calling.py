@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from harness.doctor import Config, diagnose
-from harness.doctor.subject import plan_call
+from harness.doctor.subject import Subject, plan_call
 from harness.errors import UsageError
 from tests import call_modules as cm
 from tests import doctor_modules as dm
@@ -101,3 +101,25 @@ def test_a_module_that_looks_ahead_is_shown_the_leak_before_positional_is_offere
     message = _permutation_message(dm.gpt_leaky(32, 4), Config())
     assert "output at position 0 depends on input 1" in message
     assert message.index("depends on input") < message.index("--positional")
+
+
+def test_a_module_that_hard_codes_float32_runs_in_float32():
+    d = diagnose(cm.Float32Scores(32, 4), Config())
+    assert d.healthy, d.text()
+    assert Subject(cm.Float32Scores(32, 4), Config()).dtype == torch.float32
+    assert Subject(cm.Heads(32, 4), Config()).dtype == torch.float64
+
+
+def test_shapes_stay_within_the_context_the_module_declares():
+    d = diagnose(cm.ShortContext(32, 4, block_size=16), Config(causal=True))
+    found = {f.probe: f for f in d.findings}
+    assert d.healthy, d.text()
+    assert "up to its context, 16" in found["shape contract"].message
+    assert "seq_len == d_model" not in found["shape contract"].message
+
+
+def test_a_second_output_that_is_not_a_distribution_is_not_taken_for_weights():
+    d = diagnose(cm.ReturnsLogits(32, 4), Config())
+    found = {f.probe: f for f in d.findings}
+    assert d.healthy, d.text()
+    assert found["attention weights"].status == "skip"

@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests import report_diff
 from tests.report_diff import agree, compare, normalise, parse, primary_thresholds
 
 COMMITTED = (Path(__file__).resolve().parents[1] / "reports" / "report.md").read_text()
@@ -195,3 +196,20 @@ def test_normalise_drops_padding_and_the_environment() -> None:
     assert normalise("|:------|-------:|") == normalise("|:---|---:|") != normalise("|---:|:---|")
     assert normalise("- Versions: torch 2.13.0") == normalise("- Versions: torch 2.14.0")
     assert normalise("- Devices: cpu. Not available here: cuda.") == "- Devices: cpu."
+
+
+def test_real_module_rows_of_libraries_not_installed_here_are_left_out(monkeypatch):
+    """A machine without the real extra compares only the rows it could run."""
+    table = [
+        report_diff.REAL, "", "Right: 2/2 cases run (0 not run).", "",
+        "| module | library | should | doctor | ok | probes |",
+        "|:--|:--|:--|:--|:--|:--|",
+        "| mha | torch | pass | healthy | True | |",
+        "| bert | transformers | pass | healthy | True | |",
+    ]  # fmt: skip
+    report = "# Report\n\n" + "\n".join(table) + "\n"
+    monkeypatch.setattr(report_diff.importlib.util, "find_spec", lambda name: None)
+    kept = report_diff.without_uninstalled(report)
+    assert "| mha | torch |" in kept and "transformers" not in kept and "Right:" not in kept
+    monkeypatch.setattr(report_diff.importlib.util, "find_spec", lambda name: object())
+    assert report_diff.without_uninstalled(report) == report

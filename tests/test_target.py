@@ -122,3 +122,11 @@ def test_the_head_count_is_read_under_real_names_and_from_the_config():
     d = diagnose(BertStyle(32, 4), Config())
     sdpa = next(f for f in d.findings if f.probe == "agrees with SDPA")
     assert sdpa.status == "pass" and "4 head(s)" in sdpa.message, sdpa.message
+
+
+def test_init_names_beyond_a_dataclass_configs_fields_are_set_on_it():
+    """transformers' configs take **kwargs; a plain dataclass gets the attribute afterwards."""
+    sizes = Sizes(32, 4, init=parse_init(["attn_implementation='sdpa'"]))
+    made = build(cm.CausalSelfAttention, sizes)
+    config = made.config
+    assert config.attn_implementation == "sdpa" and config.n_embd == 32

@@ -133,6 +133,31 @@ def width_candidates(module: nn.Module, given: int | None = None) -> list[int]:
     return list(dict.fromkeys(found))
 
 
+CONTEXT_NAMES = ("block_size", "max_seq_len", "n_ctx", "context_length", "max_position_embeddings",
+                 "max_seq_length", "n_positions", "max_len", "context_size")  # fmt: skip
+
+
+def declared_context(module: nn.Module) -> int | None:
+    """The longest sequence the module says it takes (an attribute or its config's), or None."""
+    for owner in (module, getattr(module, "config", None)):
+        for name in CONTEXT_NAMES:
+            value = getattr(owner, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def is_weights(second: Tensor | None, batch: int, seq_len: int) -> bool:
+    """A second output counts as attention weights only if it looks like them: (B, [h,] T, T)
+    with every finite value in [0, 1]; pre-softmax logits, caches and the like do not."""
+    if second is None or second.dim() not in (3, 4) or second.shape[0] != batch:
+        return False
+    if tuple(second.shape[-2:]) != (seq_len, seq_len) or not second.is_floating_point():
+        return False
+    finite = second[torch.isfinite(second)].double()
+    return bool(((finite >= -1e-6) & (finite <= 1 + 1e-6)).all())
+
+
 class Subject:
     """The module under diagnosis, seen through the config: builds masks and calls it."""
 
@@ -144,28 +169,35 @@ class Subject:
         self.spec = config.spec
         self.plan = plan_call(self.module, self.takes_mask)
         self.positional = config.positional or self.plan.rotary  # rotary: positions matter
-        self.d_model = self._input_width(config.d_model)
+        self.context = declared_context(self.module)
+        self.dtype = torch.float64
+        self.d_model, self.dtype = self._input_width(config.d_model)
 
-    def _input_width(self, given: int | None) -> int:
-        """The first candidate width the module runs on; else the likeliest one, and the
-        probes will show what goes wrong."""
+    def _input_width(self, given: int | None) -> tuple[int, torch.dtype]:
+        """The first candidate width the module runs on, in float64, else in float32 (a module
+        that hard-codes float32 somewhere); else the likeliest one, and the probes will show
+        what goes wrong."""
         candidates = width_candidates(self.module, given)
         if not candidates:
             raise UsageError("cannot tell the module's input width: pass --d-model")
-        module = self.copy()
-        for width in candidates:
-            self.d_model = width
-            try:
-                with torch.no_grad():
-                    out, _ = self.call(module, self.x(2, 3, 0), self.ordinary_keep(2, 3))
-            except Exception:
-                continue
-            if out.dim() == 3 and tuple(out.shape[:2]) == (2, 3):
-                return width
-        return candidates[0]
+        for dtype in (torch.float64, torch.float32):
+            self.dtype = dtype
+            module = self.copy()
+            for width in candidates:
+                self.d_model = width
+                try:
+                    with torch.no_grad():
+                        out, _ = self.call(module, self.x(2, 3, 0), self.ordinary_keep(2, 3))
+                except Exception:
+                    continue
+                if out.dim() == 3 and tuple(out.shape[:2]) == (2, 3):
+                    return width, dtype
+        return candidates[0], torch.float64
 
-    def copy(self, dtype: torch.dtype = torch.float64) -> nn.Module:
-        return copy.deepcopy(self.module).to(self.device, dtype).eval()
+    def copy(self, dtype: torch.dtype | None = None) -> nn.Module:
+        """A copy in eval mode, in ``dtype`` (default: float64, or float32 for a module that
+        runs only in float32)."""
+        return copy.deepcopy(self.module).to(self.device, dtype or self.dtype).eval()
 
     @cached_property
     def repeat_difference(self) -> float:
@@ -183,7 +215,7 @@ class Subject:
     def x(self, batch: int, seq_len: int, seed: int, scale: float = 1.0) -> Tensor:
         gen = generator(seed)
         x = torch.randn(batch, seq_len, self.d_model, generator=gen, dtype=torch.float64)
-        return (x * scale).to(self.device)
+        return (x * scale).to(self.device, self.dtype)
 
     def keep(self, kind: str, batch: int, seq_len: int, seed: int, empty: bool = False) -> Tensor:
         """A (B, T, T) keep-mask: causal, padding (lengths drawn from ``seed``) or both."""
@@ -200,7 +232,8 @@ class Subject:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = self.plan.call(module, x, mask)
-        return split_output(result)
+        out, weights = split_output(result)
+        return out, weights if is_weights(weights, x.shape[0], x.shape[1]) else None
 
     def grad_of(self, x: Tensor, keep: Tensor | None, select: Callable[[Tensor], Tensor]) -> Tensor:
         """d select(output).sum() / dx on a fresh float64 copy (zeros when x is unused)."""

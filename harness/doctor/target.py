@@ -200,8 +200,17 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
         with contextlib.suppress(Exception):  # classes taking **kwargs declare fields on instances
             names += [n for n in vars(cls()) if n not in names]
     known = {n: value_for(n, sizes) for n in names if n in NAMES or n in sizes.init}
+    extra = {n: v for n, v in sizes.init.items() if n not in known}  # --init beyond the fields
     try:
-        return cls(**known)
+        try:
+            return cls(**known, **extra)  # classes that take **kwargs (transformers' configs)
+        except TypeError:
+            if not extra:
+                raise
+        config = cls(**known)
+        for name, value in extra.items():
+            setattr(config, name, value)
+        return config
     except Exception as exc:
         raise UsageError(
             f"cannot build its config {cls.__name__}({', '.join(known)}): "

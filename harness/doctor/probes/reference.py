@@ -116,8 +116,8 @@ def probe_sdpa(subject: Subject) -> Outcome:
         return skipped("uses positions (--positional, or rotary tables): SDPA would not")
     if not subject.deterministic:
         return skipped("not deterministic in eval mode (see above)")
-    module = subject.copy()
-    readings = recognize(module)
+    module = subject.copy()  # float64, or float32 for a module that runs only in float32
+    readings = recognize(subject.copy(torch.float64))  # the reference is float64 either way
     if not readings:
         reason = "projections not recognized (or other parameters or non-mask buffers present)"
         return skipped(reason)
@@ -127,7 +127,8 @@ def probe_sdpa(subject: Subject) -> Outcome:
     live = _live(subject, allowed, cfg.batch, cfg.seq_len)
     x = subject.x(cfg.batch, cfg.seq_len, 8)
     with torch.no_grad():
-        out, _ = subject.call(module, x, keep)
+        out = subject.call(module, x, keep)[0].double()
+    x = x.double()
     refs = _references(readings, x, allowed)
     if not refs:
         return skipped("projections recognized, but no reading of them runs on this input")

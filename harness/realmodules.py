@@ -1,0 +1,283 @@
+"""The doctor on real libraries' attention modules, as published (DESIGN.md, "The doctor").
+
+Each module is built the way its users build it (from the library's own config object, or the
+class handed to the doctor's builder) and diagnosed with no wrapper. A correct module must be
+healthy; each misuse, made through the module's own options or a small subclass the way bug
+reports describe it, must fail for the right reason: the probe named, with its own evidence, not
+because the module could not be called at all. ``tests/test_real_modules.py`` asserts it; the
+report shows the table. transformers and x-transformers come with the ``real`` extra;
+``nn.MultiheadAttention`` always runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+from torch import nn
+
+from harness.doctor import FAIL, WARN, Config, Diagnosis, diagnose
+from harness.doctor.target import Sizes, build
+
+
+class LibraryMissing(Exception):
+    """A library a case needs is not installed."""
+
+
+def _require(library: str) -> None:
+    if importlib.util.find_spec(library) is None:
+        raise LibraryMissing(library)
+
+
+D, H = 64, 4  # d_model and heads of every module here
+SIZES = Sizes(D, H)
+
+
+class AlwaysTraining:
+    """The misuse: ``train`` ignores its argument, so ``.eval()`` leaves the module's own dropout
+    on, as code that overrides ``train`` or flips ``self.training`` in forward does."""
+
+    def train(self, mode: bool = True):
+        return super().train(True)
+
+
+def always_training(cls: type[nn.Module]) -> type[nn.Module]:
+    return type(f"AlwaysTraining{cls.__name__}", (AlwaysTraining, cls), {})
+
+
+@functools.cache
+def _transformers() -> types.SimpleNamespace:
+    _require("transformers")  # imported once: it takes seconds
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # its notes on standalone attention modules are not findings
+    from transformers import BertConfig, GPT2Config, LlamaConfig
+    from transformers.models.bert.modeling_bert import BertSelfAttention
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    def bert(impl: str, **options: object) -> BertConfig:
+        return BertConfig(hidden_size=D, num_attention_heads=H, intermediate_size=4 * D,
+                          attn_implementation=impl, **options)  # fmt: skip
+
+    def gpt2(impl: str, **options: object) -> GPT2Config:
+        return GPT2Config(n_embd=D, n_head=H, n_positions=256, attn_implementation=impl,
+                          **options)  # fmt: skip
+
+    def llama(impl: str, **options: object) -> LlamaConfig:
+        options.setdefault("num_key_value_heads", H)
+        return LlamaConfig(hidden_size=D, num_attention_heads=H, intermediate_size=4 * D,
+                           attn_implementation=impl, **options)  # fmt: skip
+
+    return types.SimpleNamespace(
+        Bert=BertSelfAttention, GPT2=GPT2Attention, Llama=LlamaAttention,
+        bert=bert, gpt2=gpt2, llama=llama,
+    )  # fmt: skip
+
+
+def load(library: str) -> types.SimpleNamespace:
+    """The library's classes; LibraryMissing when it is not installed."""
+    if library == "torch":
+        return types.SimpleNamespace(MHA=nn.MultiheadAttention)
+    if library == "transformers":
+        return _transformers()
+    _require("x_transformers")
+    import x_transformers.x_transformers as xt
+
+    return types.SimpleNamespace(Attention=xt.Attention)
+
+
+def with_attributes(module: nn.Module, **values: object) -> nn.Module:
+    """Set attributes (``a__b`` reaches ``module.a.b``) after construction."""
+    for path, value in values.items():
+        *owners, name = path.split("__")
+        target = module
+        for owner in owners:
+            target = getattr(target, owner)
+        setattr(target, name, value)
+    return module
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    library: str  # torch | transformers | x_transformers
+    make: Callable[[types.SimpleNamespace], nn.Module]
+    options: dict[str, object] = field(default_factory=dict)  # the doctor's Config
+    fails: str | None = None  # the probe that must fail; None: the module must be healthy
+    evidence: str = ""  # a fragment of that probe's message (the reason)
+    detects: str = ""  # healthy, mask undeclared: a fragment of the detected mask convention
+
+
+def xattention(x: types.SimpleNamespace, **options: object) -> nn.Module:
+    return x.Attention(dim=D, heads=H, dim_head=D // H, **options)
+
+
+CASES = [
+    # torch.nn.MultiheadAttention: attn_mask (True = blocked, or additive), key_padding_mask
+    Case("mha-batch-first", "torch", lambda t: t.MHA(D, H, batch_first=True), detects="drop"),
+    Case("mha-sequence-first", "torch", lambda t: t.MHA(D, H), detects="drop"),
+    Case("mha-additive-attn-mask", "torch", lambda t: t.MHA(D, H, batch_first=True),
+         {"mask": "additive"}),
+    Case("mha-key-padding-mask", "torch", lambda t: t.MHA(D, H, batch_first=True),
+         {"mask": "drop", "mask_shape": "bk"}),
+    Case("mha-add-zero-attn", "torch", lambda t: t.MHA(D, H, batch_first=True, add_zero_attn=True)),
+    Case("mha-add-bias-kv", "torch", lambda t: t.MHA(D, H, batch_first=True, add_bias_kv=True)),
+    Case("mha-keep-mask-for-drop", "torch", lambda t: t.MHA(D, H, batch_first=True),
+         {"mask": "keep"}, "padding no-leak", "padded input"),
+    Case("mha-dropout-left-on", "torch",
+         lambda t: always_training(t.MHA)(D, H, dropout=0.1, batch_first=True),
+         fails="eval determinism", evidence="dropout"),
+    # transformers BertSelfAttention (encoder; mask built by the caller)
+    Case("bert-eager", "transformers", lambda h: h.Bert(h.bert("eager")), detects="additive"),
+    Case("bert-sdpa", "transformers", lambda h: h.Bert(h.bert("sdpa"))),
+    Case("bert-built-by-the-doctor", "transformers", lambda h: build(h.Bert, SIZES, 0)),
+    Case("bert-sdpa-causal", "transformers", lambda h: h.Bert(h.bert("sdpa"), is_causal=True),
+         {"causal": True}),
+    Case("bert-eager-keep-mask-added", "transformers", lambda h: h.Bert(h.bert("eager")),
+         {"mask": "keep", "mask_shape": "b1qk", "mask_dtype": "float"},
+         "padding no-leak", "padded input"),
+    Case("bert-sdpa-drop-mask-for-keep", "transformers", lambda h: h.Bert(h.bert("sdpa")),
+         {"mask": "drop", "mask_shape": "b1qk"}, "padding no-leak", "padded input"),
+    Case("bert-eager-dropout-left-on", "transformers",
+         lambda h: always_training(h.Bert)(h.bert("eager", attention_probs_dropout_prob=0.1)),
+         fails="eval determinism", evidence="dropout"),
+    Case("bert-eager-unscaled", "transformers",
+         lambda h: with_attributes(h.Bert(h.bert("eager")), scaling=1.0),
+         fails="agrees with SDPA", evidence="SDPA"),
+    Case("bert-sdpa-causal-flag-off", "transformers",
+         lambda h: h.Bert(h.bert("sdpa"), is_causal=False), {"causal": True},
+         "causal no-leak", "depends on"),
+    # transformers GPT2Attention (Conv1D projections, fused c_attn)
+    Case("gpt2-eager", "transformers", lambda h: h.GPT2(h.gpt2("eager"), layer_idx=0),
+         detects="additive"),
+    Case("gpt2-sdpa", "transformers", lambda h: h.GPT2(h.gpt2("sdpa"), layer_idx=0)),
+    Case("gpt2-eager-upcast", "transformers",
+         lambda h: h.GPT2(h.gpt2("eager", reorder_and_upcast_attn=True), layer_idx=0)),
+    Case("gpt2-built-by-the-doctor", "transformers", lambda h: build(h.GPT2, SIZES, 0)),
+    Case("gpt2-sdpa-causal", "transformers", lambda h: h.GPT2(h.gpt2("sdpa"), layer_idx=0),
+         {"causal": True}),
+    Case("gpt2-eager-unscaled", "transformers",
+         lambda h: h.GPT2(h.gpt2("eager", scale_attn_weights=False), layer_idx=0),
+         fails="agrees with SDPA", evidence="SDPA"),
+    Case("gpt2-sdpa-unscaled", "transformers",
+         lambda h: h.GPT2(h.gpt2("sdpa", scale_attn_weights=False), layer_idx=0),
+         fails="agrees with SDPA", evidence="SDPA"),
+    Case("gpt2-eager-keep-mask-added", "transformers",
+         lambda h: h.GPT2(h.gpt2("eager"), layer_idx=0),
+         {"mask": "keep", "mask_shape": "b1qk", "mask_dtype": "float"},
+         "padding no-leak", "padded input"),
+    Case("gpt2-sdpa-drop-mask-for-keep", "transformers",
+         lambda h: h.GPT2(h.gpt2("sdpa"), layer_idx=0),
+         {"mask": "drop", "mask_shape": "b1qk"}, "padding no-leak", "padded input"),
+    Case("gpt2-eager-dropout-left-on", "transformers",
+         lambda h: always_training(h.GPT2)(h.gpt2("eager", attn_pdrop=0.1), layer_idx=0),
+         fails="eval determinism", evidence="dropout"),
+    Case("gpt2-sdpa-causal-flag-off", "transformers",
+         lambda h: with_attributes(h.GPT2(h.gpt2("sdpa"), layer_idx=0), is_causal=False),
+         {"causal": True}, "causal no-leak", "depends on"),
+    # transformers LlamaAttention: rotary (cos, sin) come from the caller's LlamaRotaryEmbedding
+    Case("llama-eager", "transformers", lambda h: h.Llama(h.llama("eager"), layer_idx=0),
+         {"positional": True}),
+    Case("llama-sdpa-causal", "transformers", lambda h: h.Llama(h.llama("sdpa"), layer_idx=0),
+         {"positional": True, "causal": True}),
+    Case("llama-sdpa-gqa", "transformers",
+         lambda h: h.Llama(h.llama("sdpa", num_key_value_heads=2), layer_idx=0),
+         {"positional": True}),
+    Case("llama-built-by-the-doctor", "transformers", lambda h: build(h.Llama, SIZES, 0),
+         {"positional": True}),
+    Case("llama-eager-keep-mask-added", "transformers",
+         lambda h: h.Llama(h.llama("eager"), layer_idx=0),
+         {"positional": True, "mask": "keep", "mask_shape": "b1qk", "mask_dtype": "float"},
+         "padding no-leak", "padded input"),
+    Case("llama-eager-dropout-left-on", "transformers",
+         lambda h: always_training(h.Llama)(h.llama("eager", attention_dropout=0.1), layer_idx=0),
+         {"positional": True}, "eval determinism", "dropout"),
+    # x_transformers.Attention: key padding mask (True = keep); softmax in float32
+    Case("xt-default", "x_transformers", lambda x: xattention(x), detects="key padding"),
+    Case("xt-causal", "x_transformers", lambda x: xattention(x, causal=True), {"causal": True}),
+    Case("xt-flash", "x_transformers", lambda x: xattention(x, flash=True)),
+    Case("xt-built-by-the-doctor", "x_transformers", lambda x: build(x.Attention, SIZES, 0)),
+    Case("xt-drop-mask-for-keep", "x_transformers", lambda x: xattention(x),
+         {"mask": "drop", "mask_shape": "bk"}, "padding no-leak", "do not respond"),
+    Case("xt-causal-flag-off", "x_transformers", lambda x: xattention(x), {"causal": True},
+         "causal no-leak", "depends on"),
+    Case("xt-qk-norm-scale", "x_transformers", lambda x: xattention(x, qk_norm=True),
+         fails="agrees with SDPA", evidence="SDPA"),
+    Case("xt-unscaled", "x_transformers",
+         lambda x: with_attributes(xattention(x), attend__scale=1.0),
+         fails="agrees with SDPA", evidence="SDPA"),
+    Case("xt-dropout-left-on", "x_transformers",
+         lambda x: always_training(x.Attention)(dim=D, heads=H, dim_head=D // H, dropout=0.1),
+         fails="eval determinism", evidence="dropout"),
+]  # fmt: skip
+
+
+def diagnosed(case: Case) -> Diagnosis:
+    library = load(case.library)
+    with torch.random.fork_rng():  # seeded weights, the global RNG left as it was
+        torch.manual_seed(0)
+        module = case.make(library)
+    return diagnose(module, Config(**case.options), case.id)
+
+
+def verdict_ok(case: Case, diagnosis: Diagnosis) -> tuple[bool, str]:
+    """Whether the doctor said what it should of ``case``, and why not when it did not."""
+    if case.fails is None:
+        if not diagnosis.healthy:
+            return False, "a correct module was not healthy"
+        convention = next((f for f in diagnosis.findings if f.probe == "mask convention"), None)
+        if case.detects and (convention is None or case.detects not in convention.message):
+            return False, f"mask convention not detected as {case.detects}"
+        return True, ""
+    finding = next((f for f in diagnosis.findings if f.probe == case.fails), None)
+    if finding is None or finding.status != FAIL:
+        return False, f"{case.fails} did not fail"
+    if finding.message.startswith("raises"):
+        return False, f"{case.fails} fails only because the module could not be called"
+    if case.evidence not in finding.message:
+        return False, f"{case.fails} failed without its evidence ({case.evidence!r})"
+    return True, ""
+
+
+def real_table() -> pd.DataFrame:
+    """One row per case: what the doctor said, and whether that is right."""
+    rows = []
+    for case in CASES:
+        row = dict(module=case.id, library=case.library,
+                   should="pass" if case.fails is None else f"fail: {case.fails}")  # fmt: skip
+        try:
+            diagnosis = diagnosed(case)
+        except LibraryMissing as missing:
+            rows.append(dict(row, doctor="not run", ok="", probes=f"{missing} not installed"))
+            continue
+        ok, _ = verdict_ok(case, diagnosis)
+        fired = [f"{f.probe} ({f.status})" for f in diagnosis.findings if f.status in (FAIL, WARN)]
+        doctor = "healthy" if diagnosis.healthy else "problems"
+        rows.append(dict(row, doctor=doctor, ok=ok, probes=", ".join(fired)))
+    return pd.DataFrame(rows)
+
+
+def real_markdown(table: pd.DataFrame) -> str:
+    """The report section: the doctor on real modules, correct and misused."""
+    run = table[table["doctor"] != "not run"]
+    right = int((run["ok"] == True).sum())  # noqa: E712 - a column of bools and blanks
+    lines = [
+        "## The doctor on real modules",
+        "",
+        "Attention modules from real libraries, built from their own config objects and "
+        "diagnosed as published (no wrapper): correct ones must be healthy, misused ones (dropout "
+        "left on in eval, an inverted mask convention, a scale changed through the module's own "
+        "options, `is_causal` off) must fail on the probe named. Cases whose library is not "
+        'installed are listed as not run (`pip install -c .ci/constraints.txt -e ".[real]"`).',
+        "",
+        f"Right: {right}/{len(run)} cases run ({len(table) - len(run)} not run).",
+        "",
+        table.to_markdown(index=False),
+    ]
+    return "\n".join(lines)
