@@ -29,7 +29,16 @@ from harness.devices import (
     resolve_device,
     resolve_dtype,
 )
-from harness.doctor import MASK_SHAPES, MASKS, TIMEOUT, Config, UserCodeError, diagnose, guarded
+from harness.doctor import (
+    MASK_SHAPES,
+    MASKS,
+    STEPS,
+    TIMEOUT,
+    Config,
+    UserCodeError,
+    diagnose,
+    guarded,
+)
 from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
 from harness.errors import UsageError
@@ -93,6 +102,9 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
     )
     doctor.add_argument("--mask-dtype", choices=["bool", "float"], default="bool",
                         help="keep/drop masks as bool (default) or as float 0/1")  # fmt: skip
+    doctor.add_argument("--sequence-first", action="store_true",
+                        help="it takes (T, B, d) tensors, as fairseq and torch's batch_first=False "
+                        "(read off a module's batch_first attribute when it has one)")  # fmt: skip
     doctor.add_argument("--positional", action="store_true",
                         help="it uses positions: skip the permutation probe")  # fmt: skip
     doctor.add_argument("--d-model", type=int, default=64, help="passed to the factory (64)")
@@ -254,6 +266,7 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     config = Config(
         mask=args.mask, causal=args.causal, mask_shape=args.mask_shape,
         mask_dtype=args.mask_dtype, positional=args.positional, strict=args.strict,
+        sequence_first=args.sequence_first,
         batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, device=str(device),
         seed=args.seed,
     )  # fmt: skip
@@ -262,7 +275,8 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
             module = build_target(load_object(args.target), sizes, args.seed)
     except UserCodeError as exc:
         raise UsageError(f"building {args.target} stopped: it {exc}") from None
-    diagnosis = diagnose(module, config, args.target, args.timeout)
+    with Progress(len(STEPS)) as bar:  # on stderr, on a terminal, after the first second
+        diagnosis = diagnose(module, config, args.target, args.timeout, progress=bar.step)
     if args.report is not None:
         write_atomically(args.report, diagnosis.markdown())
     return (diagnosis.to_json() if args.json else diagnosis.text()), diagnosis.exit_code

@@ -156,3 +156,14 @@ class ReturnsLogits(Heads):
         C = x.shape[-1]
         q, k = self.q_proj(x), self.k_proj(x)
         return self.attend(x, x, None), q @ k.transpose(-2, -1) / C**0.5  # (B, T, T) logits
+
+
+class SequenceFirst(Heads):
+    """fairseq's layout: (T, B, d) tensors, forward(query, key, value, key_padding_mask)."""
+
+    def forward(self, query, key, value, key_padding_mask=None):
+        x = query.transpose(0, 1)  # (B, T, d)
+        keep = None
+        if key_padding_mask is not None:  # (B, T), True = padding
+            keep = (~key_padding_mask)[:, None, :].expand(-1, x.shape[1], -1)  # (B, T, T)
+        return self.attend(x, x, keep).transpose(0, 1), None  # (T, B, d)

@@ -123,3 +123,19 @@ def test_a_second_output_that_is_not_a_distribution_is_not_taken_for_weights():
     found = {f.probe: f for f in d.findings}
     assert d.healthy, d.text()
     assert found["attention weights"].status == "skip"
+
+
+def test_a_sequence_first_module_is_run_as_one_when_told_and_pointed_there_when_not():
+    told = diagnose(cm.SequenceFirst(32, 4), Config(sequence_first=True))
+    assert told.healthy, told.text()
+    assert "drop (True = blocked" in told.findings[0].message  # its key padding mask, detected
+    found = {f.probe: f for f in diagnose(cm.SequenceFirst(32, 4), Config()).findings}
+    mixing = found["batch independence"]
+    assert mixing.status == "fail" and "pass --sequence-first" in mixing.message, mixing
+
+
+def test_a_module_that_says_batch_first_false_is_run_sequence_first():
+    module = cm.SequenceFirst(32, 4)
+    module.batch_first = False
+    d = diagnose(module, Config())
+    assert d.healthy, d.text()

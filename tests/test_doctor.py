@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from harness import cli
-from harness.doctor import FAIL, PASS, SKIP, WARN, Config, Diagnosis, Finding, diagnose
+from harness.doctor import FAIL, PASS, SKIP, STEPS, WARN, Config, Diagnosis, Finding, diagnose
 from harness.validation import detection_table
 from tests import doctor_modules as dm
 
@@ -190,3 +190,10 @@ def test_markdown_states_the_verdict_and_tabulates_the_findings():
     assert "Verdict: **problems found**" in text
     assert "| fail probe | fail     | evidence 1 |" in text.splitlines()
     assert "Verdict: **healthy**" in _diagnosis(PASS, SKIP).markdown()
+
+
+def test_progress_is_told_every_step_in_order():
+    """The command line draws its progress bar from these calls (on a terminal, on stderr)."""
+    steps: list[str] = []
+    diagnose(dm.gpt_ok(32, 4), Config(causal=True), progress=steps.append)
+    assert steps == list(STEPS)

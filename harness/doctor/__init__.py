@@ -10,12 +10,12 @@ inside guard.guarded(): what it prints is captured, sys.exit and hanging fail th
 torch's global settings are restored.
 """
 
-from harness.doctor.examine import diagnose
+from harness.doctor.examine import STEPS, diagnose
 from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding
 from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.subject import MASK_SHAPES, MASKS, Config
 
 __all__ = [
-    "FAIL", "MASKS", "MASK_SHAPES", "PASS", "SKIP", "TIMEOUT", "WARN",
+    "FAIL", "MASKS", "MASK_SHAPES", "PASS", "SKIP", "STEPS", "TIMEOUT", "WARN",
     "Config", "Diagnosis", "Finding", "UserCodeError", "diagnose", "guarded",
 ]  # fmt: skip

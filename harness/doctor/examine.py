@@ -7,6 +7,8 @@ past the limit fails that step; the process's global settings are restored after
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import nn
 
 from harness.devices import resolve_device
@@ -45,20 +47,25 @@ def diagnose(
     config: Config | None = None,
     target: str = "",
     timeout: float | None = TIMEOUT,
+    progress: Callable[[str], None] | None = None,
 ) -> Diagnosis:
     """Run every probe on a copy of ``module``; the module itself is left as it was.
 
-    ``timeout``: seconds each probe may run (None or 0: no limit). A device that is not
+    ``timeout``: seconds each probe may run (None or 0: no limit). ``progress`` is called with
+    each step's name before it runs (``len(STEPS)`` calls at most). A device that is not
     available here is a UsageError, before anything runs.
     """
+    report = progress or (lambda step: None)
     config = config or Config()
     resolve_device(config.device)
     name = target or type(module).__name__
     step = CONVENTION
     try:
+        report(step)
         with guarded(timeout):
             config, detected = detect(module, config)
         step = SETUP
+        report(step)
         with guarded(timeout):
             subject = Subject(module, config)
     except UsageError:
@@ -67,5 +74,10 @@ def diagnose(
         return Diagnosis(name, config, [Finding(step, FAIL, evidence(exc))])
     diagnosis = Diagnosis(name, config)
     diagnosis.findings.extend([detected] if detected else [])
-    diagnosis.findings.extend(examine(n, p, subject, timeout) for n, p in PROBES.items())
+    for probe_name, probe in PROBES.items():
+        report(probe_name)
+        diagnosis.findings.append(examine(probe_name, probe, subject, timeout))
     return diagnosis
+
+
+STEPS = (CONVENTION, SETUP, *PROBES)  # what ``progress`` is told, in order

@@ -54,6 +54,7 @@ class Config:
     strict: bool = False  # warnings fail too
     batch: int = 4
     seq_len: int = 8
+    sequence_first: bool = False  # it takes (T, B, d) (also read off a batch_first=False module)
     d_model: int | None = None  # input width when it cannot be read off the module
     device: str = "cpu"
     seed: int = 0
@@ -168,6 +169,9 @@ class Subject:
         self.takes_mask = config.spec is not None
         self.spec = config.spec
         self.plan = plan_call(self.module, self.takes_mask)
+        self.sequence_first = config.sequence_first or getattr(module, "batch_first", 1) is False
+        if isinstance(module, nn.MultiheadAttention):
+            self.sequence_first = False  # its adapter turns it round itself
         self.positional = config.positional or self.plan.rotary  # rotary: positions matter
         self.context = declared_context(self.module)
         self.dtype = torch.float64
@@ -231,8 +235,10 @@ class Subject:
         mask = self.encode(keep, x.dtype)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = self.plan.call(module, x, mask)
+            result = self.plan.call(module, x.transpose(0, 1) if self.sequence_first else x, mask)
         out, weights = split_output(result)
+        if self.sequence_first:
+            out = out.transpose(0, 1)  # (T, B, d) -> (B, T, d)
         return out, weights if is_weights(weights, x.shape[0], x.shape[1]) else None
 
     def grad_of(self, x: Tensor, keep: Tensor | None, select: Callable[[Tensor], Tensor]) -> Tensor:

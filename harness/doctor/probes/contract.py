@@ -3,7 +3,9 @@ weights that are distributions, and gradient flow to every parameter."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from dataclasses import replace
 
 import torch
 
@@ -79,23 +81,39 @@ def probe_shapes(subject: Subject) -> Outcome:
 @probe("batch independence")
 def probe_batch_independence(subject: Subject) -> Outcome:
     """The loss on sequence 0 gives zero gradient to every other sequence (Karpathy's check)."""
+    mixing = _mixing(subject)
+    if mixing is None:
+        return passed("sequence 0's loss: zero gradient to the others")
+    if not subject.sequence_first:
+        turned = Subject(subject.module, replace(subject.config, sequence_first=True))
+        with contextlib.suppress(Exception):
+            if _mixing(turned) is None:
+                mixing += (
+                    "; read sequence-first, as (T, B, d), it mixes nothing: if that is its "
+                    "layout, pass --sequence-first"
+                )
+    return failed(mixing)
+
+
+def _mixing(subject: Subject) -> str | None:
+    """Evidence that sequence 0's output depends on another sequence, or None."""
     batch = seq_len = 3  # batch == seq_len: wrong-axis bugs run here instead of raising
     x = subject.x(batch, seq_len, 2)
     grad = subject.grad_of(x, subject.ordinary_keep(batch, seq_len), lambda out: out[0])
     others = grad[1:].flatten(1).norm(dim=1)
     if others.isnan().any():
         b = int(others.isnan().nonzero()[0]) + 1
-        return failed(
+        return (
             f"sequence 0's loss sends a NaN gradient to sequence {b}: a NaN in the forward pass "
-            "leaks backwards (no proof of mixing; see the other probes)",
+            "leaks backwards (no proof of mixing; see the other probes)"
         )
     if (others > 0).any():
         b = int(others.argmax()) + 1
-        return failed(
+        return (
             f"output of sequence 0 depends on sequence {b}: "
-            f"gradient norm {others[b - 1].item():.3g}",
+            f"gradient norm {others[b - 1].item():.3g}"
         )
-    return passed("sequence 0's loss: zero gradient to the others")
+    return None
 
 
 @probe("permutation equivariance")
