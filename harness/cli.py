@@ -102,6 +102,12 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
     )
     doctor.add_argument("--mask-dtype", choices=["bool", "float"], default="bool",
                         help="keep/drop masks as bool (default) or as float 0/1")  # fmt: skip
+    doctor.add_argument(
+        "--mask-arg",
+        metavar="NAME",
+        help="the forward parameter that gets the mask, when it has several (attn_mask, "
+        "key_padding_mask, ...); default: the one that works",
+    )
     doctor.add_argument("--sequence-first", action="store_true",
                         help="it takes (T, B, d) tensors, as fairseq and torch's batch_first=False "
                         "(read off a module's batch_first attribute when it has one)")  # fmt: skip
@@ -266,7 +272,7 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     config = Config(
         mask=args.mask, causal=args.causal, mask_shape=args.mask_shape,
         mask_dtype=args.mask_dtype, positional=args.positional, strict=args.strict,
-        sequence_first=args.sequence_first,
+        sequence_first=args.sequence_first, mask_arg=args.mask_arg,
         batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, device=str(device),
         seed=args.seed,
     )  # fmt: skip

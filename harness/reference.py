@@ -6,6 +6,7 @@ projection), and only when they are all of the module's parameters.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -98,10 +99,17 @@ def _is_projection(child: nn.Module) -> bool:
         return True
     if type(child).__name__ == "Conv1D" and getattr(child, "weight", None) is not None:
         return child.weight.dim() == 2
-    if isinstance(child, nn.Sequential):
+    if isinstance(child, nn.Sequential | nn.ModuleList):  # diffusers: ModuleList([Linear, Dropout])
         active = [m for m in child if not isinstance(m, PASSIVE)]
         return len(active) == 1 and _is_projection(active[0])
     return False
+
+
+def _as_projection(child: nn.Module) -> Project:
+    """A projection layer as a function of x (a ModuleList is applied in order)."""
+    if isinstance(child, nn.ModuleList):
+        return lambda x: functools.reduce(lambda y, layer: layer(y), child, x)
+    return child
 
 
 def _bare(weight: Tensor, transpose: bool, bias: Tensor | None = None) -> Project:
@@ -116,7 +124,7 @@ def _projections(module: nn.Module, transpose: bool) -> dict[str, tuple[Project,
     found: dict[str, tuple[Project, list[Tensor]]] = {}
     for name, child in module.named_children():
         if _is_projection(child):
-            found[name] = (child, list(child.parameters()))
+            found[name] = (_as_projection(child), list(child.parameters()))
     params = dict(module.named_parameters(recurse=False))
     for name, weight in params.items():
         if weight.dim() == 2 and name != "in_proj_weight":

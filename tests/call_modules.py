@@ -167,3 +167,22 @@ class SequenceFirst(Heads):
         if key_padding_mask is not None:  # (B, T), True = padding
             keep = (~key_padding_mask)[:, None, :].expand(-1, x.shape[1], -1)  # (B, T, T)
         return self.attend(x, x, keep).transpose(0, 1), None  # (T, B, d)
+
+
+class CausalIgnoresPadding(Heads):
+    """Causal by itself; takes a padding mask and never applies it."""
+
+    def forward(self, x, attention_mask=None):
+        B, T, _ = x.shape
+        causal = torch.ones(T, T, dtype=torch.bool).tril().expand(B, T, T)
+        return self.attend(x, x, causal)
+
+
+class TwoMasks(Heads):
+    """fairseq's forward: an attention mask it does not use here, and a key padding mask."""
+
+    def forward(self, x, attn_mask=None, key_padding_mask=None):
+        keep = None
+        if key_padding_mask is not None:  # (B, T), True = padding
+            keep = (~key_padding_mask)[:, None, :].expand(-1, x.shape[1], -1)  # (B, T, T)
+        return self.attend(x, x, keep)

@@ -139,3 +139,21 @@ def test_a_module_that_says_batch_first_false_is_run_sequence_first():
     module.batch_first = False
     d = diagnose(module, Config())
     assert d.healthy, d.text()
+
+
+def test_a_causal_module_that_ignores_its_padding_mask_is_caught_by_left_padding():
+    """Padding at the end is never visible to a causal module's real tokens; at the start it is."""
+    d = diagnose(cm.CausalIgnoresPadding(32, 4), Config(causal=True))
+    assert not d.healthy, d.text()
+    assert d.findings[0].probe == "mask convention" and d.findings[0].status == "fail"
+
+
+def test_of_several_mask_parameters_the_one_that_works_is_found_and_can_be_named():
+    d = diagnose(cm.TwoMasks(32, 4), Config())
+    assert d.healthy, d.text()
+    assert "`key_padding_mask`" in d.findings[0].message
+    assert "--mask-arg key_padding_mask" in d.findings[0].message
+    told = diagnose(cm.TwoMasks(32, 4), Config(mask_arg="attn_mask"))
+    assert not told.healthy  # attn_mask is ignored: no reading of it stops a leak
+    with pytest.raises(UsageError, match="--mask-arg nope: forward has no parameter"):
+        diagnose(cm.TwoMasks(32, 4), Config(mask="drop", mask_arg="nope"))

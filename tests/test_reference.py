@@ -11,7 +11,7 @@ from harness import metrics
 from harness.catalogue.compare import build_pair
 from harness.catalogue.verdicts import Verdict
 from harness.masks import causal_keep
-from harness.reference import agreement, math_attention
+from harness.reference import agreement, attend, math_attention, recognize
 from harness.shapes import Shape
 from harness.testing import (
     assert_diff_is_small_and_marked,
@@ -136,3 +136,110 @@ def test_diff_check_wants_a_small_marked_difference(tmp_path):
     ]:
         with pytest.raises(AssertionError):
             assert_diff_is_small_and_marked(pair_in(tmp_path, buggy, fixed))
+
+
+# --- recognizing the projection layouts of real code -------------------------------------------
+
+
+class Conv1D(nn.Module):
+    """transformers' GPT-2 projection: weight stored (in, out), y = x @ W + b."""
+
+    def __init__(self, n_out: int, n_in: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n_in, n_out) * 0.1)
+        self.bias = nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):
+        return x @ self.weight + self.bias
+
+
+class Layouts(nn.Module):
+    """Attention on SDPA whose projections are laid out as ``kind`` says."""
+
+    def __init__(self, kind: str, d: int = 16, heads: int = 4, kv_heads: int = 4):
+        super().__init__()
+        self.kind, self.heads, self.kv = kind, heads, d // heads * kv_heads
+        if kind == "sequential":
+            self.q, self.k, self.v = (nn.Linear(d, d) for _ in range(3))
+            self.to_out = nn.Sequential(nn.Linear(d, d), nn.Dropout(0.1))
+        elif kind == "module_list_out":
+            self.to_q, self.to_k, self.to_v = (nn.Linear(d, d) for _ in range(3))
+            self.to_out = nn.ModuleList([nn.Linear(d, d), nn.Dropout(0.1)])
+        elif kind == "conv1d":
+            self.c_attn, self.c_proj = Conv1D(3 * d, d), Conv1D(d, d)
+        elif kind in ("bare_in_out", "bare_out_in"):
+            self.W_q, self.W_k, self.W_v = (nn.Parameter(torch.randn(d, d) * 0.2) for _ in range(3))
+        elif kind == "in_proj":
+            self.in_proj_weight = nn.Parameter(torch.randn(3 * d, d) * 0.2)
+            self.in_proj_bias = nn.Parameter(torch.zeros(3 * d))
+            self.out_proj = nn.Linear(d, d)
+        elif kind == "q_and_kv":
+            self.to_q, self.to_kv, self.to_out = (
+                nn.Linear(d, d),
+                nn.Linear(d, 2 * d),
+                nn.Linear(d, d),
+            )
+        elif kind == "gqa":
+            self.q_proj, self.o_proj = nn.Linear(d, d), nn.Linear(d, d)
+            self.k_proj, self.v_proj = nn.Linear(d, self.kv), nn.Linear(d, self.kv)
+
+    def qkv(self, x):
+        k = self.kind
+        if k == "sequential":
+            return self.q(x), self.k(x), self.v(x)
+        if k == "module_list_out":
+            return self.to_q(x), self.to_k(x), self.to_v(x)
+        if k == "conv1d":
+            return self.c_attn(x).chunk(3, dim=-1)
+        if k == "bare_in_out":
+            return x @ self.W_q, x @ self.W_k, x @ self.W_v
+        if k == "bare_out_in":
+            return x @ self.W_q.T, x @ self.W_k.T, x @ self.W_v.T
+        if k == "in_proj":
+            return F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
+        if k == "q_and_kv":
+            return (self.to_q(x), *self.to_kv(x).chunk(2, dim=-1))
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+    def out(self, y):
+        if self.kind == "module_list_out":
+            return self.to_out[1](self.to_out[0](y))
+        layer = {"sequential": "to_out", "conv1d": "c_proj", "in_proj": "out_proj",
+                 "q_and_kv": "to_out", "gqa": "o_proj"}.get(self.kind)  # fmt: skip
+        return y if layer is None else getattr(self, layer)(y)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x)
+        q = q.view(B, T, self.heads, -1).transpose(1, 2)  # (B, h, T, d)
+        k, v = (t.view(B, T, -1, q.shape[-1]).transpose(1, 2) for t in (k, v))  # (B, h_kv, T, d)
+        groups = self.heads // k.shape[1]
+        k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.out(y.transpose(1, 2).reshape(B, T, -1))
+
+
+LAYOUTS = ["sequential", "module_list_out", "conv1d", "bare_in_out", "bare_out_in", "in_proj",
+           "q_and_kv", "gqa"]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", LAYOUTS)
+def test_each_projection_layout_of_real_code_is_recognized_and_reproduced(kind):
+    torch.manual_seed(0)
+    module = Layouts(kind, kv_heads=2 if kind == "gqa" else 4).double().eval()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    readings = recognize(module)
+    assert readings, kind
+    with torch.no_grad():
+        errors = []
+        for reading in readings:
+            try:
+                errors.append((attend(reading, x, None) - module(x)).abs().max().item())
+            except RuntimeError:
+                continue
+    assert min(errors) < 1e-12, (kind, errors)
+
+
+def test_an_output_projection_in_a_module_list_with_dropout_is_recognized():
+    readings = recognize(Layouts("module_list_out"))
+    assert readings and "to_out" in readings[0][3]

@@ -1,6 +1,7 @@
 """Building a user's module as published: names from real code, config objects, --init, seeds."""
 
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +131,19 @@ def test_init_names_beyond_a_dataclass_configs_fields_are_set_on_it():
     made = build(cm.CausalSelfAttention, sizes)
     config = made.config
     assert config.attn_implementation == "sdpa" and config.n_embd == 32
+
+
+def test_a_config_class_in_a_file_given_by_path_is_found_with_its_defaults(tmp_path, capsys):
+    """Loaded by path, the file is a module of its own: its GPTConfig (and the defaults of
+    fields the doctor has no value for, such as vocab_size) are used."""
+    text = Path(cm.__file__).read_text()
+    text = text.replace(
+        "    bias: bool = True\n", "    bias: bool = True\n    vocab_size: int = 50257\n"
+    )
+    text = text.replace(
+        "self.config = config", "self.config = config\n        assert config.vocab_size"
+    )
+    target = tmp_path / "gpt.py"
+    target.write_text(text)
+    code = cli.main(["doctor", f"{target}:CausalSelfAttention", "--causal"])
+    assert code == 0, capsys.readouterr()

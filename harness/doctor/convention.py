@@ -15,7 +15,7 @@ from torch import nn
 
 from harness.doctor.findings import FAIL, PASS, Finding
 from harness.doctor.probes.leaks import _future_leak, _padding_leak, _responds
-from harness.doctor.subject import Config, Subject, mask_parameter, quietly_seeded
+from harness.doctor.subject import Config, Subject, mask_parameters, quietly_seeded
 from harness.errors import UsageError
 from harness.masks import LAYOUTS, MEANINGS, MaskSpec
 from harness.runner import describe
@@ -42,14 +42,26 @@ def respects(module: nn.Module, config: Config) -> bool:
         return config.mask_shape == "bk" or _future_leak(subject, 1.0) is None
 
 
+def readings(parameters: list[str], given: str | None) -> list[tuple[str, MaskSpec]]:
+    """(parameter, convention) pairs to try, in order: a parameter named for key padding is read
+    only as (B, T); the others every way."""
+    pairs = []
+    for name in [given] if given else parameters:
+        specs = [s for s in CANDIDATES if s.layout == "bk"] if "padding" in name else CANDIDATES
+        pairs += [(name, spec) for spec in specs]
+    return pairs
+
+
 def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
     """The config to probe with, and a finding saying what was detected (None: nothing to do)."""
-    parameter = mask_parameter(module)
-    if config.spec is not None or parameter is None:
+    parameters = mask_parameters(module)
+    if config.spec is not None or not parameters:
         return config, None
+    tried = readings(parameters, config.mask_arg)
     errors: list[str] = []
-    for spec in CANDIDATES:
-        candidate = replace(config, mask=spec.meaning, mask_shape=spec.layout)
+    for parameter, spec in tried:
+        arg = None if len(parameters) == 1 and config.mask_arg is None else parameter
+        candidate = replace(config, mask=spec.meaning, mask_shape=spec.layout, mask_arg=arg)
         small = replace(candidate, batch=min(config.batch, 4), seq_len=min(config.seq_len, 8))
         try:  # a convention shows on short sequences: cheap to try every one
             works = respects(module, small)
@@ -61,17 +73,18 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
         if works:
             words = f"{WORDS[spec.meaning]} {WORDS[spec.layout]}"
             flags = f"--mask {spec.meaning} --mask-shape {spec.layout}"
+            flags += f" --mask-arg {parameter}" if arg else ""
             return candidate, Finding(
                 NAME, PASS, f"forward takes `{parameter}`: detected {words}; declare it: {flags}"
             )
-    if len(errors) == len(CANDIDATES):  # the call itself is broken: say how, not "the mask"
-        return config, Finding(
-            NAME, FAIL, f"forward takes `{parameter}`, but every call raises: {errors[0]}"
-        )
+    names = ", ".join(f"`{p}`" for p in parameters)
+    if len(errors) == len(tried):  # the call itself is broken: say how, not "the mask"
+        return config, Finding(NAME, FAIL, f"forward takes {names}, but every call raises: "
+                                           f"{errors[0]}")  # fmt: skip
     return config, Finding(
         NAME,
         FAIL,
-        f"forward takes `{parameter}`, but no reading of it (keep, drop or additive; (B, T, T), "
+        f"forward takes {names}, but no reading of it (keep, drop or additive; (B, T, T), "
         "(B, 1, T, T) or (B, T)) stops a causal mask leaking the future and a padding mask "
         "leaking padding: the mask is ignored or broken (or in a form the doctor does not "
         "make: declare it with --mask)",

@@ -55,6 +55,7 @@ class Config:
     batch: int = 4
     seq_len: int = 8
     sequence_first: bool = False  # it takes (T, B, d) (also read off a batch_first=False module)
+    mask_arg: str | None = None  # the forward parameter that gets the mask (default: detected)
     d_model: int | None = None  # input width when it cannot be read off the module
     device: str = "cpu"
     seed: int = 0
@@ -168,7 +169,7 @@ class Subject:
         self.device = torch.device(config.device)
         self.takes_mask = config.spec is not None
         self.spec = config.spec
-        self.plan = plan_call(self.module, self.takes_mask)
+        self.plan = plan_call(self.module, self.takes_mask, config.mask_arg)
         self.sequence_first = config.sequence_first or getattr(module, "batch_first", 1) is False
         if isinstance(module, nn.MultiheadAttention):
             self.sequence_first = False  # its adapter turns it round itself
@@ -221,9 +222,17 @@ class Subject:
         x = torch.randn(batch, seq_len, self.d_model, generator=gen, dtype=torch.float64)
         return (x * scale).to(self.device, self.dtype)
 
-    def keep(self, kind: str, batch: int, seq_len: int, seed: int, empty: bool = False) -> Tensor:
-        """A (B, T, T) keep-mask: causal, padding (lengths drawn from ``seed``) or both."""
-        return keep_mask(kind, batch, seq_len, generator(seed + 7), empty)
+    def keep(
+        self, kind: str, batch: int, seq_len: int, seed: int, empty: bool = False,
+        left: bool = False,
+    ) -> Tensor:  # fmt: skip
+        """A (B, T, T) keep-mask: causal, padding (lengths drawn from ``seed``) or both. With
+        ``left``, odd sequences are padded on the left, as batches for generation are: a causal
+        module that ignores its padding mask can then be seen reading the padding."""
+        keep = keep_mask(kind, batch, seq_len, generator(seed + 7), empty)
+        if left and kind == "padding":
+            keep[1::2] = keep[1::2].flip(-1)  # (B, T, T): real keys at the end
+        return keep
 
     def encode(self, keep: Tensor | None, dtype: torch.dtype) -> Tensor | None:
         """The keep-mask in the module's convention and layout, on the device."""
@@ -289,6 +298,7 @@ MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_ma
 # Position inputs the doctor can make: rotary tables in the two common forms, and positions.
 ROTARY_NAMES = ("position_embeddings", "freqs_cis", "rotary_emb", "rope", "cos_sin")
 POSITION_NAMES = ("position_ids", "cache_position", "positions", "pos")
+OFFSET_NAMES = ("start_pos", "offset", "past_length", "seqlen_offset")  # 0: no cached prefix
 
 
 def rotary_tables(name: str, batch: int, seq_len: int, head_dim: int, x: Tensor) -> object:
@@ -296,10 +306,14 @@ def rotary_tables(name: str, batch: int, seq_len: int, head_dim: int, x: Tensor)
     (B, T, head_dim), or Meta's complex ``freqs_cis`` (T, head_dim / 2)."""
     inv_freq = 10000.0 ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     angles = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv_freq  # (T, head_dim / 2)
-    if name == "freqs_cis":
-        return torch.polar(torch.ones_like(angles), angles).to(x.device)
+    if name == "freqs_cis":  # complex64 beside float32 inputs, complex128 beside float64
+        return torch.polar(torch.ones_like(angles), angles).to(x.device, _complex(x.dtype))
     table = torch.cat([angles, angles], dim=-1).expand(batch, seq_len, head_dim)
     return table.cos().to(x.device, x.dtype), table.sin().to(x.device, x.dtype)
+
+
+def _complex(dtype: torch.dtype) -> torch.dtype:
+    return torch.complex128 if dtype == torch.float64 else torch.complex64
 
 
 @dataclass(frozen=True)
@@ -325,7 +339,9 @@ class CallPlan:
             kwargs[self.mask] = mask
         batch, seq_len = x.shape[:2]
         for name in self.positions:
-            if name in ROTARY_NAMES:
+            if name in OFFSET_NAMES:
+                kwargs[name] = 0
+            elif name in ROTARY_NAMES:
                 kwargs[name] = rotary_tables(name, batch, seq_len, self.head_dim, x)
             else:
                 kwargs[name] = torch.arange(seq_len, device=x.device).expand(batch, seq_len)
@@ -347,21 +363,27 @@ def head_width(module: nn.Module) -> int:
     return linear.out_features // head_count(module) if linear is not None else 64
 
 
-def mask_parameter(module: nn.Module) -> str | None:
-    """The name of forward's mask parameter, when it has one under a common name."""
+def mask_parameters(module: nn.Module) -> list[str]:
+    """forward's mask parameters under common names, in the order of MASK_NAMES."""
     try:
         params = inspect.signature(as_self_attention(module).forward).parameters
     except (TypeError, ValueError):
-        return None
-    return _mask_name(params)
+        return []
+    if isinstance(module, nn.MultiheadAttention):  # its adapter takes one mask for both
+        return ["mask"]
+    return [n for n in MASK_NAMES if n in params]
 
 
-def _mask_name(params: Mapping[str, object]) -> str | None:
-    """The first common mask name among a forward's parameters."""
+def _mask_name(params: Mapping[str, object], wanted: str | None = None) -> str | None:
+    """The mask parameter: ``wanted`` (--mask-arg), else the first common mask name."""
+    if wanted is not None:
+        if wanted not in params:
+            raise UsageError(f"--mask-arg {wanted}: forward has no parameter of that name")
+        return wanted
     return next((n for n in MASK_NAMES if n in params), None)
 
 
-def plan_call(module: nn.Module, takes_mask: bool) -> CallPlan:
+def plan_call(module: nn.Module, takes_mask: bool, mask_arg: str | None = None) -> CallPlan:
     """How to call ``module``'s forward with x (and a mask); UsageError when it cannot be."""
     forward = as_self_attention(module).forward
     try:
@@ -377,14 +399,15 @@ def plan_call(module: nn.Module, takes_mask: bool) -> CallPlan:
     qkv = next((t for t in QKV_NAMES if all(n in named for n in t)), None)
     first = next(iter(named))
     inputs = qkv or (next((n for n in INPUT_NAMES if n in named), first),)
-    mask = _mask_name(named)
+    mask = _mask_name(named, mask_arg)
     signature = f"{type(module).__name__}.forward{inspect.signature(forward)}"
     if takes_mask and mask is None:
         raise UsageError(
             f"{signature} cannot be called as forward(x, mask): no parameter named "
             f"{', '.join(MASK_NAMES[:4])}, ...; drop --mask, or wrap it"
         )
-    positions = tuple(n for n in named if n in ROTARY_NAMES or n in POSITION_NAMES)
+    made = (*ROTARY_NAMES, *POSITION_NAMES, *OFFSET_NAMES)
+    positions = tuple(n for n in named if n in made)
     optional = mask is not None and named[mask].default is not inspect.Parameter.empty
     plan = CallPlan(inputs=inputs, mask=mask if takes_mask else None, positions=positions,
                     head_dim=head_width(module) if positions else 0,

@@ -40,10 +40,12 @@ def load_object(target: str) -> object:
         module_name = f"_attention_doctor_{path.stem}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses and the config lookup find it by name
         sys.path.insert(0, str(path.parent.resolve()))
         try:
             spec.loader.exec_module(module)
         except Exception as exc:
+            del sys.modules[module_name]
             raise UsageError(f"importing {where} failed: {type(exc).__name__}: {exc}") from None
         finally:
             sys.path.remove(str(path.parent.resolve()))

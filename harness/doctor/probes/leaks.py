@@ -39,7 +39,7 @@ def _causal_leak(subject: Subject) -> str | None:
 def _padding_leak(subject: Subject) -> str | None:
     """Evidence that real outputs depend on padded inputs (also with large logits), or None."""
     cfg = subject.config
-    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4)
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
     real = keep.any(dim=1)  # (B, T)
     for scale in (1.0, LARGE):
         x = subject.x(cfg.batch, cfg.seq_len, 4, scale)
@@ -67,7 +67,7 @@ def _responds(subject: Subject) -> bool:
     """Every real output moves when the real inputs are redrawn under a padding mask: a mask read
     so that it hides everything (outputs all zero, or NaN) leaks nothing but says nothing."""
     cfg = subject.config
-    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4)
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
     real = keep.any(dim=1)  # (B, T)
     redraws = Redraws(as_call(subject.bound(keep), None), subject.x(cfg.batch, cfg.seq_len, 4))
     change = redraws.change(real)

@@ -71,13 +71,16 @@ def _error(out: Tensor, ref: Tensor, live: Tensor) -> float:
     return math.inf if dead_broken else (out - ref)[live].abs().nan_to_num(math.inf).max().item()
 
 
-def _tolerance(subject: Subject, index: int, x: Tensor, allowed: Tensor | None, ref: Tensor,
+def _tolerance(subject: Subject, index: int, x: Tensor, allowed: Tensor | None,
                live: Tensor) -> float:  # fmt: skip
-    """The float32 noise floor: twice SDPA's own float32 error on these projections, plus
-    FlashAttention's atol; a module that computes in float32 anywhere stays within it."""
-    low = recognize(subject.copy(torch.float32))
+    """The float32 noise floor: twice SDPA's own float32 error on these projections (against
+    SDPA in float64, both computed here), plus FlashAttention's atol; a module that computes in
+    float32 anywhere stays within it."""
+    exact = recognize(subject.copy(torch.float64))[index]
+    low = recognize(subject.copy(torch.float32))[index]
     with torch.no_grad():
-        ref32 = attend(low[index], x.float(), allowed).double()
+        ref = attend(exact, x, allowed)
+        ref32 = attend(low, x.float(), allowed).double()
     floor = metrics.Error(_error(ref32, ref, live), 0.0)
     return metrics.threshold(floor, metrics.atol(ref.cpu(), torch.float32), metrics.OUTPUT_FACTOR)
 
@@ -90,6 +93,8 @@ def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor
         with torch.no_grad():
             ref = attend(reading, x, allowed, variant.kernel(x.shape[-1]))
         errors.append((_error(out, ref, live), variant))
+    if not torch.isfinite(out[live.to(out.device)]).all():
+        return "; its output has NaN or Inf where SDPA's is finite"
     err, variant = min(errors, key=lambda pair: pair[0])
     if err <= tolerance:
         return f"; it behaves like {variant.words} (within {err:.2g}): {variant.trap}"
@@ -137,7 +142,7 @@ def probe_sdpa(subject: Subject) -> Outcome:
     if out.shape != ref.shape:
         return failed(f"output {tuple(out.shape)} vs SDPA's {tuple(ref.shape)} on {described}")
     error = _error(out, ref, live)
-    tolerance = _tolerance(subject, best, x, allowed, ref, live)
+    tolerance = _tolerance(subject, best, x, allowed, live)
     if error > tolerance:
         return failed(
             f"max |output - SDPA| = {error:.3g} on {described} (float32 floor "
