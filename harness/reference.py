@@ -65,17 +65,31 @@ OUTPUT = ("W_o", "w_o", "Wo", "wo", "o_proj", "out_proj", "c_proj", "to_out", "p
           "dense", "output", "fc_out", "linear_out", "out_linear")  # fmt: skip
 HEAD_ATTRS = (
     "n_heads", "num_heads", "heads", "n_head", "nhead", "h", "num_attention_heads", "head_count",
-    "n_heads_q", "num_head", "attention_heads",
+    "n_heads_q", "num_head", "attention_heads", "n_local_heads",
 )  # fmt: skip
+HEAD_DIM_ATTRS = ("head_dim", "d_head", "dim_head", "head_size", "attention_head_size", "d_k")
 
 
-def head_count(module: nn.Module) -> int:
-    """The module's head count: an attribute under a common name, or its ``config``'s; else 1."""
+def _int_attr(module: nn.Module, names: tuple[str, ...]) -> int | None:
+    """The first positive int attribute under ``names``, of the module or its ``config``."""
     for owner in (module, getattr(module, "config", None)):
-        for name in HEAD_ATTRS:
+        for name in names:
             value = getattr(owner, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
+    return None
+
+
+def head_count(module: nn.Module) -> int:
+    """The module's head count: an attribute under a common name, or its ``config``'s; else its
+    first Linear's width over a head width it states; else 1."""
+    heads = _int_attr(module, HEAD_ATTRS)
+    if heads is not None:
+        return heads
+    head_dim = _int_attr(module, HEAD_DIM_ATTRS)
+    linear = next((m for m in module.modules() if isinstance(m, nn.Linear)), None)
+    if head_dim and linear is not None and linear.out_features % head_dim == 0:
+        return linear.out_features // head_dim
     return 1
 
 
@@ -226,15 +240,37 @@ def recognize(module: nn.Module) -> list[Recognized]:
     return [r for r in readings[: 2 if bare else 1] if r is not None]
 
 
+ROTARY_STYLES = ("half", "pairs")
+
+
+def rotate(t: Tensor, style: str) -> Tensor:
+    """Standard RoPE (base 10000) at positions 0..T-1 on (..., T, d): ``half`` turns dimension i
+    with i + d/2 (transformers' rotate_half), ``pairs`` turns 2i with 2i + 1 (Meta's complex
+    form). The doctor passes forwards the tables of the same rotation."""
+    T, d = t.shape[-2], t.shape[-1]
+    inv_freq = 10000.0 ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq  # (T, d / 2)
+    cos, sin = angles.cos().to(t), angles.sin().to(t)
+    if style == "half":
+        a, b = t[..., : d // 2], t[..., d // 2 :]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+    a, b = t[..., 0::2], t[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+
+
 def attend(
     found: Recognized,
     x: Tensor,
     keep: Tensor | None,
     kernel: Kernel = F.scaled_dot_product_attention,
+    rotary: str | None = None,
+    tile_kv: bool = False,
 ) -> Tensor:
     """The recognized projections through ``kernel`` (SDPA unless told otherwise).
 
-    ``keep`` is the bool keep-mask (B, T, T), True = attend (SDPA's convention).
+    ``keep`` is the bool keep-mask (B, T, T), True = attend (SDPA's convention). ``rotary``: a
+    RoPE style applied to q and k. ``tile_kv``: grouped key/value heads tiled (``repeat``)
+    instead of each serving its own group of query heads, a known bug.
     """
     qkv, out_proj, heads, _ = found
     B, T, _ = x.shape
@@ -242,8 +278,12 @@ def attend(
     q = q.reshape(B, T, heads, -1).transpose(1, 2)  # (B, h, T, d)
     k = k.reshape(B, T, -1, q.shape[-1]).transpose(1, 2)  # (B, h_kv, T, d): fewer with GQA
     v = v.reshape(B, T, k.shape[1], -1).transpose(1, 2)  # (B, h_kv, T, d_v)
+    if rotary is not None:
+        q, k = rotate(q, rotary), rotate(k, rotary)
     if k.shape[1] != heads:  # grouped-query heads: each key/value head serves a group
-        k, v = (t.repeat_interleave(heads // k.shape[1], dim=1) for t in (k, v))
+        groups = heads // k.shape[1]
+        k, v = (t.repeat(1, groups, 1, 1) if tile_kv else t.repeat_interleave(groups, dim=1)
+                for t in (k, v))  # fmt: skip
     mask = None if keep is None else keep[:, None].to(x.device)  # (B, 1, T, T)
     out = kernel(q, k, v, attn_mask=mask)  # (B, h, T, d)
     out = out.transpose(1, 2).reshape(B, T, -1)  # (B, T, h * d)

@@ -186,3 +186,31 @@ class TwoMasks(Heads):
         if key_padding_mask is not None:  # (B, T), True = padding
             keep = (~key_padding_mask)[:, None, :].expand(-1, x.shape[1], -1)  # (B, T, T)
         return self.attend(x, x, keep)
+
+
+class RotaryGQA(nn.Module):
+    """transformers-style rotary attention with grouped key/value heads; ``tile`` is the bug of
+    repeating the key/value heads whole instead of each serving its own group."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4, kv_heads: int = 2, tile: bool = False):
+        super().__init__()
+        self.num_heads, self.head_dim, self.tile = heads, d_model // heads, tile
+        self.q_proj, self.o_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, kv_heads * self.head_dim)
+        self.v_proj = nn.Linear(d_model, kv_heads * self.head_dim)
+
+    def forward(self, hidden_states, position_embeddings=None):
+        cos, sin = (t[:, None] for t in position_embeddings)  # (B, 1, T, d)
+        B, T, C = hidden_states.shape
+        q = self.q_proj(hidden_states).view(B, T, -1, self.head_dim).transpose(1, 2)
+        k, v = (p(hidden_states).view(B, T, -1, self.head_dim).transpose(1, 2)
+                for p in (self.k_proj, self.v_proj))  # fmt: skip
+        half = self.head_dim // 2
+        q, k = (t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin for t in (q, k))
+        groups = self.num_heads // k.shape[1]
+        if self.tile:
+            k, v = k.repeat(1, groups, 1, 1), v.repeat(1, groups, 1, 1)
+        else:
+            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+        y = F.scaled_dot_product_attention(q, k, v)  # (B, h, T, d)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))

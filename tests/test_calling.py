@@ -157,3 +157,13 @@ def test_of_several_mask_parameters_the_one_that_works_is_found_and_can_be_named
     assert not told.healthy  # attn_mask is ignored: no reading of it stops a leak
     with pytest.raises(UsageError, match="--mask-arg nope: forward has no parameter"):
         diagnose(cm.TwoMasks(32, 4), Config(mask="drop", mask_arg="nope"))
+
+
+def test_rotary_modules_are_compared_with_sdpa_under_the_same_rope_and_tiled_heads_fail():
+    found = {f.probe: f for f in diagnose(cm.RotaryGQA(32, 4, 2), Config()).findings}
+    assert found["agrees with SDPA"].status == "pass", found["agrees with SDPA"]
+    assert "RoPE (half)" in found["agrees with SDPA"].message
+    tiled = {f.probe: f for f in diagnose(cm.RotaryGQA(32, 4, 2, tile=True), Config()).findings}
+    assert (
+        tiled["agrees with SDPA"].status == "fail" and "tiled" in tiled["agrees with SDPA"].message
+    )

@@ -11,7 +11,7 @@ from harness import metrics
 from harness.catalogue.compare import build_pair
 from harness.catalogue.verdicts import Verdict
 from harness.masks import causal_keep
-from harness.reference import agreement, attend, math_attention, recognize
+from harness.reference import agreement, attend, math_attention, recognize, rotate
 from harness.shapes import Shape
 from harness.testing import (
     assert_diff_is_small_and_marked,
@@ -243,3 +243,17 @@ def test_each_projection_layout_of_real_code_is_recognized_and_reproduced(kind):
 def test_an_output_projection_in_a_module_list_with_dropout_is_recognized():
     readings = recognize(Layouts("module_list_out"))
     assert readings and "to_out" in readings[0][3]
+
+
+def test_rope_styles_match_the_half_split_and_the_complex_forms():
+    t = torch.randn(2, 3, 5, 8, dtype=torch.float64)  # (B, h, T, d)
+    inv = 10000.0 ** -(torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    angles = torch.arange(5, dtype=torch.float64)[:, None] * inv  # (T, d / 2)
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+    half = t * cos + torch.cat([-t[..., 4:], t[..., :4]], -1) * sin  # transformers
+    assert torch.allclose(rotate(t, "half"), half)
+    pairs = torch.view_as_real(
+        torch.view_as_complex(t.reshape(2, 3, 5, 4, 2))
+        * torch.polar(torch.ones_like(angles), angles)
+    ).flatten(-2)  # Meta
+    assert torch.allclose(rotate(t, "pairs"), pairs)

@@ -25,7 +25,7 @@ from harness.masks import (
     encode,
     keep_mask,
 )
-from harness.reference import head_count
+from harness.reference import HEAD_DIM_ATTRS, head_count
 from harness.runner import seeded, split_output
 
 
@@ -346,9 +346,6 @@ class CallPlan:
             else:
                 kwargs[name] = torch.arange(seq_len, device=x.device).expand(batch, seq_len)
         return module(**kwargs)
-
-
-HEAD_DIM_ATTRS = ("head_dim", "d_head", "dim_head", "head_size", "attention_head_size", "d_k")
 
 
 def head_width(module: nn.Module) -> int:

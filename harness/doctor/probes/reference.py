@@ -14,7 +14,7 @@ from harness import metrics
 from harness.doctor.findings import Outcome, failed, passed, skipped
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
-from harness.reference import Kernel, Recognized, attend, recognize
+from harness.reference import ROTARY_STYLES, Kernel, Recognized, attend, recognize
 
 
 @dataclass(frozen=True)
@@ -71,16 +71,20 @@ def _error(out: Tensor, ref: Tensor, live: Tensor) -> float:
     return math.inf if dead_broken else (out - ref)[live].abs().nan_to_num(math.inf).max().item()
 
 
-def _tolerance(subject: Subject, index: int, x: Tensor, allowed: Tensor | None,
+Key = tuple[int, str | None]  # a reading: (projection reading, rotary style or None)
+
+
+def _tolerance(subject: Subject, key: Key, x: Tensor, allowed: Tensor | None,
                live: Tensor) -> float:  # fmt: skip
     """The float32 noise floor: twice SDPA's own float32 error on these projections (against
     SDPA in float64, both computed here), plus FlashAttention's atol; a module that computes in
     float32 anywhere stays within it."""
+    index, style = key
     exact = recognize(subject.copy(torch.float64))[index]
     low = recognize(subject.copy(torch.float32))[index]
     with torch.no_grad():
-        ref = attend(exact, x, allowed)
-        ref32 = attend(low, x.float(), allowed).double()
+        ref = attend(exact, x, allowed, rotary=style)
+        ref32 = attend(low, x.float(), allowed, rotary=style).double()
     floor = metrics.Error(_error(ref32, ref, live), 0.0)
     return metrics.threshold(floor, metrics.atol(ref.cpu(), torch.float32), metrics.OUTPUT_FACTOR)
 
@@ -101,24 +105,46 @@ def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor
     return f"; no known trap matches (nearest: {variant.words}, {variant.trap}, {err:.3g} off)"
 
 
-def _references(readings: list[Recognized], x: Tensor, allowed: Tensor | None) -> dict[int, Tensor]:
+def _references(
+    readings: list[Recognized], x: Tensor, allowed: Tensor | None,
+    styles: tuple[str | None, ...], tile_kv: bool = False,
+) -> dict[Key, Tensor]:  # fmt: skip
     """SDPA's output for each reading that runs on ``x`` (a bare weight read the wrong way
-    round does not), by the reading's index."""
+    round does not), by (reading, rotary style)."""
     refs = {}
     for index, reading in enumerate(readings):
-        try:
-            with torch.no_grad():
-                refs[index] = attend(reading, x, allowed)
-        except RuntimeError:
-            continue
+        for style in styles:
+            try:
+                with torch.no_grad():
+                    refs[index, style] = attend(reading, x, allowed, rotary=style, tile_kv=tile_kv)
+            except RuntimeError:
+                continue
     return refs
+
+
+def _rotary_mismatch(readings: list[Recognized], x: Tensor, allowed: Tensor | None,
+                     out: Tensor, live: Tensor, tolerance: float) -> Outcome:  # fmt: skip
+    """A rotary module SDPA with standard RoPE does not reproduce: a failure when it matches
+    grouped key/value heads tiled instead of grouped, else not compared (its rotary may differ:
+    partial, scaled)."""
+    tiled = _references(readings, x, allowed, ROTARY_STYLES, tile_kv=True)
+    if tiled and min(_error(out, ref, live) for ref in tiled.values()) <= tolerance:
+        return failed(
+            "it matches SDPA only with its grouped key/value heads tiled (repeat) instead of each "
+            "serving its own group of query heads (repeat_interleave): the heads are mismatched"
+        )
+    return skipped(
+        "rotary tables supplied, and SDPA with standard RoPE (half-split or pairs) on its "
+        "projections does not reproduce it (partial or scaled rotary?): not compared"
+    )
 
 
 @probe("agrees with SDPA")
 def probe_sdpa(subject: Subject) -> Outcome:
     """Agreement with F.scaled_dot_product_attention on the module's own projections."""
-    if subject.positional:
-        return skipped("uses positions (--positional, or rotary tables): SDPA would not")
+    rotary = subject.plan.rotary  # the doctor made its rotary tables: SDPA can apply them too
+    if subject.positional and not rotary:
+        return skipped("uses positions (--positional): SDPA would not")
     if not subject.deterministic:
         return skipped("not deterministic in eval mode (see above)")
     module = subject.copy()  # float64, or float32 for a module that runs only in float32
@@ -134,18 +160,20 @@ def probe_sdpa(subject: Subject) -> Outcome:
     with torch.no_grad():
         out = subject.call(module, x, keep)[0].double()
     x = x.double()
-    refs = _references(readings, x, allowed)
+    refs = _references(readings, x, allowed, ROTARY_STYLES if rotary else (None,))
     if not refs:
         return skipped("projections recognized, but no reading of them runs on this input")
     best, ref = min(refs.items(), key=lambda item: _error(out, item[1], live))
-    described = readings[best][3]
+    described = readings[best[0]][3] + (f", RoPE ({best[1]})" if rotary else "")
     if out.shape != ref.shape:
         return failed(f"output {tuple(out.shape)} vs SDPA's {tuple(ref.shape)} on {described}")
     error = _error(out, ref, live)
     tolerance = _tolerance(subject, best, x, allowed, live)
+    if error > tolerance and rotary:
+        return _rotary_mismatch(readings, x, allowed, out, live, tolerance)
     if error > tolerance:
         return failed(
             f"max |output - SDPA| = {error:.3g} on {described} (float32 floor "
-            f"{tolerance:.2g})" + _nearest(readings[best], x, allowed, out, live, tolerance)
+            f"{tolerance:.2g})" + _nearest(readings[best[0]], x, allowed, out, live, tolerance)
         )
     return passed(f"within {tolerance:.2g} (the float32 floor) on {described}")
