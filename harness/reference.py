@@ -20,12 +20,25 @@ from harness.runner import as_dtype, exact_float32, split_output
 Kernel = Callable[..., Tensor]
 
 
-def math_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None) -> Tensor:
-    """Textbook attention in the inputs' dtype: softmax(q k^T / sqrt(d)) v."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, T)
+def math_attention(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, scale_first: bool = False
+) -> Tensor:
+    """Textbook attention in the inputs' dtype: softmax(q k^T / sqrt(d)) v. ``scale_first``
+    computes (q / sqrt(d)) k^T instead, as nn.MultiheadAttention does: in float16 its scores
+    overflow only at sqrt(d) times larger products."""
+    root_d = math.sqrt(q.size(-1))
+    k_t = k.transpose(-2, -1)
+    scores = (q / root_d) @ k_t if scale_first else q @ k_t / root_d  # (..., T, T)
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     return scores.softmax(dim=-1) @ v  # (..., T, d_v)
+
+
+def scaled_first_attention(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None
+) -> Tensor:
+    """``math_attention`` with the scale on q first."""
+    return math_attention(q, k, v, attn_mask, scale_first=True)
 
 
 # Projection names in common code: separate q/k/v, fused qkv, and the output projection.

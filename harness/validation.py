@@ -93,8 +93,8 @@ def detection_markdown(table: pd.DataFrame) -> str:
         "Warnings, not failures, by design: NaN for a query with no allowed key "
         "(`fully_masked_row`) and float16 overflow of Q K^T at large activations "
         "(`qk_overflow_half`). The latter fires for most fixed.py files too: they compute "
-        "(Q K^T) / sqrt(d_k) exactly like that buggy module, and torch's SDPA, which scales "
-        "first, does not overflow there.",
+        "(Q K^T) / sqrt(d_k) exactly like that buggy module, and attention that scales Q first "
+        "(as nn.MultiheadAttention and that module's fixed.py do) does not overflow there.",
     ]
     return "\n".join(lines)
 

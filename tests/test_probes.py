@@ -9,6 +9,7 @@ import random
 import re
 
 import pytest
+import torch
 from torch import nn
 
 from harness.catalogue.registry import load
@@ -320,3 +321,11 @@ def test_probe_order_does_not_change_a_random_modules_evidence(monkeypatch):
     expected = {f.probe: f for f in diagnose(module, config).findings}
     found = _diagnose_in_order(monkeypatch, module, config, list(PROBES)[::-1])
     assert found == expected
+
+
+def test_float16_overflow_that_scaling_first_shares_is_the_range_not_the_module():
+    """nn.MultiheadAttention scales Q first; where even that overflows, it is float16's range."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(64, 4, batch_first=True)
+    f = probe(mha, Config(mask="drop", mask_shape="bk"), "float16 robustness")
+    assert f.status == PASS, f

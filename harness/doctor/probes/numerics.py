@@ -4,8 +4,9 @@ Low precision is judged by the 2x rule of ``harness.metrics``: the module's own 
 dtype (against itself in float64) may be at most twice the larger error of two sound
 implementations on the same projections in that dtype (SDPA and textbook attention), plus atol.
 At large activations float16 overflows somewhere for everyone; the module fails only where
-textbook attention (Q K^T, then the scale) stays finite, and is warned where it overflows like
-textbook code while SDPA, which scales first, does not (the catalogue's ``qk_overflow_half``).
+textbook attention (Q K^T, then the scale) stays finite, is warned where it overflows like
+textbook code while attention that scales Q first does not (the catalogue's
+``qk_overflow_half``), and passes where that overflows too: float16's range, not the module.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from harness.doctor.findings import Outcome, failed, passed, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.metrics import first_nonfinite
-from harness.reference import Recognized, attend, math_attention, recognize
+from harness.reference import Recognized, attend, math_attention, recognize, scaled_first_attention
 from harness.runner import describe
 
 HALF_LARGE = 200.0  # activation scale for the float16 overflow check
@@ -128,14 +129,20 @@ def _large(subject: Subject, module: nn.Module, index: int | None, keep: Tensor 
     )
     if index is None:
         return warned(f"{where} (Q K^T passing float16's 65504? scale Q first)")
-    sdpa, textbook = _sound(recognize(module)[index], x, allowed, autocast)
-    if not torch.isfinite(sdpa).all():
-        return passed(f"{where}, as SDPA on the same projections: beyond float16's range")
+    reading = recognize(module)[index]
+    with torch.no_grad(), autocast:
+        first = attend(reading, x, allowed, scaled_first_attention)
+        textbook = attend(reading, x, allowed, math_attention)
+    if not torch.isfinite(first).all():
+        return passed(
+            f"{where}, as attention that scales Q first does on its projections: beyond "
+            "float16's range (SDPA's CPU kernel gets through only by accumulating in float32)"
+        )
     if torch.isfinite(textbook).all():
-        return failed(f"{where}, where SDPA and textbook attention on its projections stay finite")
+        return failed(f"{where}, where textbook attention on its projections stays finite")
     return warned(
-        f"{where}, like textbook (Q K^T) / sqrt(d) code, while SDPA, which scales first, stays "
-        "finite: qk_overflow_half (scale Q first, or compute Q K^T in float32)"
+        f"{where}, like textbook (Q K^T) / sqrt(d) code, while scaling Q first stays finite: "
+        "qk_overflow_half (scale Q first, or compute Q K^T in float32)"
     )
 
 
