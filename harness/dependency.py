@@ -82,8 +82,7 @@ class Redraws:
         them."""
         redrawn = torch.where(moved[..., None].to(self.x.device), self.noise, self.x)
         before, after = self.before, self._output(redrawn)
-        diff = (before - after).abs()
-        diff = diff.masked_fill(before.isnan() | after.isnan(), math.nan)
+        diff = (before - after).abs()  # NaN wherever either call is NaN
         change = diff.flatten(2).amax(-1) if diff.dim() > 2 else diff
         return change.masked_fill(change <= CHANGED * self.scale, 0.0).cpu()
 
