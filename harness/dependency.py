@@ -137,11 +137,11 @@ def repeat_difference(module: nn.Module, x: Tensor, mask: Tensor | None, seed: i
     The two calls draw from different seeds, so a module that samples (dropout) shows it; the
     global RNG is restored afterwards.
     """
-    outputs = []
+    call, outputs = as_call(module, mask), []
     with torch.no_grad():
         for s in (seed, seed + 1):
             with seeded(s):
-                out, _ = split_output(module(x) if mask is None else module(x, mask))
+                out = call(x)
             outputs.append(out.double())
     diff = (outputs[0] - outputs[1]).abs()
     return float(diff.nan_to_num(0.0).max()) if diff.numel() else 0.0

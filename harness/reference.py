@@ -83,7 +83,7 @@ HEAD_ATTRS = (
 HEAD_DIM_ATTRS = ("head_dim", "d_head", "dim_head", "head_size", "attention_head_size", "d_k")
 
 
-def _int_attr(module: nn.Module, names: tuple[str, ...]) -> int | None:
+def int_attribute(module: nn.Module, names: tuple[str, ...]) -> int | None:
     """The first positive int attribute under ``names``, of the module or its ``config``."""
     for owner in (module, getattr(module, "config", None)):
         for name in names:
@@ -96,10 +96,10 @@ def _int_attr(module: nn.Module, names: tuple[str, ...]) -> int | None:
 def head_count(module: nn.Module) -> int:
     """The module's head count: an attribute under a common name, or its ``config``'s; else its
     first Linear's width over a head width it states; else 1."""
-    heads = _int_attr(module, HEAD_ATTRS)
+    heads = int_attribute(module, HEAD_ATTRS)
     if heads is not None:
         return heads
-    head_dim = _int_attr(module, HEAD_DIM_ATTRS)
+    head_dim = int_attribute(module, HEAD_DIM_ATTRS)
     linear = next((m for m in module.modules() if isinstance(m, nn.Linear)), None)
     if head_dim and linear is not None and linear.out_features % head_dim == 0:
         return linear.out_features // head_dim

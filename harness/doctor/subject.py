@@ -25,7 +25,7 @@ from harness.masks import (
     encode,
     keep_mask,
 )
-from harness.reference import HEAD_DIM_ATTRS, head_count
+from harness.reference import HEAD_DIM_ATTRS, head_count, int_attribute
 from harness.runner import seeded, split_output
 
 
@@ -141,12 +141,7 @@ CONTEXT_NAMES = ("block_size", "max_seq_len", "n_ctx", "context_length", "max_po
 
 def declared_context(module: nn.Module) -> int | None:
     """The longest sequence the module says it takes (an attribute or its config's), or None."""
-    for owner in (module, getattr(module, "config", None)):
-        for name in CONTEXT_NAMES:
-            value = getattr(owner, name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return None
+    return int_attribute(module, CONTEXT_NAMES)
 
 
 def is_weights(second: Tensor | None, batch: int, seq_len: int) -> bool:
@@ -351,11 +346,9 @@ class CallPlan:
 def head_width(module: nn.Module) -> int:
     """The module's per-head width: an attribute (or its config's) under a common name, else the
     width of its first Linear's output over its head count; 64 when nothing says."""
-    for owner in (module, getattr(module, "config", None)):
-        for name in HEAD_DIM_ATTRS:
-            value = getattr(owner, name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
+    head_dim = int_attribute(module, HEAD_DIM_ATTRS)
+    if head_dim is not None:
+        return head_dim
     linear = next((m for m in module.modules() if isinstance(m, nn.Linear)), None)
     return linear.out_features // head_count(module) if linear is not None else 64
 

@@ -52,7 +52,7 @@ VARIANTS = (
 )  # fmt: skip
 
 
-def _live(subject: Subject, allowed: Tensor | None, batch: int, seq_len: int) -> Tensor:
+def _live(allowed: Tensor | None, batch: int, seq_len: int) -> Tensor:
     """(B, T) queries whose output means something: they have a key, and (key padding) are not
     padding themselves, whose outputs some modules zero."""
     live = torch.ones(batch, seq_len, dtype=torch.bool)
@@ -155,7 +155,7 @@ def probe_sdpa(subject: Subject) -> Outcome:
     cfg = subject.config
     keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
-    live = _live(subject, allowed, cfg.batch, cfg.seq_len)
+    live = _live(allowed, cfg.batch, cfg.seq_len)
     x = subject.x(cfg.batch, cfg.seq_len, 8)
     with torch.no_grad():
         out = subject.call(module, x, keep)[0].double()
