@@ -7,16 +7,22 @@ line on stderr with exit status 2, before any work is done and without writing a
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import math
 import os
+import re
+import signal
 import sys
 import textwrap
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from harness import __version__
 from harness.catalogue import registry
 from harness.catalogue.card import Card, Pair
 from harness.catalogue.diffing import unified_diff
@@ -41,8 +47,8 @@ from harness.doctor import (
 )
 from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
-from harness.errors import UsageError
-from harness.files import ensure_writable, write_atomically
+from harness.errors import Interrupted, UsageError, shorten
+from harness.files import check_file_destination, ensure_writable, write_atomically
 from harness.progress import Progress
 from harness.realmodules import real_markdown, real_table
 from harness.report import collect, write_report
@@ -55,11 +61,33 @@ class Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of printing usage and exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
+        raise UsageError(shorten_echoes(message))
+
+
+# What argparse echoes of the command line: a quoted value ('...' or "...", as repr writes it),
+# or the words after "unrecognized arguments:".
+QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+UNRECOGNIZED = "unrecognized arguments: "
+
+
+def shorten_echoes(message: str, limit: int = 60) -> str:
+    """argparse's ``message`` with each long value it echoes cut (``harness.errors.shorten``)."""
+    head, found, rest = message.partition(UNRECOGNIZED)
+    if found:
+        return head + found + shorten(rest, limit)
+
+    def cut(match: re.Match[str]) -> str:  # 'aaaa…' (100000 characters), as shorten writes it
+        text = match[0]
+        if len(text) <= limit + 2:
+            return text
+        return f"{text[: limit + 1]}{text[0]}… ({len(text) - 2} characters)"
+
+    return QUOTED.sub(cut, message)
 
 
 def build_parser() -> Parser:
     parser = Parser(prog=PROG, description="Measure hand-written attention traps.")
+    parser.add_argument("--version", action="version", version=f"attention-pitfalls {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     sub.add_parser("list", help="one line per trap")
     show = sub.add_parser("show", help="a trap's card, then its diff")
@@ -129,7 +157,7 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
     doctor.add_argument("--device", default="cpu")
     doctor.add_argument("--strict", action="store_true", help="warnings fail too")
     doctor.add_argument("--json", action="store_true", help="print JSON instead of text")
-    doctor.add_argument("--report", type=Path, help="also write a markdown report here")
+    doctor.add_argument("--report", metavar="PATH", help="also write a markdown report here")
     doctor.add_argument(
         "--timeout",
         type=float,
@@ -153,27 +181,34 @@ def add_grid_options(parser: argparse.ArgumentParser) -> None:
 
 def resolve_grid(args: argparse.Namespace) -> list[tuple[torch.device, torch.dtype]]:
     """Every (device, dtype) asked for, validated up front."""
-    devices = [resolve_device(d) for d in dict.fromkeys(args.device or available_devices())]
+    names = args.device or available_devices()
+    devices = list(dict.fromkeys(resolve_device(d) for d in names))  # cpu:0 is cpu: once
     dtypes = list(dict.fromkeys(args.dtype or DTYPES))
     return [(dev, resolve_dtype(name, dev)) for dev in devices for name in dtypes]
 
 
 def resolve_pairs(ids: Sequence[str]) -> list[Pair]:
     try:
-        return [registry.load(i) for i in ids] if ids else registry.load_all()
+        return [registry.load(i) for i in dict.fromkeys(ids)] if ids else registry.load_all()
     except registry.UnknownPitfall as exc:
-        raise UsageError(str(exc)) from None
+        hint = f"; {exc.suggestion}" if exc.suggestion else ""
+        raise UsageError(
+            f"unknown pitfall {shorten(exc.pitfall_id, quote=True)}{hint} ({PROG} list shows all)"
+        ) from None
 
 
 def measure_grid(
-    pairs: list[Pair], grid: list[tuple[torch.device, torch.dtype]]
+    pairs: list[Pair],
+    grid: list[tuple[torch.device, torch.dtype]],
+    step: Callable[[str], None] | None = None,
 ) -> list[Measurement]:
-    """Measure every pair on every (device, dtype), with a progress bar on a terminal."""
+    """Measure every pair on every (device, dtype), with a progress bar on a terminal (its own,
+    or the caller's ``step``)."""
     jobs = [(p, dev, dt) for p in pairs for dev, dt in grid]
     results = []
-    with Progress(len(jobs)) as bar:
+    with Progress(len(jobs) if step is None else 0) as bar:
         for pair, dev, dt in jobs:
-            bar.step(f"{pair.card.id} {dev} {dtype_name(dt)}")
+            (step or bar.step)(f"{pair.card.id} {dev} {dtype_name(dt)}")
             results.append(measure(pair, dev, dt))
     return results
 
@@ -192,12 +227,19 @@ def summary_table(measurements: list[Measurement]) -> pd.DataFrame:
     return pd.DataFrame(rows)[columns]
 
 
+LIST_HEADER = ("id", "§", "category", "expected")
+
+
 def cmd_list(args: argparse.Namespace) -> str:
-    pairs = registry.load_all()
-    width = max(len(p.card.id) for p in pairs)
+    """A header row, then one aligned row per trap."""
+    rows = [LIST_HEADER] + [
+        (p.card.id, p.card.section, p.card.category, str(p.card.expected))
+        for p in registry.load_all()
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(LIST_HEADER) - 1)]
     return "\n".join(
-        f"{p.card.id:<{width}}  {p.card.section:<5}  {p.card.category:<14}  {p.card.expected}"
-        for p in pairs
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
+        for row in rows
     )
 
 
@@ -246,7 +288,9 @@ def cmd_show(args: argparse.Namespace) -> str:
 def cmd_diff(args: argparse.Namespace) -> str:
     pair = resolve_pairs([args.id])[0]
     diff = unified_diff(pair.folder).rstrip("\n")
-    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    colour = args.color == "always" or (
+        args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    )  # NO_COLOR set and not empty: no colour unless asked for (https://no-color.org)
     return colour_diff(diff) if colour else diff
 
 
@@ -265,8 +309,8 @@ def cmd_run(args: argparse.Namespace) -> str:
 def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     device = resolve_device(args.device)
     sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init))
-    if args.report is not None:
-        ensure_writable(args.report.parent if str(args.report.parent) else Path("."))
+    if args.report is not None:  # before any probe runs
+        check_file_destination(args.report, "--report")
     if not args.timeout >= 0:  # NaN too
         raise UsageError("--timeout must be a number of seconds >= 0 (0: no limit)")
     config = Config(
@@ -280,11 +324,16 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
         with guarded(args.timeout):
             module = build_target(load_object(args.target), sizes, args.seed)
     except UserCodeError as exc:
-        raise UsageError(f"building {args.target} stopped: it {exc}") from None
+        raise UsageError(f"building {shorten(args.target)} stopped: it {exc}") from None
     with Progress(len(STEPS)) as bar:  # on stderr, on a terminal, after the first second
         diagnosis = diagnose(module, config, args.target, args.timeout, progress=bar.step)
     if args.report is not None:
-        write_atomically(args.report, diagnosis.markdown())
+        try:
+            write_atomically(Path(args.report), diagnosis.markdown())
+        except OSError as exc:  # checked up front; this is what changed since (a full disk)
+            raise UsageError(
+                f"cannot write --report {shorten(args.report, quote=True)}: {exc.strerror or exc}"
+            ) from None
     return (diagnosis.to_json() if args.json else diagnosis.text()), diagnosis.exit_code
 
 
@@ -292,9 +341,25 @@ def cmd_report(args: argparse.Namespace) -> str:
     grid = resolve_grid(args)
     ensure_writable(args.out)
     unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
-    results, timed = collect(registry.load_all(), grid, measure_grid)
-    doctor = detection_markdown(detection_table()) + "\n\n" + real_markdown(real_table())
-    path = write_report(results, grid, args.out, unavailable, timed, doctor)
+    pairs = registry.load_all()
+    steps = len(pairs) * len(grid) + 2 * len(pairs) + 3  # measure, extras, doctor x2, draw, write
+    with Progress(steps) as bar:
+
+        def step(label: str) -> None:
+            ACTIVE.check()  # a Ctrl-C that matplotlib's clean-up swallowed stops here
+            bar.step(label)
+
+        measure_all = functools.partial(measure_grid, step=step)
+        results, timed = collect(pairs, grid, measure_all, progress=step)
+        step("the doctor on the catalogue")
+        doctor = detection_markdown(detection_table())
+        step("the doctor on real modules")
+        doctor += "\n\n" + real_markdown(real_table())
+        path, replaced = write_report(
+            results, grid, args.out, unavailable, timed, doctor, progress=step
+        )
+    if not replaced:
+        return f"{path} is up to date: this run agrees with it within rounding noise (kept as is)"
     return f"wrote {path}"
 
 
@@ -308,20 +373,90 @@ COMMANDS = {
 }
 
 
+# The signals that stop a command: each unwinds it as Ctrl-C does.
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+class Signals:
+    """What ``stop_signals`` received, in order; ``quiet``: record, raise no more."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.quiet = False
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.received.append(signum)
+        if not self.quiet:
+            raise Interrupted(signum)
+
+    def check(self) -> None:
+        """Raise again a signal whose exception was swallowed, before work that cannot be undone
+        (publishing a report)."""
+        if self.received and not self.quiet:
+            raise Interrupted(self.received[0])
+
+
+ACTIVE = Signals()  # the signals of the command that is running (stop_signals sets it)
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[Signals]:
+    """In the block, SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` (a KeyboardInterrupt), so
+    a command stopped by any of them unwinds and its ``finally:`` blocks run; what it yields
+    records them, even when the exception is swallowed on the way (Python drops one raised in a
+    finalizer or weakref callback, as matplotlib's run during drawing). A signal that is
+    ignored (nohup, a background job) or has a handler of someone else's is left alone; the
+    previous handlers are back when the block ends. Off the main thread it changes nothing.
+    """
+    global ACTIVE
+    signals = ACTIVE = Signals()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+                previous[signum] = signal.signal(signum, signals.handle)
+    try:
+        yield signals
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def interrupted(signum: int) -> int:
+    """Say so in one line; the exit status a shell gives a process stopped by ``signum``."""
+    stop = Interrupted(signum)
+    name = "" if signum == signal.SIGINT else f" ({stop.signal_name})"
+    print(f"{PROG}: interrupted{name}", file=sys.stderr)
+    return stop.exit_status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)  # tiny tensors: faster, and the numbers never depend on core count
-    try:
-        args = build_parser().parse_args(argv)
-        result = COMMANDS[args.command](args)
-        text, code = result if isinstance(result, tuple) else (result, 0)
-        print(text)
-        return code
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # e.g. piped into head: not an error of ours
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
-        return 0
+    with stop_signals() as signals:
+        try:
+            try:
+                args = build_parser().parse_args(argv)
+            except SystemExit as exc:  # --version, --help: printed, and argparse exits 0
+                return exc.code if isinstance(exc.code, int) else 0
+            result = COMMANDS[args.command](args)
+            text, code = result if isinstance(result, tuple) else (result, 0)
+            if signals.received:  # interrupted, but its exception was swallowed on the way
+                raise Interrupted(signals.received[0])
+            print(text)
+            return code
+        except UsageError as exc:
+            signals.quiet = True
+            if signals.received:
+                return interrupted(signals.received[0])
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:
+            signals.quiet = True
+            received = signals.received
+            return interrupted(received[0] if received else getattr(exc, "signum", signal.SIGINT))
+        except BrokenPipeError:  # e.g. piped into head: not an error of ours
+            signals.quiet = True
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+            return 0

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from harness.errors import UsageError
+from harness.errors import UsageError, did_you_mean, shorten
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICE_KINDS = ("cpu", "cuda")
+GPU_WORDS = ("gpu", "nvidia", "rocm", "hip")  # what people type for torch's "cuda"
 
 
 def available_devices() -> list[str]:
@@ -16,28 +17,47 @@ def available_devices() -> list[str]:
 
 
 def resolve_device(name: str) -> torch.device:
-    """A torch.device for ``name``, or UsageError when it does not exist here."""
+    """A torch.device for ``name``, or UsageError when it does not exist here.
+
+    One device has one name: ``cpu:0`` is ``cpu`` and ``cuda:0`` is ``cuda`` (torch's first
+    GPU), so equal devices compare equal; ``cpu:1`` does not exist (the CPU is one device).
+    """
+    shown = shorten(name, quote=True)
     try:
         device = torch.device(name)
-    except RuntimeError:
-        raise UsageError(
-            f"unknown device {name!r}; use one of: {', '.join(DEVICE_KINDS)}"
-        ) from None
-    if device.type not in DEVICE_KINDS:
-        raise UsageError(f"unknown device {name!r}; use one of: {', '.join(DEVICE_KINDS)}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device {name!r} is not available here (no CUDA device visible to torch)")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise UsageError(
-            f"device {name!r} does not exist: {torch.cuda.device_count()} CUDA devices"
+    except (RuntimeError, TypeError, ValueError):
+        device = None
+    if device is None or device.type not in DEVICE_KINDS:
+        kind = name.partition(":")[0]
+        if kind in DEVICE_KINDS:  # cuda:x, cuda:-1, cpu:
+            raise UsageError(f"unknown device {shown}; use cpu, cuda or cuda:N (N: a GPU number)")
+        if name.strip().lower() != name and kind.strip().lower() in DEVICE_KINDS:  # CPU, " cuda"
+            raise UsageError(f"unknown device {shown}; did you mean {name.strip().lower()!r}?")
+        guess = kind.strip().lower()
+        hint = (
+            did_you_mean(guess, DEVICE_KINDS) if guess not in GPU_WORDS else "did you mean 'cuda'?"
         )
-    return device
+        raise UsageError(f"unknown device {shown}; {hint or 'use one of: cpu, cuda'}")
+    if device.type == "cpu":
+        if device.index:
+            raise UsageError(f"device {shown} does not exist: the CPU is one device, cpu")
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UsageError(f"device {shown} is not available here (no CUDA device visible to torch)")
+    count = torch.cuda.device_count()
+    if (device.index or 0) >= count:
+        raise UsageError(
+            f"device {shown} does not exist: {count} CUDA device{'s' if count != 1 else ''} "
+            f"(cuda:0{f' to cuda:{count - 1}' if count > 1 else ''})"
+        )
+    return torch.device("cuda") if not device.index else device
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """The dtype called ``name``, checked to run attention's operations on ``device``."""
     if name not in DTYPES:
-        raise UsageError(f"unknown dtype {name!r}; use one of: {', '.join(DTYPES)}")
+        hint = did_you_mean(name, DTYPES) or f"use one of: {', '.join(DTYPES)}"
+        raise UsageError(f"unknown dtype {shorten(name, quote=True)}; {hint}")
     dtype = DTYPES[name]
     try:
         x = torch.ones(2, 3, 3, dtype=dtype, device=device)

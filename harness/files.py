@@ -2,25 +2,208 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import UsageError, shorten
+
+# What a report folder holds (harness.report writes them): refused up front when in the way.
+REPORT_FILES = ("report.md", "timings.md")
+REPORT_FOLDERS = ("img",)
+# What os.stat raises for a path that is not there (a name too long is not there either; the
+# name check says why it cannot be).
+MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG)
 
 
-def ensure_writable(out: Path) -> None:
-    """UsageError unless ``out`` is (or can be made) a folder we can write into."""
+def check_file_destination(path: str | os.PathLike[str], option: str) -> None:
+    """UsageError (one line, naming ``option``) unless ``path`` can be written as a file.
+
+    Refused: an empty name or one that names a folder (``out/``, ``.``), an existing folder, an
+    existing file that is not a regular one (a device, a FIFO, a socket: never replaced), an
+    existing file we may not write, a name longer than its file system allows, and a path
+    whose nearest existing folder is not one we can write into (tried with a file that has no
+    name, or one removed at once). Creates nothing: missing folders are created when the file
+    is written (``write_atomically``).
+    """
+    text = os.fspath(path)
+    if not text:
+        raise UsageError(f"{option} needs a file name, not an empty one")
+    shown = shorten(text, quote=True)
+    target = Path(text)
+    if text.endswith(("/", os.sep)) or target.name in ("", ".", ".."):
+        raise UsageError(f"{option} {shown} names a folder; give it a file name")
+    try:
+        where, info = _nearest_existing(target)
+        if where == target and target.is_symlink():  # written through, as open() would
+            target = Path(os.path.realpath(target))
+            where, info = _nearest_existing(target)
+        if where == target:
+            if stat.S_ISDIR(info.st_mode):
+                raise UsageError(f"{option} {shown} is a folder, not a file")
+            if not stat.S_ISREG(info.st_mode):
+                raise UsageError(
+                    f"{option} {shown} is not a regular file (a device, FIFO or socket): "
+                    "it is never replaced"
+                )
+            if not os.access(target, os.W_OK):
+                raise UsageError(f"{option} {shown} is not writable")
+            where = target.parent
+        elif not stat.S_ISDIR(info.st_mode):
+            raise UsageError(f"cannot write {option} {shown}: {shorten(where)} is not a folder")
+        _check_names(target, where, option, shown)
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise UsageError(
+                f"cannot write {option} {shown}: folder {shorten(where)} is not writable"
+            )
+        try:  # what access() cannot tell (root, /proc, a full disk): a file that has no name
+            with tempfile.TemporaryFile(dir=where, prefix=".probe-"):
+                pass
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write {option} {shown}: folder {shorten(where)} takes no new file "
+                f"({exc.strerror or exc})"
+            ) from None
+    except UsageError:
+        raise
+    except OSError as exc:  # a name too long for the path as a whole, a loop of links, ...
+        raise UsageError(f"cannot write {option} {shown}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # an embedded NUL
+        raise UsageError(f"cannot write {option} {shown}: {exc}") from None
+
+
+def _nearest_existing(path: Path) -> tuple[Path, os.stat_result]:
+    """``path`` or its nearest existing ancestor, with its ``os.stat``."""
+    for candidate in (path, *path.parents):
+        try:
+            return candidate, candidate.stat()
+        except OSError as exc:
+            if exc.errno not in MISSING:
+                raise
+    return Path("."), Path(".").stat()  # not reached: "." or "/" exists
+
+
+def _check_names(path: Path, folder: Path, option: str, shown: str) -> None:
+    """UsageError when a name still to be created under ``folder`` is too long for its file
+    system (``PC_NAME_MAX``: 255 bytes where the system does not say), or the whole path is
+    (``PC_PATH_MAX``: 4096)."""
+    name_max, path_max = _limit(folder, "PC_NAME_MAX", 255), _limit(folder, "PC_PATH_MAX", 4096)
+    if len(os.fsencode(path)) >= path_max:
+        raise UsageError(
+            f"cannot write {option} {shown}: the path is longer than its file system allows "
+            f"({path_max - 1} bytes)"
+        )
+    inside = path.parts[: len(folder.parts)] == folder.parts
+    missing = path.parts[len(folder.parts) :] if inside else (path.name,)
+    for name in missing:
+        if len(os.fsencode(name)) > name_max:
+            raise UsageError(
+                f"cannot write {option} {shown}: the name {shorten(name, quote=True)} is longer "
+                f"than its file system allows ({name_max} bytes)"
+            )
+
+
+def _limit(folder: Path, name: str, default: int) -> int:
+    """``os.pathconf(folder, name)``, or ``default`` where the system does not say."""
+    try:
+        value = os.pathconf(folder, name)
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows), or no answer
+        return default
+    return value if value and value > 0 else default
+
+
+def ensure_writable(out: Path, option: str = "--out") -> None:
+    """UsageError unless ``out`` is (or can be made) a folder we can write a report into.
+
+    A folder it creates is removed again when it then fails; refused in one line: ``out`` an
+    existing file, ``out/report.md`` or ``out/timings.md`` not a regular file, ``out/img`` not
+    a folder.
+    """
+    shown = shorten(out, quote=True)
+    try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"{option} {shown} is a file, not a folder")
+        for name in REPORT_FILES:
+            if (out / name).exists() and not (out / name).is_file():
+                raise UsageError(f"cannot write to {option} {shown}: {name} in it is not a file")
+        for name in REPORT_FOLDERS:
+            if (out / name).exists() and not (out / name).is_dir():
+                raise UsageError(f"cannot write to {option} {shown}: {name} in it is not a folder")
+    except UsageError:
+        raise
+    except OSError as exc:
+        raise UsageError(f"cannot write to {option} {shown}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # an embedded NUL
+        raise UsageError(f"cannot write to {option} {shown}: {exc}") from None
+    created = [p for p in (out, *out.parents) if not _exists(p)]
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".probe-"):
             pass
     except OSError as exc:
-        raise UsageError(f"cannot write to --out {str(out)!r}: {exc.strerror or exc}") from None
+        _remove_folders(created)
+        raise UsageError(f"cannot write to {option} {shown}: {exc.strerror or exc}") from None
+    except BaseException:
+        _remove_folders(created)
+        raise
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _remove_folders(folders: list[Path]) -> None:
+    """Remove the (empty) folders we created, deepest first; leave any that is not empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder."""
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", delete=False) as tmp:
-        tmp.write(text)
-    os.replace(tmp.name, path)
+    """Write ``text`` to ``path`` through a temporary file in the same folder, then replace
+    ``path`` with it in one step.
+
+    Missing folders are created. The file gets the mode ``open()`` would give it (that of the
+    file it replaces, else 0o666 less the umask), and no temporary file is left behind, however
+    the write ends (an error, Ctrl-C).
+    """
+    path = Path(path)
+    if path.is_symlink():  # write the file it points to, as open() would
+        path = Path(os.path.realpath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system allows (Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: read by setting it, and set it straight back
+    os.umask(mask)
+    return mask

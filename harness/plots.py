@@ -1,8 +1,14 @@
-"""Pictures for the report: attention heatmaps, buggy and fixed side by side."""
+"""Plain drawing: heatmap panels side by side, and line plots, written as PNG files.
+
+What to draw is chosen elsewhere (``harness.pictures``). Every number drawn is rounded first
+(``rounded``), so float32 results that differ in the last bits from CPU to CPU draw the same
+bytes; PNGs are written without a software tag, so the same data always gives the same file.
+"""
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -11,77 +17,144 @@ matplotlib.use("Agg")  # files only, no display
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
-from torch import Tensor
 
-HATCH = "white"  # blocked cells: white hatching over the weight's own colour
-NAN = "#d62728"  # NaN cells: red
-
-
-def first_map(weights: Tensor | None) -> np.ndarray | None:
-    """The (T, T) map of batch element 0 (head 0 for multi-head weights)."""
-    if weights is None:
-        return None
-    w = weights
-    while w.dim() > 2:
-        w = w[0]
-    return w.double().numpy()
+DECIMALS = 3  # heatmap data is rounded to this many decimals before it is drawn
+DIGITS = 3  # line plot data is rounded to this many significant digits
+HATCH = "white"  # blocked cells: white hatching over the cell's own colour
+NAN = "#d62728"  # NaN and Inf cells: red
+MAX_TICKS = 10  # at most this many tick labels per axis
+MAX_NAN_LABELS = 10  # write "NaN" in the cells only up to this many columns
+DPI = 80
 
 
-def _panel(ax, data: np.ndarray | None, keep: np.ndarray | None, title: str, note: str) -> None:
-    ax.set_title(title, fontsize=10)
-    if data is None:
-        text = "\n".join(textwrap.fill(line, 44) for line in note.splitlines())
-        ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=8)
-        ax.set_xticks([])
-        ax.set_yticks([])
-        return
-    blocked = np.zeros_like(data, dtype=bool) if keep is None or keep.shape != data.shape else ~keep
-    nan = np.isnan(data)
-    image = ax.imshow(np.ma.masked_where(nan, data), cmap="viridis", vmin=0, vmax=1)
-    for i, j in zip(*np.nonzero(blocked), strict=True):
-        cell = Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", ec=HATCH, lw=0)
-        ax.add_patch(cell)
+@dataclass(frozen=True)
+class Panel:
+    """One heatmap: a 2-D array (or a note in its place), its colours and its labels."""
+
+    title: str
+    data: np.ndarray | None  # 2-D; None: ``note`` is written in the panel instead
+    note: str = ""
+    label: str = "attention weight"  # the colour bar's label
+    vmin: float = 0.0
+    vmax: float = 1.0
+    cmap: str = "viridis"
+    blocked: np.ndarray | None = None  # bool, same shape as data: cells to hatch
+    xlabel: str = "key"
+    ylabel: str = "query"
+
+
+def rounded(data: np.ndarray) -> np.ndarray:
+    """``data`` as float64 rounded to ``DECIMALS`` decimals; NaN and Inf stay as they are."""
+    return np.round(np.asarray(data, dtype=np.float64), DECIMALS)
+
+
+def significant(values: pd.Series) -> list[float]:
+    """``values`` rounded to ``DIGITS`` significant digits (small numbers keep their size)."""
+    return [float(f"{v:.{DIGITS}g}") for v in values]
+
+
+def integer_ticks(ax: Axes, rows: int, cols: int) -> None:
+    """Tick the cells of a ``rows`` x ``cols`` image at whole positions only, 0-based."""
+    for n, setter in ((cols, ax.set_xticks), (rows, ax.set_yticks)):
+        step = -(-n // MAX_TICKS)  # ceil: at most MAX_TICKS labels
+        setter(range(0, n, step), [str(i) for i in range(0, n, step)])
+
+
+def draw_note(ax: Axes, note: str) -> None:
+    """Write ``note`` in the middle of an empty panel, wrapped."""
+    text = "\n".join(textwrap.fill(line, 44) for line in note.splitlines())
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=8)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def mark_cells(ax: Axes, blocked: np.ndarray | None, values: np.ndarray) -> None:
+    """Hatch the ``blocked`` cells (their colour shows through); paint NaN and Inf cells red."""
+    nan = ~np.isfinite(values)
+    if blocked is not None and blocked.shape == nan.shape:
+        for i, j in zip(*np.nonzero(blocked), strict=True):
+            cell = Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", ec=HATCH, lw=0)
+            ax.add_patch(cell)
+    labelled = nan.shape[1] <= MAX_NAN_LABELS
     for i, j in zip(*np.nonzero(nan), strict=True):
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=NAN))
-        ax.text(j, i, "NaN", ha="center", va="center", color="white", fontsize=7)
-    ax.set_xlabel("key")
-    ax.set_ylabel("query")
-    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        if labelled:
+            text = f"{values[i, j]:g}".replace("nan", "NaN").replace("inf", "Inf")
+            ax.text(j, i, text, ha="center", va="center", color="white", fontsize=7)
 
 
-def heatmap(
-    path: Path,
-    title: str,
-    fix: Tensor | None,
-    bug: Tensor | None,
-    keep: Tensor | None,
-    bug_note: str = "",
-) -> None:
-    """Write a PNG: fixed.py's weights left, buggy.py's right; blocked cells hatched.
+def legend(panels: list[Panel]) -> list[str]:
+    """The key to the marks ``draw_panel`` makes on ``panels``: only those that appear."""
+    marks = []
+    if any(p.data is not None and p.blocked is not None and p.blocked.any() for p in panels):
+        marks.append("hatched = blocked")
+    found = [rounded(p.data) for p in panels if p.data is not None]
+    if any(np.isnan(d).any() for d in found):
+        marks.append("red = NaN")
+    if any(np.isinf(d).any() for d in found):
+        marks.append("red = Inf")
+    return marks
 
-    Every weight keeps its colour, so weight that leaks onto a blocked cell shows under the
-    hatching; NaN cells are red.
-    """
-    keep_map = None if keep is None else keep[0].numpy()
-    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.8))
-    _panel(axes[0], first_map(fix), keep_map, "fixed.py", "")
-    _panel(axes[1], first_map(bug), keep_map, "buggy.py", bug_note)
-    fig.suptitle(
-        f"{title}: attention weights (batch 0, head 0; hatched = blocked, red = NaN)", fontsize=10
+
+def draw_panel(ax: Axes, panel: Panel) -> None:
+    """One heatmap: integer ticks, hatched blocked cells, red NaN and Inf, a labelled colour bar."""
+    ax.set_title(panel.title, fontsize=10)
+    if panel.data is None:
+        draw_note(ax, panel.note)
+        return
+    data = rounded(panel.data)
+    nan = ~np.isfinite(data)
+    image = ax.imshow(
+        np.ma.masked_where(nan, data), cmap=panel.cmap, vmin=panel.vmin, vmax=panel.vmax
     )
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=80, metadata={"Software": None})
+    mark_cells(ax, panel.blocked, data)
+    integer_ticks(ax, *data.shape)
+    ax.set_xlabel(panel.xlabel)
+    ax.set_ylabel(panel.ylabel)
+    bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
+    bar.set_label(panel.label, fontsize=8)
+
+
+def save(fig: plt.Figure, path: Path) -> None:
+    """Write ``fig`` as a PNG with no software tag (the same figure, the same bytes); close it."""
+    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
     plt.close(fig)
+
+
+def heatmaps(path: Path, title: str, panels: list[Panel]) -> None:
+    """Write a PNG of ``panels`` under ``title`` (one or more lines).
+
+    Side by side; stacked one above the other when a panel is much wider than tall (a (T, d)
+    output with few positions and many features).
+    """
+    shapes = [p.data.shape for p in panels if p.data is not None]
+    wide = any(cols > 1.5 * rows for rows, cols in shapes)
+    heading = 0.2 * (title.count("\n") + 1)  # inches of title
+    n = len(panels)
+    if wide:
+        rows = max(r for r, _ in shapes)
+        size = (9.0, n * (0.8 + 0.35 * min(rows, 12)) + heading)
+        fig, axes = plt.subplots(n, 1, figsize=size, layout="constrained")
+    else:
+        size = (4.25 * n, 3.3 + heading)
+        fig, axes = plt.subplots(1, n, figsize=size, layout="constrained")
+    for ax, panel in zip(np.atleast_1d(axes), panels, strict=True):
+        draw_panel(ax, panel)
+    fig.suptitle(title, fontsize=10)
+    save(fig, path)
 
 
 def line_plot(
     path: Path, data, x: str, y: list[str], title: str, logx: bool = False, ylabel: str = ""
 ) -> None:
-    """Write a PNG of columns ``y`` of ``data`` against column ``x``."""
+    """Write a PNG of columns ``y`` of ``data`` against column ``x``, rounded (``significant``)."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
+    xs = significant(data[x])
     for column in y:
-        ax.plot(data[x], data[column], marker="o", label=column)
+        ax.plot(xs, significant(data[column]), marker="o", label=column)
     if logx:
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(data[x]), [str(v) for v in data[x]])
@@ -91,5 +164,4 @@ def line_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=80, metadata={"Software": None})
-    plt.close(fig)
+    save(fig, path)

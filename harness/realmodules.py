@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import types
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -80,12 +81,26 @@ def _transformers() -> types.SimpleNamespace:
     )  # fmt: skip
 
 
+@functools.cache
+def _timm() -> types.SimpleNamespace:
+    _require("timm")
+    try:  # timm imports torchvision, which must be built for this very torch
+        with warnings.catch_warnings():  # what it says while it loads is not a finding
+            warnings.simplefilter("ignore")
+            from timm.models.vision_transformer import Attention
+    except Exception as exc:
+        raise LibraryMissing(f"timm (it does not import here: {type(exc).__name__})") from None
+    return types.SimpleNamespace(ViT=Attention)
+
+
 def load(library: str) -> types.SimpleNamespace:
     """The library's classes; LibraryMissing when it is not installed."""
     if library == "torch":
         return types.SimpleNamespace(MHA=nn.MultiheadAttention)
     if library == "transformers":
         return _transformers()
+    if library == "timm":
+        return _timm()
     _require("x_transformers")
     import x_transformers.x_transformers as xt
 
@@ -106,7 +121,7 @@ def with_attributes(module: nn.Module, **values: object) -> nn.Module:
 @dataclass(frozen=True)
 class Case:
     id: str
-    library: str  # torch | transformers | x_transformers
+    library: str  # torch | transformers | x_transformers | timm
     make: Callable[[types.SimpleNamespace], nn.Module]
     options: dict[str, object] = field(default_factory=dict)  # the doctor's Config
     fails: str | None = None  # the probe that must fail; None: the module must be healthy
@@ -116,6 +131,13 @@ class Case:
 
 def xattention(x: types.SimpleNamespace, **options: object) -> nn.Module:
     return x.Attention(dim=D, heads=H, dim_head=D // H, **options)
+
+
+def vit(t: types.SimpleNamespace, fused: bool = True, **options: object) -> nn.Module:
+    """timm's ViT attention; ``fused=False`` is its own eager path (``attn @ v``)."""
+    module = t.ViT(D, H, qkv_bias=True, **options)
+    module.fused_attn = fused
+    return module
 
 
 CASES = [
@@ -214,6 +236,15 @@ CASES = [
          fails="agrees with SDPA", evidence="SDPA"),
     Case("xt-dropout-left-on", "x_transformers",
          lambda x: always_training(x.Attention)(dim=D, heads=H, dim_head=D // H, dropout=0.1),
+         fails="eval determinism", evidence="dropout"),
+    # timm's ViT attention: forward(x, attn_mask=None, is_causal=False); a keep mask
+    Case("timm-vit-fused", "timm", lambda t: vit(t), detects="keep"),
+    Case("timm-vit-eager", "timm", lambda t: vit(t, fused=False), detects="keep"),
+    Case("timm-vit-eager-scale-from-dim", "timm",
+         lambda t: with_attributes(vit(t, fused=False), scale=D**-0.5),
+         fails="agrees with SDPA", evidence="scale_d_model"),
+    Case("timm-vit-eager-dropout-left-on", "timm",
+         lambda t: always_training(t.ViT)(D, H, qkv_bias=True, attn_drop=0.1),
          fails="eval determinism", evidence="dropout"),
 ]  # fmt: skip
 

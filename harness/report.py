@@ -1,17 +1,16 @@
-"""The markdown diagnosis report: header, summary, one section per trap, heatmaps.
+"""The markdown diagnosis report: an opening that says how to read it, a way in from symptoms,
+the summary, one section per trap with its pictures, the doctor's tables, and an appendix with
+the tables behind each verdict.
 
 Everything in ``report.md`` is deterministic for a given command on a given machine; wall-clock
-numbers go to ``timings.md`` beside it. Files are written to a staging folder first and moved
-into place one by one with ``os.replace``, ``report.md`` last, so an interrupted run leaves the
-previous report intact.
+numbers go to ``timings.md`` beside it. The folder is replaced as one unit (harness.publish), and
+a report that agrees with the one already there within rounding noise leaves it untouched.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,16 +18,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from harness import __version__
-from harness.catalogue import registry
-from harness.catalogue.card import CATEGORIES, Card, Pair
+from harness import __version__, publish, reportdiff, symptoms
+from harness.catalogue.card import CATEGORIES, NOT_NAMED, Card, Pair
 from harness.catalogue.diffing import unified_diff
 from harness.catalogue.judge import EDGE_NAMES, Measurement
 from harness.catalogue.verdicts import FULL_PRECISION, Verdict, combine
 from harness.devices import device_description, dtype_name
 from harness.files import ensure_writable
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
-from harness.plots import heatmap, line_plot
+from harness.pictures import draw
+from harness.symptoms import bug_nonfinite
 
 REPORT = "report.md"
 TIMINGS = "timings.md"
@@ -72,14 +71,63 @@ def seeds_statement(cards: list[Card]) -> str:
     return "; ".join([text, *over_seeds, "the trigger search is derandomized."])
 
 
-def header(grid: Grid, unavailable: list[str], cards: list[Card]) -> str:
+OPENING = """\
+# Hand-written attention: diagnosis report
+
+A popular tutorial on writing attention by hand (a Chinese blog post, "why hand-writing attention
+is the first hurdle") teaches `softmax(Q K^T / sqrt(d_k)) V` as a single-head
+`ScaledDotProductAttention(d_model, d_k, d_v)` and a multi-head wrapper, and warns of five traps.
+This report measures them, and the traps real code falls into that the tutorial does not name.
+Each trap is a pair of short modules in `pitfalls/<id>/`: `buggy.py` and `fixed.py`, which differ
+only in the marked lines. Both run with the same weights, inputs and upstream gradient; each
+output and gradient is compared with fixed.py run in float64, and the verdict comes from that
+measurement, not from the tutorial. Several of the tutorial's claims turn out to be false.
+
+## How to read this report
+
+Start from what you see going wrong (the symptoms below) or from the summary table. Each trap's
+section then gives the tutorial's claim, the trap, what is true, what was measured, the diff of
+the two files, a picture, why it matters and how to avoid it. The full tables behind each verdict
+are in the appendix at the end.
+
+| verdict | meaning |
+|:--|:--|
+| SILENT | runs without error and gives a wrong result: the dangerous kind |
+| LOUD | raises an error, so you find it at once |
+| CONDITIONAL | raises on most shapes, runs silently on some (trigger shapes, found by search) |
+| NUMERIC | right in float32; NaN, Inf or an error only in low precision or on edge inputs |
+| BENIGN | within rounding noise of fixed.py (or only slower): the claimed trap does not hold |
+| INCONCLUSIVE | this dtype cannot tell: even fixed.py overflows on the inputs that would show it |
+
+A verdict followed by ", NaN" means buggy.py's output or gradients hold NaN or Inf where fixed.py's
+do not: the loss will be NaN, so you will notice, but nothing raises.
+
+- **Floor**: fixed.py's own largest error against the float64 run, in the same dtype: the rounding
+  noise a correct module has. buggy.py *differs* when its error exceeds 2 x floor + atol (3 x for
+  gradients), where atol is the dtype's rounding of values like the output's.
+- **Entropy**: how spread out an attention row is, divided by log(number of keys the row may
+  see): 1 is uniform over the allowed keys, 0 is all weight on one key (one-hot). Above 1 means
+  the row puts weight on keys it must not see, or is not a distribution at all (it does not sum
+  to 1).
+- Summary columns: *verdict* per device, for each dtype in the order of the header; *combined*,
+  the one verdict per trap (low precision turns BENIGN into NUMERIC); *expected*, the
+  catalogue's verdict; *output error (floor)*, buggy.py's largest output error then the floor,
+  in float32; *entropy fix → bug*, the mean entropy of each module's attention rows (n/a: the
+  module returns no weights); *grad cosine*, the smallest cosine between a weight's gradient in
+  buggy.py and in fixed.py (1 the same direction, 0 unrelated, -1 opposite)."""
+
+
+def opening(grid: Grid, unavailable: list[str], cards: list[Card]) -> str:
     devices = list(dict.fromkeys(d for d, _ in grid))
     dtypes = list(dict.fromkeys(dtype_name(t) for _, t in grid))
     has_cuda = any(d.type == "cuda" for d in devices)
     lines = [
-        "# Hand-written attention: diagnosis report",
+        OPENING,
         "",
-        f"Reproduce: `{reproduce_command(grid)}` (writes `reports/{REPORT}` by default).",
+        "## Reproduce",
+        "",
+        f"`{reproduce_command(grid)}` writes this file to `reports/{REPORT}` (`--out DIR` "
+        "elsewhere).",
         "",
         f"- Versions: attention-pitfalls {__version__}, torch {torch.__version__}, "
         f"Python {platform.python_version()}, {platform.machine()}.",
@@ -94,13 +142,20 @@ def header(grid: Grid, unavailable: list[str], cards: list[Card]) -> str:
         f"{OUTPUT_FACTOR:g} x floor + atol for the output ({GRAD_FACTOR:g} x for gradients); the "
         "floor is fixed.py's own error in the same dtype, atol = 2 max|ref + 0.3 - 0.3 - ref| "
         "in that dtype (FlashAttention's test rule).",
-        f"- Wall-clock numbers are not in this file: see [{TIMINGS}]({TIMINGS}).",
+        f"- Wall-clock numbers vary from run to run, so they are not in this file: the run writes "
+        f"them to `{TIMINGS}` beside it (not committed).",
     ]  # fmt: skip
     return "\n".join(lines)
 
 
 def cell_label(m: Measurement) -> str:
     return f"{m.device} {m.dtype}"
+
+
+def verdict_label(verdict: Verdict, cells: list[Measurement]) -> str:
+    """The verdict, with ", NaN" when buggy.py's numbers hold NaN or Inf in one of ``cells``."""
+    nan = verdict in (Verdict.SILENT, Verdict.CONDITIONAL) and any(map(bug_nonfinite, cells))
+    return f"{verdict}, NaN" if nan else str(verdict)
 
 
 def _num(x: float) -> str:
@@ -114,22 +169,36 @@ def output_cell(m: Measurement) -> str:
         return "n/a (over seeds)"
     if m.raised:
         return "raises"
-    return f"{_num(s['err_bug'])} vs {_num(s['floor'])}"
+    return f"{_num(s['err_bug'])} ({_num(s['floor'])})"
+
+
+def entropy_cell(m: Measurement) -> str:
+    """Mean entropy of each module's rows; n/a where a module returns no weights or raises."""
+    s = m.summary()
+    fix, bug = (_num(s[k]) if pd.notna(s[k]) else "n/a" for k in ("entropy_fix", "entropy_bug"))
+    return "n/a" if fix == bug == "n/a" else f"{fix} → {bug}"
+
+
+def link(pitfall: str) -> str:
+    return f"[`{pitfall}`](#{pitfall})"
 
 
 def summary(results: list[TrapResult]) -> str:
+    devices = list(dict.fromkeys(m.device for r in results for m in r.cells))
     rows = []
     for r in results:
         p = r.primary.summary()
-        row = {"trap": f"[`{r.pair.card.id}`](#{r.pair.card.id})", "§": r.pair.card.section}
-        row |= {cell_label(m): str(m.verdict) for m in r.cells}
+        row = {"trap": link(r.pair.card.id), "§": r.pair.card.section}
+        for device in devices:
+            here = [m for m in r.cells if m.device == device]
+            header = f"{device}: " + " · ".join(m.dtype for m in here)
+            row[header] = " · ".join(verdict_label(m.verdict, [m]) for m in here)
         row |= {
-            "verdict": str(r.overall(r.primary.device)),
+            "combined": verdict_label(r.overall(r.primary.device), r.cells),
             "expected": str(r.pair.card.expected),
-            "output error vs floor": output_cell(r.primary),
-            "entropy fix → bug": f"{_num(p['entropy_fix'])} → {_num(p['entropy_bug'])}",
-            "grad cosine (min)": "n/a" if r.primary.seeds else _num(p["grad_cosine_min"]),
-            "trigger": p["trigger"],
+            "output error (floor)": output_cell(r.primary),
+            "entropy fix → bug": entropy_cell(r.primary),
+            "grad cosine": _num(p["grad_cosine_min"]) if pd.notna(p["grad_cosine_min"]) else "n/a",
         }
         rows.append(row)
     table = pd.DataFrame(rows).to_markdown(index=False)
@@ -148,8 +217,28 @@ def summary(results: list[TrapResult]) -> str:
     return "## Summary\n\n" + table + "\n\n" + note
 
 
+def symptom_index(results: list[TrapResult], timed: set[str]) -> str:
+    """Symptoms a student sees, each with the traps whose measurements show it."""
+    lines = [
+        "## From a symptom to its traps",
+        "",
+        "Each trap is listed under a symptom only when its own measurement shows it; the "
+        "evidence follows its name. One forward and backward pass is measured, not training, "
+        "so the training symptoms are read off what that pass shows.",
+    ]
+    for name, measured_as, hits in symptoms.index(results, timed):
+        lines += ["", f"**{name}** ({measured_as}):", ""]
+        lines += [f"- {link(trap)}: {evidence}" for trap, evidence in hits] or ["- none here"]
+    return "\n".join(lines)
+
+
+def escape(value: object) -> object:
+    """A table cell that cannot break its row: a ``|`` in text is escaped."""
+    return value.replace("|", "\\|") if isinstance(value, str) else value
+
+
 def table(df: pd.DataFrame) -> str:
-    return df.to_markdown(index=False, floatfmt=FLOAT)
+    return df.map(escape).to_markdown(index=False, floatfmt=FLOAT)
 
 
 def where(m: Measurement, card: Card) -> str:
@@ -159,6 +248,17 @@ def where(m: Measurement, card: Card) -> str:
         text += f", with {EDGE_NAMES[card.edge]}"
         text += f" (x scaled by {card.input_scale:g})" if card.edge == "large" else ""
     return text
+
+
+OUTPUT_COLUMNS = ["run", "max_abs", "rel_l2", "threshold", "differs", "shape"]
+ATTENTION_COLUMNS = ["run", "entropy_mean", "entropy_min", "saturated", "nan_rows", "row_sum_err"]
+GRADIENT_COLUMNS = ["param", "norm_fix", "norm_bug", "cosine", "err_fix", "err_bug", "threshold",
+                    "differs"]  # fmt: skip
+SHORT = 12  # a trap-specific table of at most this many rows stays in its section
+
+
+def columns(df: pd.DataFrame, wanted: list[str]) -> pd.DataFrame:
+    return df[[c for c in wanted if c in df.columns]]
 
 
 def measurement_tables(m: Measurement, card: Card) -> list[str]:
@@ -181,29 +281,37 @@ def measurement_tables(m: Measurement, card: Card) -> list[str]:
     return [
         f"Output against the float64 reference ({where(m, card)}):",
         "",
-        table(m.output),
+        table(columns(m.output, OUTPUT_COLUMNS)),
         "",
-        "Attention rows (entropy normalized by log(allowed keys); above 1 when a row is not a "
-        "distribution or spreads over blocked keys):",
+        "Attention rows:",
         "",
-        table(m.attention),
+        table(columns(m.attention, ATTENTION_COLUMNS)),
         "",
         "Gradients (norms are NaN when the gradient holds a NaN):",
         "",
-        table(m.gradients),
+        table(columns(m.gradients, GRADIENT_COLUMNS)),
         "",
     ]
 
 
+def is_short(df: pd.DataFrame) -> bool:
+    return len(df) <= SHORT
+
+
+def trap_heading(r: TrapResult) -> str:
+    card = r.pair.card
+    measured = verdict_label(r.overall(r.primary.device), r.cells)
+    where = f"Tutorial {card.section}" if card.section != NOT_NAMED else "Not in the tutorial"
+    return f"{where} · {card.category} · expected {card.expected} · measured **{measured}**"
+
+
 def trap_section(r: TrapResult, images: list[str]) -> str:
     card, m = r.pair.card, r.primary
-    measured = r.overall(m.device)
     out = [
         f'<a id="{card.id}"></a>',
         f"### `{card.id}`: {card.title}",
         "",
-        f"Tutorial section {card.section} · category {card.category} · expected {card.expected} · "
-        f"measured **{measured}**",
+        trap_heading(r),
         "",
         f"**The tutorial says.** {card.claim}",
         "",
@@ -214,25 +322,28 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
         "**What was measured.**",
         "",
     ]
-    out += [f"- {cell_label(c)}: **{c.verdict}**: {c.reason}" for c in r.cells]
+    out += [f"- {cell_label(c)}: **{verdict_label(c.verdict, [c])}**: {c.reason}" for c in r.cells]
     out += [f"- {cell_label(m)}, {name}: {text}" for name, text in m.variants.items()]
     out += [f"- {cell_label(m)}, {name}: {text}" for name, text in m.probes.items()]
-    if measured is Verdict.BENIGN:
+    if r.overall(m.device) is Verdict.BENIGN:
         out += ["", benign_statement(m)]
     out += ["", "The pair (`diff -u buggy.py fixed.py`):", "", "```diff"]
     out += [unified_diff(r.pair.folder).rstrip("\n"), "```", ""]
-    out += measurement_tables(m, card)
-    for extra in r.extras:
-        caption = extra.attrs.get("caption", "Trap-specific measurement")
-        out += [f"{caption} ({cell_label(m)}):", "", table(extra), ""]
+    for extra in filter(is_short, r.extras):
+        out += [f"{caption(extra)} ({cell_label(m)}):", "", table(extra), ""]
     out += r.notes
-    if f"{IMAGES}/{card.id}.png" not in images:
-        out += ["No heatmap: neither module returns its attention weights.", ""]
+    if not images:
+        out += ["No picture: neither module returns attention weights or an output.", ""]
     out += [f"![{card.id}]({image})\n" for image in images]
     out += [f"**Why it matters.** {card.why}", "", f"**How to avoid it.** {card.avoid}"]
     if card.sources:
         out += ["", "Sources: " + ", ".join(card.sources) + "."]
+    out += ["", f"The tables behind this verdict: [appendix](#tables-{card.id})."]
     return "\n".join(out)
+
+
+def caption(extra: pd.DataFrame) -> str:
+    return extra.attrs.get("caption", "Trap-specific measurement")
 
 
 def benign_statement(m: Measurement) -> str:
@@ -257,6 +368,32 @@ def category_sections(results: list[TrapResult], images: dict[str, list[str]]) -
     return "\n\n".join(parts)
 
 
+APPENDIX_INTRO = """\
+## Appendix: the tables behind each verdict
+
+Each trap's tables come from its first device in float32 (the cell its section names). Output:
+*run* is fixed.py (`fix`) or buggy.py (`bug`); *max_abs* the largest absolute error against the
+float64 run (fix's is the floor); *rel_l2* the error's L2 norm over the reference's; *threshold*
+2 x floor + atol; *differs* whether max_abs exceeds it; *shape* the output's. Attention rows:
+*entropy_mean* and *entropy_min* over rows (normalized as above); *saturated* the fraction of rows
+with one weight of at least 0.99; *nan_rows* rows holding a NaN; *row_sum_err* the largest
+distance of a row's sum from 1. Gradients, one row per weight and for the input: *norm_fix* and
+*norm_bug* their L2 norms; *cosine* between the two; *err_fix* and *err_bug* the largest errors
+against the float64 gradient; *threshold* 3 x err_fix + atol; *differs* as above."""
+
+
+def appendix(results: list[TrapResult]) -> str:
+    parts = [APPENDIX_INTRO]
+    for r in results:
+        card, m = r.pair.card, r.primary
+        out = [f'<a id="tables-{card.id}"></a>', f"### Tables: `{card.id}`", ""]
+        out += measurement_tables(m, card)
+        for extra in (e for e in r.extras if not is_short(e)):
+            out += [f"{caption(extra)} ({cell_label(m)}):", "", table(extra), ""]
+        parts.append("\n".join(out).rstrip("\n"))
+    return "\n\n".join(parts)
+
+
 def timings_text(timed: dict[str, pd.DataFrame]) -> str:
     lines = [
         "# Wall-clock measurements",
@@ -269,33 +406,26 @@ def timings_text(timed: dict[str, pd.DataFrame]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def draw(r: TrapResult, folder: Path) -> list[str]:
-    """Write a trap's pictures under ``folder/img``; their paths relative to ``folder``."""
-    m, card = r.primary, r.pair.card
-    keep = card.inputs(m.shape, m.seed, m.edge).keep
-    names = []
-    if m.weights.get("fix") is not None or m.weights.get("bug") is not None:
-        name = f"{IMAGES}/{card.id}.png"
-        note = f"raises:\n{m.error}" if m.raised else "returns no attention weights"
-        heatmap(folder / name, card.id, m.weights.get("fix"), m.weights.get("bug"), keep, note)
-        names.append(name)
-    specs = [(extra, spec) for extra in r.extras for spec in extra.attrs.get("plots", [])]
-    for i, (extra, spec) in enumerate(specs, start=1):
-        plot_name = f"{IMAGES}/{card.id}-{i}.png"
-        line_plot(folder / plot_name, extra, **spec)
-        names.append(plot_name)
-    return names
-
-
-def _stale_images(out: Path, written: list[str]) -> list[Path]:
-    """Pictures of ours in ``out/img`` (named after a trap) that this run no longer writes."""
-    ids = set(registry.ids())
-    keep = {Path(name).name for name in written}
-
-    def ours(path: Path) -> bool:
-        return path.stem in ids or path.stem.rsplit("-", 1)[0] in ids
-
-    return [p for p in (out / IMAGES).glob("*.png") if ours(p) and p.name not in keep]
+def render(
+    results: list[TrapResult],
+    grid: Grid,
+    unavailable: list[str],
+    timed: set[str],
+    images: dict[str, list[str]],
+    doctor: str | None,
+) -> str:
+    """The whole report.md."""
+    cards = [r.pair.card for r in results]
+    sections = [
+        opening(grid, unavailable, cards),
+        symptom_index(results, timed),
+        summary(results),
+        category_sections(results, images),
+    ]
+    if doctor is not None:
+        sections.append(doctor)
+    sections.append(appendix(results))
+    return "\n\n".join(sections).rstrip("\n") + "\n"
 
 
 def write_report(
@@ -305,54 +435,67 @@ def write_report(
     unavailable: list[str],
     timed: dict[str, pd.DataFrame],
     doctor: str | None = None,
-) -> Path:
-    """Render and write ``out/report.md``, its images and ``out/timings.md``, atomically.
+    progress: Callable[[str], None] = lambda label: None,
+) -> tuple[Path, bool]:
+    """Write ``out/report.md`` with its pictures, and ``out/timings.md``, as one unit.
 
-    ``doctor`` is an optional last section (the doctor's detection table).
+    When ``out`` already holds a report that agrees with this one within rounding noise (and
+    every picture it links), it is kept as it is: a machine that differs only in its CPU leaves
+    a committed report unchanged. Returns the report's path and whether it was replaced.
+    ``doctor`` is an optional section before the appendix (the doctor's tables).
     """
     ensure_writable(out)
-    staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
-    try:
-        (staging / IMAGES).mkdir()
-        images = {r.pair.card.id: draw(r, staging) for r in results}
-        cards = [r.pair.card for r in results]
-        sections = [
-            header(grid, unavailable, cards),
-            summary(results),
-            category_sections(results, images),
-        ]
-        if doctor is not None:
-            sections.append(doctor)
-        text = "\n\n".join(sections)
-        (staging / REPORT).write_text(text.rstrip("\n") + "\n")
-        (staging / TIMINGS).write_text(timings_text(timed))
-        (out / IMAGES).mkdir(exist_ok=True)
-        written = [i for names in images.values() for i in names]
-        for name in [*written, TIMINGS, REPORT]:
-            os.replace(staging / name, out / name)
-        for stale in _stale_images(out, written):  # only once the new report is in place
-            stale.unlink()
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out / REPORT
+    with publish.staging(out) as staged:
+        (staged / IMAGES).mkdir()
+        images = {}
+        for r in results:
+            progress(f"drawing {r.pair.card.id}")
+            drawn = draw(r, staged)
+            hashed = [publish.hashed_name(staged / name) for name in drawn]
+            for name, new in zip(drawn, hashed, strict=True):
+                os.replace(staged / name, staged / new)
+            images[r.pair.card.id] = hashed
+        progress("writing")
+        text = render(results, grid, unavailable, set(timed), images, doctor)
+        (staged / REPORT).write_text(text)
+        (staged / TIMINGS).write_text(timings_text(timed))
+        pictures = [name for names in images.values() for name in names]
+        with publish.locked(out):
+            if is_current(out, text):
+                os.replace(staged / TIMINGS, out / TIMINGS)
+                return out / REPORT, False
+            publish.install(staged, out, REPORT, pictures, [TIMINGS])
+    return out / REPORT, True
+
+
+def is_current(out: Path, text: str) -> bool:
+    """``out`` holds a report equivalent to ``text`` (reportdiff), with every picture it links."""
+    old = out / REPORT
+    if not old.is_file():
+        return False
+    old_text = old.read_text()
+    pictures = publish.linked_images(old_text)
+    return all((out / p).is_file() for p in pictures) and reportdiff.equivalent(old_text, text)
 
 
 def collect(
     pairs: list[Pair],
     grid: Grid,
     measure_all: Callable[[list[Pair], Grid], list[Measurement]],
+    progress: Callable[[str], None] = lambda label: None,
 ) -> tuple[list[TrapResult], dict[str, pd.DataFrame]]:
     """Measure everything, then each trap's extra on the first device in float32."""
     cells = measure_all(pairs, grid)
     device = grid[0][0]
     results, timed = [], {}
     for pair in pairs:
+        progress(f"{pair.card.id}: its own measurement")
         r = TrapResult(pair, [m for m in cells if m.pitfall == pair.card.id])
         if pair.card.extra is not None:
             extra = pair.card.extra(pair, device, torch.float32)
             if extra.attrs.get("timing"):
                 timed[pair.card.id] = extra
-                r.notes.append(f"Wall-clock timing: see [{TIMINGS}]({TIMINGS}).\n")
+                r.notes.append(f"Wall-clock timing: `{TIMINGS}` beside the report (uncommitted).\n")
             else:
                 r.extras.append(extra)
         results.append(r)

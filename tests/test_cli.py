@@ -1,15 +1,20 @@
 """The command line, used as a user would: output, formats, and bad input."""
 
+import argparse
+import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+import harness
 from harness import cli, devices
 from harness.catalogue import registry
 from harness.doctor import guard
@@ -23,12 +28,16 @@ def run_cli(capsys, *argv):
     return code, out, err
 
 
-def test_list_has_one_line_per_trap(capsys):
+def test_list_has_a_header_then_one_line_per_trap(capsys):
     code, out, _ = run_cli(capsys, "list")
-    lines = out.strip().splitlines()
+    header, *lines = out.rstrip("\n").splitlines()
     assert code == 0 and len(lines) == len(registry.ids())
+    assert header.split() == ["id", "§", "category", "expected"]
     assert lines[0].split()[0] == registry.ids()[0]
     assert any(line.split() == ["transpose", "§4.3", "layout", "CONDITIONAL"] for line in lines)
+    for column in ("§", "category", "expected"):  # every row starts each column where it does
+        start = header.index(column)
+        assert all(line[start - 2 : start] == "  " and line[start] != " " for line in lines)
 
 
 def test_show_gives_the_card_then_the_diff(capsys):
@@ -47,7 +56,8 @@ def test_diff_is_plain_when_not_a_terminal(capsys):
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "json"])
 def test_run_prints_each_format(capsys, fmt):
-    code, out, _ = run_cli(capsys, "run", "softmax_dim", "--dtype", "float32", "--format", fmt)
+    argv = ["run", "softmax_dim", "--device", "cpu", "--dtype", "float32", "--format", fmt]
+    code, out, _ = run_cli(capsys, *argv)  # one device: on a GPU machine too
     assert code == 0
     if fmt == "json":
         rows = json.loads(out)
@@ -59,7 +69,7 @@ def test_run_prints_each_format(capsys, fmt):
 
 
 BAD_INPUTS = {
-    "unknown id": (["run", "mask_boool"], "unknown pitfall 'mask_boool'; known: "),
+    "unknown id": (["run", "mask_boool"], "unknown pitfall 'mask_boool'; did you mean "),
     "unknown id in show": (["show", "nope"], "unknown pitfall 'nope'"),
     "bad dtype": (["run", "--dtype", "float8"], "invalid choice: 'float8'"),
     "bad device": (["run", "--device", "tpu"], "unknown device 'tpu'"),
@@ -181,3 +191,214 @@ def test_doctor_leaves_global_settings_as_they_were(capsys, settings_kept):
 def test_doctor_bad_timeout_is_a_usage_error(capsys, value):
     code, out, err = run_doctor(capsys, "Plain", "--timeout", value)
     assert code == 2 and out == "" and err.count("\n") == 1 and "--timeout" in err
+
+
+# What users expect of a command line: --version, "did you mean", input echoed short, devices
+# named once, NO_COLOR, and Ctrl-C (or SIGTERM, SIGHUP) as one line.
+PROG = "python -m harness"
+
+
+def one_error_line(capsys, *argv):
+    """The one stderr line of a command that must fail with a usage error, prefix removed."""
+    code, out, err = run_cli(capsys, *argv)
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and err.startswith(f"{PROG}: error: "), err
+    return err[len(f"{PROG}: error: ") : -1]
+
+
+def test_version_prints_the_package_version(capsys):
+    code, out, err = run_cli(capsys, "--version")
+    assert (code, out, err) == (0, f"attention-pitfalls {harness.__version__}\n", "")
+
+
+def test_version_from_the_command_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "--version"], capture_output=True, text=True
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        f"attention-pitfalls {harness.__version__}\n",
+        "",
+    )
+
+
+LONG = "a" * 100_000
+SHORT_LONG = f"'{'a' * 60}'… (100000 characters)"  # what an error message echoes of LONG
+EXACT_ERRORS = {
+    "close id": (
+        ["run", "mask_boll"],
+        f"unknown pitfall 'mask_boll'; did you mean 'mask_bool'? ({PROG} list shows all)",
+    ),
+    "close id in show": (
+        ["show", "transpos"],
+        f"unknown pitfall 'transpos'; did you mean 'transpose'? ({PROG} list shows all)",
+    ),
+    "no close id": (["diff", "zzz"], f"unknown pitfall 'zzz' ({PROG} list shows all)"),
+    "long id": (["run", LONG], f"unknown pitfall {SHORT_LONG} ({PROG} list shows all)"),
+    "long device": (
+        ["run", "--device", LONG],
+        f"unknown device {SHORT_LONG}; use one of: cpu, cuda",
+    ),
+    "long dtype": (
+        ["run", "--dtype", LONG],
+        f"argument --dtype: invalid choice: {SHORT_LONG} (choose from 'float32', 'bfloat16', "
+        "'float16')",
+    ),
+    "long extra argument": (
+        ["list", LONG],
+        f"unrecognized arguments: {'a' * 60}… (100000 characters)",
+    ),
+    "cpu has one index": (
+        ["run", "--device", "cpu:1"],
+        "device 'cpu:1' does not exist: the CPU is one device, cpu",
+    ),
+    "misspelt device": (["run", "--device", "cdua"], "unknown device 'cdua'; did you mean 'cuda'?"),
+    "upper-case device": (["run", "--device", "CPU"], "unknown device 'CPU'; did you mean 'cpu'?"),
+    "gpu": (["doctor", "x.py:X", "--device", "gpu"], "unknown device 'gpu'; did you mean 'cuda'?"),
+    "bad device index": (
+        ["run", "--device", "cuda:x"],
+        "unknown device 'cuda:x'; use cpu, cuda or cuda:N (N: a GPU number)",
+    ),
+    "device with a newline": (
+        ["run", "--device", "cpu\nx"],
+        "unknown device 'cpu\\nx'; did you mean 'cpu'?",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EXACT_ERRORS)
+def test_usage_error_is_one_exact_line(capsys, case):
+    argv, message = EXACT_ERRORS[case]
+    assert one_error_line(capsys, *argv) == message
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "x" * 300 + ":Attention",  # a package.module name no file system takes
+        "x" * 300 + ".py:Attention",  # a file name too long: OSError from Path.is_file
+        "sub/" + "x" * 300 + ".py:Attention",
+        "x" * 300,  # no ":name"
+    ],
+)
+def test_a_long_doctor_target_is_one_short_line(capsys, target):
+    message = one_error_line(capsys, "doctor", target)
+    assert "x" * 61 not in message and "(30" in message and len(message) < 250
+
+
+def test_a_long_target_name_in_a_file_that_exists_is_one_short_line(capsys):
+    message = one_error_line(capsys, "doctor", f"{MISBEHAVING}:{'X' * 300}")
+    assert message.endswith(f"has no attribute '{'X' * 60}'… (300 characters)")
+
+
+def test_one_device_is_measured_once_whatever_its_name():
+    grid = cli.resolve_grid(argparse.Namespace(device=["cpu", "cpu:0", "cpu"], dtype=["float32"]))
+    assert grid == [(torch.device("cpu"), torch.float32)]
+
+
+def test_cuda_and_cuda_0_are_one_device(monkeypatch):
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(devices.torch.cuda, "device_count", lambda: 2)
+    assert (
+        devices.resolve_device("cuda") == devices.resolve_device("cuda:0") == torch.device("cuda")
+    )
+    assert devices.resolve_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(devices.UsageError, match=r"^device 'cuda:2' does not exist: 2 CUDA"):
+        devices.resolve_device("cuda:2")
+
+
+def test_run_measures_cpu_and_cpu_0_once(capsys):
+    argv = ["run", "transpose", "--device", "cpu", "--device", "cpu:0", "--dtype", "float32"]
+    code, out, _ = run_cli(capsys, *argv, "--format", "json")
+    assert code == 0 and [(r["pitfall"], r["device"]) for r in json.loads(out)] == [
+        ("transpose", "cpu")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("no_color", "flag", "coloured"),
+    [
+        (None, "auto", True),
+        ("1", "auto", False),
+        ("", "auto", True),  # set but empty: no-color.org says it does not count
+        ("1", "always", True),
+        (None, "never", False),
+    ],
+)
+def test_diff_colour_honours_no_color(capsys, monkeypatch, no_color, flag, coloured):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # captured, as if a terminal
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    if no_color is not None:
+        monkeypatch.setenv("NO_COLOR", no_color)
+    code, out, _ = run_cli(capsys, "diff", "softmax_dim", "--color", flag)
+    assert code == 0 and ("\033[" in out) == coloured
+
+
+@pytest.fixture
+def command(monkeypatch):
+    """``list`` replaced by the function given: a command that does what a test needs."""
+
+    def install(function):
+        monkeypatch.setitem(cli.COMMANDS, "list", function)
+
+    return install
+
+
+def kill_self(signum):
+    """Send ``signum`` to this process, once main has a handler for it (never the default one,
+    which would end the test run)."""
+    handler = signal.getsignal(signum)
+    assert handler not in (signal.SIG_DFL, signal.SIG_IGN, None), "main installed no handler"
+    os.kill(os.getpid(), signum)
+    time.sleep(5)  # the handler raises long before
+    raise AssertionError(f"signal {signum} did not interrupt")
+
+
+@pytest.mark.parametrize(
+    ("signum", "status", "line"),
+    [
+        (signal.SIGINT, 130, f"{PROG}: interrupted\n"),
+        (signal.SIGTERM, 143, f"{PROG}: interrupted (SIGTERM)\n"),
+        (signal.SIGHUP, 129, f"{PROG}: interrupted (SIGHUP)\n"),
+    ],
+)
+def test_a_signal_unwinds_the_command_like_ctrl_c(capsys, command, signum, status, line):
+    cleaned = []
+
+    def stopped(args):
+        try:
+            kill_self(signum)
+        finally:
+            cleaned.append(True)
+
+    command(stopped)
+    before = signal.getsignal(signum)
+    code, out, err = run_cli(capsys, "list")
+    assert (code, out, err) == (status, "", line)
+    assert cleaned == [True]
+    assert signal.getsignal(signum) is before  # main put the handler back
+
+
+def test_an_interrupt_swallowed_on_the_way_still_stops_the_command(capsys, command):
+    def swallows(args):  # as a weakref callback does during matplotlib's drawing
+        with contextlib.suppress(BaseException):
+            kill_self(signal.SIGINT)
+        return "finished as if nothing happened"
+
+    command(swallows)
+    assert run_cli(capsys, "list") == (130, "", f"{PROG}: interrupted\n")
+
+
+def test_ctrl_c_while_starting_is_one_line():
+    """Ctrl-C while ``python -m harness`` imports torch, before main runs."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not ignored
+    )
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert (process.returncode, out, err) == (130, "", f"{PROG}: interrupted\n")

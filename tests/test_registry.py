@@ -44,3 +44,10 @@ def test_card_rejects_an_unknown_category():
             id="x", title="", section="", category="vibes", claim="", trap="", truth="",
             why="", avoid="", expected=Verdict.BENIGN,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("pitfall_id", registry.ids())
+def test_a_card_names_a_tutorial_section_only_when_the_tutorial_names_the_trap(pitfall_id):
+    card = registry.load(pitfall_id).card
+    named = not card.claim.startswith("Not named by the tutorial")
+    assert (card.section != "—") == named, (card.section, card.claim[:40])

@@ -7,6 +7,7 @@ command a second time. The other tests reuse its measurements, so they cost a pi
 import inspect
 import re
 import shutil
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,9 @@ from typing import Any
 import pytest
 
 from harness import cli, report
+from harness import reportdiff as report_diff
 from harness.catalogue import registry
 from harness.report import TrapResult
-from tests import report_diff
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "reports" / report.REPORT
@@ -85,7 +86,8 @@ def test_report_has_every_trap_and_its_picture(fresh: Run) -> None:
     for pid in registry.ids():
         assert f'<a id="{pid}"></a>' in text
         section = text.split(f'<a id="{pid}"></a>')[1].split("<a id=")[0]
-        assert f"img/{pid}.png" in section or "No heatmap: neither module" in section, pid
+        picture = re.search(rf"\]\(img/{pid}(-[0-9a-f]+)?\.png\)", section)  # a name, or name-hash
+        assert picture or "neither module returns" in section, pid
     assert "**The claimed trap does not hold.**" in text  # BENIGN traps say so
     assert "Not available here: cuda" in text or "cuda" in text.split("## Summary")[0]
 
@@ -105,31 +107,41 @@ def test_interrupted_run_leaves_the_previous_report(
     out = tmp_path / "reports"
     shutil.copytree(fresh.out, out)
     before = files(out)
-    heatmap, drawn = report.heatmap, []
+    draw, drawn = report.draw, []
 
-    def crash_on_the_second_picture(*args: Any, **kwargs: Any) -> None:
+    def crash_on_the_second_trap(*args: Any, **kwargs: Any) -> list[str]:
         if drawn:
             raise KeyboardInterrupt
-        drawn.append(heatmap(*args, **kwargs))  # staging is not empty when it stops
+        drawn.append(draw(*args, **kwargs))  # staging is not empty when it stops
+        return drawn[-1]
 
     # The measurements are the fresh run's: what is under test is writing the report.
-    monkeypatch.setattr(cli, "collect", lambda *args: (fresh.results, fresh.written["timed"]))
-    monkeypatch.setattr(report, "heatmap", crash_on_the_second_picture)
+    monkeypatch.setattr(cli, "collect", lambda *a, **k: (fresh.results, fresh.written["timed"]))
+    monkeypatch.setattr(report, "draw", crash_on_the_second_trap)
     assert cli.main([*CANONICAL, "--out", str(out)]) == 130
     assert drawn, "interrupted before anything was staged"
     assert files(out) == before
     assert not list(out.glob(".staging-*"))
 
 
-def test_pictures_a_run_no_longer_draws_are_removed_and_others_kept(
-    fresh: Run, tmp_path: Path
+def test_a_swallowed_ctrl_c_stops_the_report_before_it_is_published(
+    fresh: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    img = tmp_path / "img"
-    img.mkdir()
-    (img / "mask_bool-7.png").write_bytes(b"stale")  # named after a trap: ours
-    (img / "holiday.png").write_bytes(b"yours")  # not ours: left alone
-    one_trap = [r for r in fresh.results if r.pair.card.id == "mask_bool"]
-    report.write_report(one_trap, fresh.written["grid"], tmp_path, [], {})
-    assert not (img / "mask_bool-7.png").exists()
-    assert (img / "holiday.png").read_bytes() == b"yours"
-    assert (img / "mask_bool.png").read_bytes().startswith(b"\x89PNG")
+    """Python drops a KeyboardInterrupt raised inside a finalizer (matplotlib's clean-up runs
+    them while drawing): the signal is recorded, and the report is not published after it."""
+    out = tmp_path / "reports"
+    shutil.copytree(fresh.out, out)
+    (out / report.REPORT).write_text((out / report.REPORT).read_text() + "\nolder\n")
+    before = files(out)
+    draw = report.draw
+
+    def swallowed_on_the_second_trap(r: TrapResult, folder: Path) -> list[str]:
+        if r is fresh.results[1]:
+            cli.ACTIVE.received.append(signal.SIGINT)  # what the handler records; raised in vain
+        return draw(r, folder)
+
+    monkeypatch.setattr(cli, "collect", lambda *a, **k: (fresh.results, fresh.written["timed"]))
+    monkeypatch.setattr(report, "draw", swallowed_on_the_second_trap)
+    assert cli.main([*CANONICAL, "--out", str(out)]) == 130
+    assert files(out) == before
+    assert not list(out.glob(".staging-*"))

@@ -6,8 +6,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests import report_diff
-from tests.report_diff import agree, compare, normalise, parse, primary_thresholds
+from harness import reportdiff
+from harness.reportdiff import agree, compare, normalise, parse, primary_thresholds
 
 COMMITTED = (Path(__file__).resolve().parents[1] / "reports" / "report.md").read_text()
 SECTIONS_DIFFER = "sections differ (missing, extra or reordered):"
@@ -37,11 +37,10 @@ def snippet(floor: float, bug_error: float = 0.75, verdict: str = "SILENT") -> s
     summary = {
         "trap": "[`demo`](#demo)",
         "§": "§4.3",
-        "cpu float32": verdict,
-        "cpu bfloat16": "SILENT",
+        "cpu: float32 · bfloat16": f"{verdict} · SILENT",
+        "combined": verdict,
         "expected": "SILENT",
-        "output error vs floor": f"{bug_error:.3g} vs {floor:.3g}",
-        "trigger": "B=2 T=2 d_k=2",
+        "output error (floor)": f"{bug_error:.3g} ({floor:.3g})",
     }
     output = {
         "run": ["fix", "bug"],
@@ -89,7 +88,7 @@ def test_floors_four_times_apart_pass_on_each_reports_own_threshold() -> None:
     [
         ({"bug_error": 0.76}, "committed 0.75, fresh 0.76"),
         ({"bug_error": float("inf")}, "committed 0.75, fresh inf"),
-        ({"verdict": "BENIGN"}, "summary, [`demo`](#demo), cpu float32: committed 'SILENT'"),
+        ({"verdict": "BENIGN"}, "summary, [`demo`](#demo), combined: committed 'SILENT'"),
     ],
 )
 def test_a_real_change_in_a_snippet_fails(change: dict, found: str) -> None:
@@ -135,24 +134,30 @@ def test_printed_thresholds_are_read_from_tables_and_verdict_lines() -> None:
             "the text differs",
         ),
         (  # a verdict in the summary, padding and all
-            "| LOUD          | LOUD           | LOUD          | LOUD        | LOUD        |",
-            "| LOUD          | LOUD           | SILENT        | LOUD        | LOUD        |",
-            "summary, [`mask_rank`](#mask_rank), cpu float16: committed 'LOUD', fresh 'SILENT'",
+            "| LOUD · LOUD · LOUD    ",
+            "| LOUD · LOUD · SILENT  ",
+            "summary, [`mask_rank`](#mask_rank), cpu: float32 · bfloat16 · float16: committed "
+            "'LOUD · LOUD · LOUD', fresh 'LOUD · LOUD · SILENT'",
         ),
         (  # an expected verdict
-            "category scale · expected SILENT",
-            "category scale · expected BENIGN",
+            "scale · expected SILENT",
+            "scale · expected BENIGN",
             "the text differs",
         ),
         (  # a trigger shape
-            "| B=2 T=2 d_model=1 d_k=2 d_v=1 h=1 |",
-            "| B=2 T=3 d_model=1 d_k=2 d_v=1 h=1 |",
-            "summary, [`transpose`](#transpose), trigger",
+            "runs silently on B=2 T=2 d_model=1",
+            "runs silently on B=2 T=3 d_model=1",
+            "committed 2, fresh 3",
+        ),
+        (  # a symptom's evidence
+            "entropy 0.982 → 0.239 (d_k 256)",
+            "entropy 0.982 → 0.339 (d_k 256)",
+            "committed 0.239, fresh 0.339",
         ),
         ("Mutation score: 20/20", "Mutation score: 19/20", "committed 20, fresh 19"),  # a count
         ("| (2, 5, 6) |", "| (2, 5, 7) |", "committed 6, fresh 7"),  # a shape
         ("| bug   |  0.269 ", "| bug   |  0.279 ", "committed 0.269, fresh 0.279"),  # too far
-        ("1.53 vs 1.51e-07", "inf vs 1.51e-07", "committed 1.53, fresh inf"),  # finite -> inf
+        ("1.53 (1.51e-07)", "inf (1.51e-07)", "committed 1.53, fresh inf"),  # finite -> inf
     ],
 )
 def test_a_real_change_in_the_committed_report_fails(old: str, new: str, found: str) -> None:
@@ -201,15 +206,15 @@ def test_normalise_drops_padding_and_the_environment() -> None:
 def test_real_module_rows_of_libraries_not_installed_here_are_left_out(monkeypatch):
     """A machine without the real extra compares only the rows it could run."""
     table = [
-        report_diff.REAL, "", "Right: 2/2 cases run (0 not run).", "",
+        reportdiff.REAL, "", "Right: 2/2 cases run (0 not run).", "",
         "| module | library | should | doctor | ok | probes |",
         "|:--|:--|:--|:--|:--|:--|",
         "| mha | torch | pass | healthy | True | |",
         "| bert | transformers | pass | healthy | True | |",
     ]  # fmt: skip
     report = "# Report\n\n" + "\n".join(table) + "\n"
-    monkeypatch.setattr(report_diff.importlib.util, "find_spec", lambda name: None)
-    kept = report_diff.without_uninstalled(report)
+    monkeypatch.setattr(reportdiff, "importable", lambda name: False)
+    kept = reportdiff.without_uninstalled(report)
     assert "| mha | torch |" in kept and "transformers" not in kept and "Right:" not in kept
-    monkeypatch.setattr(report_diff.importlib.util, "find_spec", lambda name: object())
-    assert report_diff.without_uninstalled(report) == report
+    monkeypatch.setattr(reportdiff, "importable", lambda name: True)
+    assert reportdiff.without_uninstalled(report) == report

@@ -4,15 +4,19 @@ Each trap is measured once on the CPU (float32, and float16 where a test needs i
 trigger search; pictures are stubbed where files are written, so every test here is cheap.
 """
 
+import hashlib
 import os
 import re
+import subprocess
+import threading
 from functools import cache
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
-from harness import report
+from harness import publish, report
 from harness.catalogue.judge import Measurement, measure
 from harness.catalogue.registry import load
 from harness.catalogue.verdicts import Verdict
@@ -55,10 +59,39 @@ def test_summary_verdict_is_the_combined_one():
     r = result("fill_overflow_half", "float32", "float16")
     assert [str(m.verdict) for m in r.cells] == ["BENIGN", "LOUD"]
     (row,) = rows(report.summary([r]))
-    assert row["cpu float32"] == "BENIGN" and row["cpu float16"] == "LOUD"
-    assert row["verdict"] == "NUMERIC" and row["expected"] == "NUMERIC"
-    assert row["output error vs floor"] == report.output_cell(cell("fill_overflow_half"))
+    assert row["cpu: float32 · float16"] == "BENIGN · LOUD"
+    assert row["combined"] == "NUMERIC" and row["expected"] == "NUMERIC"
+    assert row["output error (floor)"] == report.output_cell(cell("fill_overflow_half"))
     assert row["trap"] == "[`fill_overflow_half`](#fill_overflow_half)"
+    assert row["§"] == "§4.2"
+
+
+def test_a_silent_trap_with_nan_output_says_so():
+    (row,) = rows(report.summary([result("mask_bool")]))
+    assert row["combined"] == "SILENT, NaN" and row["expected"] == "SILENT"
+    (row,) = rows(report.summary([result("missing_scale")]))
+    assert row["combined"] == "SILENT" and row["§"] == "—"
+
+
+def test_an_inconclusive_dtype_is_labelled_so_and_does_not_decide():
+    r = result("fill_too_small", "float32", "float16")
+    assert [str(m.verdict) for m in r.cells] == ["SILENT", "INCONCLUSIVE"]
+    (row,) = rows(report.summary([r]))
+    assert row["cpu: float32 · float16"] == "SILENT · INCONCLUSIVE"
+    assert row["combined"] == "SILENT"
+
+
+def test_entropy_and_cosine_cells_say_n_a_instead_of_nan():
+    (row,) = rows(report.summary([result("sdpa_float_mask")]))  # SDPA returns no weights
+    assert row["entropy fix → bug"] == "n/a"
+    (row,) = rows(report.summary([result("mask_rank")]))  # buggy.py raises
+    assert row["entropy fix → bug"].endswith("→ n/a") and row["grad cosine"] == "n/a"
+
+
+def test_a_pipe_in_a_cell_cannot_break_its_row():
+    text = report.table(pd.DataFrame({"a": ["x | y"], "b": [1.0]}))
+    header, _, row = text.splitlines()
+    assert row.count("|") - row.count("\\|") == header.count("|")
 
 
 def test_summary_note_names_the_cells_that_differ_in_low_precision():
@@ -73,7 +106,7 @@ def test_the_primary_cell_is_float32_whatever_the_order():
     r = result("fill_overflow_half", "float16", "float32")
     assert r.primary.dtype == "float32"
     (row,) = rows(report.summary([r]))
-    assert row["output error vs floor"] != "raises"  # float16's cell raises; float32's does not
+    assert row["output error (floor)"] != "raises"  # float16's cell raises; float32's does not
 
 
 # --- cells and statements ----------------------------------------------------------------------
@@ -83,7 +116,7 @@ def test_output_cell_is_the_bugs_error_then_the_floor():
     m = cell("missing_scale")  # SILENT: the bug's error is far above the floor
     text = report.output_cell(m)
     err, floor = output_row(m, "bug")["max_abs"], output_row(m, "fix")["max_abs"]
-    assert text == f"{err:.3g} vs {floor:.3g}"
+    assert text == f"{err:.3g} ({floor:.3g})"
     first, second = numbers(text)
     assert first > 100 * second
 
@@ -161,7 +194,7 @@ def test_measurement_tables_of_a_bug_that_raises_say_so_and_nothing_else():
     ]
 
 
-# --- writing: atomically, and cleaning up ------------------------------------------------------
+# --- writing: as one unit, and cleaning up ----------------------------------------------------
 
 PICTURE = b"\x89PNG stub"
 
@@ -181,15 +214,28 @@ def _crashing_at(k, real):
 
 @pytest.fixture
 def stub_pictures(monkeypatch):
-    def heatmap(path, *args, **kwargs):
-        path.write_bytes(PICTURE)
+    """One stub picture per trap, its bytes set by ``stub_pictures.version``."""
 
-    monkeypatch.setattr(report, "heatmap", heatmap)
+    class Stub:
+        version = b"1"
+
+        def __call__(self, r, folder):
+            name = f"{report.IMAGES}/{r.pair.card.id}.png"
+            (folder / name).write_bytes(PICTURE + self.version)
+            return [name]
+
+    stub = Stub()
+    monkeypatch.setattr(report, "draw", stub)
+    return stub
 
 
-def write(out, unavailable=()):
+def write(out, doctor="## Doctor\n\nfirst"):
     results = [result("missing_scale"), result("scale_precision")]
-    return report.write_report(results, GRID, out, list(unavailable), {})
+    return report.write_report(results, GRID, out, [], {}, doctor)
+
+
+def linked(folder):
+    return publish.linked_images((folder / report.REPORT).read_text())
 
 
 def test_report_md_is_replaced_last(tmp_path, stub_pictures, monkeypatch):
@@ -203,31 +249,103 @@ def test_report_md_is_replaced_last(tmp_path, stub_pictures, monkeypatch):
         moved.append(os.path.basename(dst))
         real(src, dst)
 
+    stub_pictures.version = b"2"
     monkeypatch.setattr(os, "replace", counting)
-    write(tmp_path / "count", ["cuda"])
+    write(tmp_path / "count", "## Doctor\n\nsecond")
     assert moved[-1] == report.REPORT
     for k in range(len(moved)):
-        crash = _crashing_at(k, real)
-        monkeypatch.setattr(os, "replace", crash)
+        monkeypatch.setattr(os, "replace", _crashing_at(k, real))
         with pytest.raises(OSError, match="disk full"):
-            write(tmp_path, ["cuda"])  # a different header: a different report
+            write(tmp_path, "## Doctor\n\nsecond")  # a different report
         assert (tmp_path / report.REPORT).read_bytes() == before, moved[k]
+        assert all((tmp_path / name).read_bytes().endswith(b"1") for name in linked(tmp_path))
         assert not list(tmp_path.glob(".staging-*"))
 
 
-def test_a_written_report_leaves_no_staging_and_only_its_own_pictures(tmp_path, stub_pictures):
-    img = tmp_path / "img"
-    img.mkdir()
-    (img / "missing_scale.png").write_bytes(b"old")  # drawn again: replaced
-    (img / "scale_precision-1.png").write_bytes(b"stale")  # ours, not drawn this time
-    (img / "mask_bool.png").write_bytes(b"stale")  # ours, a trap not in this run
-    (img / "holiday.png").write_bytes(b"yours")  # not ours: left alone
-    path = write(tmp_path)
-    assert path == tmp_path / report.REPORT and path.read_text().startswith("# Hand-written")
-    assert (img / "missing_scale.png").read_bytes() == PICTURE
-    assert (img / "scale_precision.png").read_bytes() == PICTURE
-    assert not (img / "scale_precision-1.png").exists()
-    assert not (img / "mask_bool.png").exists()
+def test_a_reader_never_sees_new_pictures_beside_an_old_report(
+    tmp_path, stub_pictures, monkeypatch
+):
+    """At every step of a replacement, report.md links pictures of its own run, all present."""
+    write(tmp_path)
+    real, seen = os.replace, []
+
+    def checking(src, dst):
+        real(src, dst)
+        if Path(dst).parent == tmp_path or Path(dst).parent.parent == tmp_path:
+            names = linked(tmp_path)
+            seen.append({(tmp_path / n).read_bytes()[-1:] for n in names})
+            assert all((tmp_path / n).is_file() for n in names)
+
+    stub_pictures.version = b"2"
+    monkeypatch.setattr(os, "replace", checking)
+    write(tmp_path, "## Doctor\n\nsecond")
+    assert seen[0] == {b"1"} and seen[-1] == {b"2"}
+    assert all(len(versions) == 1 for versions in seen)  # never old and new mixed
+
+
+def test_only_pictures_the_old_report_linked_are_removed(tmp_path, stub_pictures):
+    write(tmp_path)
+    old = linked(tmp_path)
+    img = tmp_path / report.IMAGES
+    (img / "missing_scale-7.png").write_bytes(b"yours")  # named after a trap, never linked
+    (img / "holiday.png").write_bytes(b"yours")
+    stub_pictures.version = b"2"
+    path, replaced = write(tmp_path, "## Doctor\n\nsecond")
+    assert replaced and path == tmp_path / report.REPORT
+    assert not any((tmp_path / name).exists() for name in old)
+    assert all((tmp_path / name).read_bytes() == PICTURE + b"2" for name in linked(tmp_path))
+    assert (img / "missing_scale-7.png").read_bytes() == b"yours"
     assert (img / "holiday.png").read_bytes() == b"yours"
     assert (tmp_path / report.TIMINGS).exists()
+    assert not list(tmp_path.glob(".staging-*"))
+
+
+def test_picture_names_carry_their_bytes(tmp_path, stub_pictures):
+    write(tmp_path)
+    for name in linked(tmp_path):
+        assert re.fullmatch(r"img/[a-z_]+-[0-9a-f]{10}\.png", name), name
+        digest = hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()[:10]
+        assert name.endswith(f"-{digest}.png")
+
+
+def test_an_equivalent_report_is_kept_as_it_is(tmp_path, stub_pictures):
+    """Only the CPU's rounding differs (here: nothing): report.md and its pictures stay."""
+    write(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*.*") if p.name != report.TIMINGS}
+    stub_pictures.version = b"2"  # a picture that moved with rounding
+    _, replaced = write(tmp_path)
+    assert not replaced
+    assert {p: p.read_bytes() for p in before} == before
+    (tmp_path / sorted(linked(tmp_path))[0]).unlink()
+    _, replaced = write(tmp_path)  # a picture it links is gone: written afresh
+    assert replaced and all((tmp_path / name).is_file() for name in linked(tmp_path))
+
+
+def test_staging_of_a_killed_run_is_removed_and_a_live_ones_kept(tmp_path, stub_pictures):
+    child = subprocess.Popen(["true"])  # its pid is free once it has exited
+    child.wait()
+    abandoned = tmp_path / f"{publish.STAGING}{child.pid}-abc"
+    live = tmp_path / f"{publish.STAGING}{os.getpid()}-xyz"
+    abandoned.mkdir()
+    live.mkdir()
+    write(tmp_path)
+    assert not abandoned.exists() and live.exists()
+
+
+def test_two_runs_into_one_folder_take_turns(tmp_path, stub_pictures):
+    errors = []
+
+    def run(doctor):
+        try:
+            write(tmp_path, doctor)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(f"## Doctor\n\n{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert all((tmp_path / name).is_file() for name in linked(tmp_path))
     assert not list(tmp_path.glob(".staging-*"))

@@ -30,6 +30,13 @@ def test_without_full_precision_the_first_dtype_stands():
     assert combine({"float16": L, "bfloat16": B}) is L
 
 
+def test_inconclusive_dtypes_say_nothing_either_way():
+    i = Verdict.INCONCLUSIVE
+    assert combine({"float32": B, "bfloat16": B, "float16": i}) is B  # not NUMERIC
+    assert combine({"float32": i, "float16": L}) is L
+    assert combine({"float32": i, "float16": i}) is i
+
+
 def test_combine_needs_something():
     with pytest.raises(ValueError):
         combine({})

@@ -20,10 +20,20 @@ from harness.inputs import Inputs, make_inputs
 from harness.masks import CONVENTIONS, KINDS, MaskSpec
 from harness.shapes import DEFAULT_SHAPE, Shape
 
-__all__ = ["CATEGORIES", "EDGES", "Card", "Pair", "Verdict", "multi_head", "single_head"]
+__all__ = [
+    "CATEGORIES",
+    "EDGES",
+    "NOT_NAMED",
+    "Card",
+    "Pair",
+    "Verdict",
+    "multi_head",
+    "single_head",
+]
 
 StateDict = Mapping[str, Tensor]
 
+NOT_NAMED = "—"  # the section of a trap the tutorial does not name
 CATEGORIES = ("scale", "masks", "layout", "numerics", "initialisation", "performance")
 # Edge inputs a trap may need beyond the ordinary draw: none; a sequence that is all padding
 # (queries with no key at all); or activations scaled by the card's input_scale.
@@ -46,7 +56,7 @@ class Card:
 
     id: str
     title: str
-    section: str  # the tutorial's section, e.g. "§4.2"
+    section: str  # the tutorial's section that names the trap, e.g. "§4.2"; "—" when none does
     category: str  # one of CATEGORIES
     claim: str  # what the tutorial says
     trap: str  # the bug, in one sentence

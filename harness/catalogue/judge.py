@@ -43,6 +43,8 @@ class Measurement:
     warnings: list[str] = field(default_factory=list)
     trigger: Shape | None = None  # smallest shape on which a CONDITIONAL bug runs silently
     weights: dict[str, Tensor | None] = field(default_factory=dict)  # fix/bug attention
+    # fix/bug outputs on the same inputs, float64 on the CPU (empty when compared over seeds)
+    outputs: dict[str, Tensor | None] = field(default_factory=dict)
     edge: bool = False  # the tables come from the card's edge inputs
     probes: dict[str, str] = field(default_factory=dict)  # causal leak, repeat calls
     variants: dict[str, str] = field(default_factory=dict)  # e.g. the verdict with one head
@@ -101,13 +103,13 @@ def _judge(pair: Pair, device: torch.device, dtype: torch.dtype, cmp: Comparison
         edge = compare(pair, device, dtype, cmp.shape, cmp.seed, edge=True)
     except MeasurementError as exc:
         reason = f"within the floor on ordinary inputs; {edge_name} not measurable here: {exc}"
-        return Verdict.BENIGN, reason, cmp, None
+        return Verdict.INCONCLUSIVE, reason, cmp, None
     if edge.fix.first_nonfinite is not None:  # out of the dtype's range for any module
         reason = (
             f"within the floor on ordinary inputs; with {edge_name} even fixed.py is non-finite "
             f"here ({edge.fix.first_nonfinite}), so that case tells nothing in this dtype"
         )
-        return Verdict.BENIGN, reason, cmp, None
+        return Verdict.INCONCLUSIVE, reason, cmp, None
     if not edge.bug.ok:
         return Verdict.NUMERIC, f"with {edge_name}, raises: {edge.bug.error}", edge, None
     if edge.nonfinite:
@@ -158,6 +160,7 @@ def measure(
         warnings=sorted(set(cmp.bug.warnings) | set(shown.bug.warnings)),
         trigger=trigger,
         weights={"fix": shown.fix.weights, "bug": shown.bug.weights},
+        outputs={"fix": shown.fix.output, "bug": shown.bug.output},
         edge=shown.edge,
         probes=cmp.probes,
         variants=variants,

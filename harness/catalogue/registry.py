@@ -12,17 +12,22 @@ import pkgutil
 from functools import cache
 
 from harness.catalogue.card import Pair
+from harness.errors import did_you_mean, shorten
 
 PACKAGE = "pitfalls"
 
 
 class UnknownPitfall(LookupError):
-    """Raised for an id that has no folder; the message lists the known ids."""
+    """Raised for an id that has no folder; the message lists the known ids, ``suggestion`` the
+    close ones (``did you mean 'mask_bool'?``, or ``""``)."""
 
     def __init__(self, pitfall_id: str, known: list[str]):
-        super().__init__(f"unknown pitfall {pitfall_id!r}; known: {', '.join(known)}")
+        super().__init__(
+            f"unknown pitfall {shorten(pitfall_id, quote=True)}; known: {', '.join(known)}"
+        )
         self.pitfall_id = pitfall_id
         self.known = known
+        self.suggestion = did_you_mean(pitfall_id, known)
 
 
 @cache

@@ -13,6 +13,7 @@ class Verdict(str, Enum):
     CONDITIONAL = "CONDITIONAL"  # raises on most shapes, runs silently on trigger shapes
     NUMERIC = "NUMERIC"  # fine in float32, breaks only in low precision or on edge inputs
     BENIGN = "BENIGN"  # within the noise floor: the claimed trap does not hold
+    INCONCLUSIVE = "INCONCLUSIVE"  # cannot tell: even fixed.py breaks on these inputs here
 
     def __str__(self) -> str:
         return self.value
@@ -26,9 +27,14 @@ def combine(per_dtype: dict[str, Verdict]) -> Verdict:
 
     A trap that is BENIGN in full precision but not in some low-precision dtype is NUMERIC;
     otherwise the full-precision verdict stands (float32 when measured, else the first dtype).
+    INCONCLUSIVE dtypes say nothing either way: they count only when every dtype is.
     """
     if not per_dtype:
         raise ValueError("no verdicts to combine")
+    decided = {d: v for d, v in per_dtype.items() if v is not Verdict.INCONCLUSIVE}
+    if not decided:
+        return Verdict.INCONCLUSIVE
+    per_dtype = decided
     full = [v for d, v in per_dtype.items() if d in FULL_PRECISION]
     base = full[0] if full else next(iter(per_dtype.values()))
     low = [v for d, v in per_dtype.items() if d not in FULL_PRECISION]

@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -24,19 +25,33 @@ from pathlib import Path
 
 from torch import nn
 
-from harness.errors import UsageError
+from harness.errors import UsageError, shorten
 from harness.runner import seeded
 
 
 def load_object(target: str) -> object:
-    """The object named by ``path/to/file.py:name`` or ``package.module:name``."""
+    """The object named by ``path/to/file.py:name`` or ``package.module:name``.
+
+    A ``package.module`` is imported with the working directory on ``sys.path`` (first, for
+    the import only), as ``python -m`` has it: the console script, whose ``sys.path`` starts
+    with its own folder, finds the same modules.
+    """
     where, sep, name = target.rpartition(":")
     if not sep or not where or not name:
-        raise UsageError(f"target {target!r} must look like path/to/file.py:name or pkg.mod:name")
-    if where.endswith(".py") or "/" in where or Path(where).is_file():
+        raise UsageError(
+            f"target {shorten(target, quote=True)} must look like path/to/file.py:name or "
+            "pkg.mod:name"
+        )
+    shown = shorten(where)
+    if where.endswith(".py") or "/" in where or _is_file(Path(where)):
         path = Path(where)
-        if not path.is_file():
-            raise UsageError(f"no such file: {where}")
+        try:
+            found = path.is_file()
+        except (OSError, ValueError) as exc:  # a name too long, a NUL in it
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise UsageError(f"cannot read {shown}: {reason}") from None
+        if not found:
+            raise UsageError(f"no such file: {shown}")
         module_name = f"_attention_doctor_{path.stem}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
@@ -46,17 +61,39 @@ def load_object(target: str) -> object:
             spec.loader.exec_module(module)
         except Exception as exc:
             del sys.modules[module_name]
-            raise UsageError(f"importing {where} failed: {type(exc).__name__}: {exc}") from None
+            raise UsageError(
+                f"importing {shown} failed: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
         finally:
             sys.path.remove(str(path.parent.resolve()))
     else:
+        cwd = os.getcwd()
+        here = any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path)
+        if not here:
+            sys.path.insert(0, cwd)
         try:
+            importlib.invalidate_caches()  # a module written since the last import is found
             module = importlib.import_module(where)
         except Exception as exc:
-            raise UsageError(f"cannot import {where}: {type(exc).__name__}: {exc}") from None
+            if isinstance(exc, ModuleNotFoundError) and exc.name:  # the name may be the target's
+                reason = f"No module named {shorten(exc.name, quote=True)}"
+            else:
+                reason = _first_line(exc)
+            raise UsageError(f"cannot import {shown}: {type(exc).__name__}: {reason}") from None
+        finally:
+            if not here:
+                sys.path.remove(cwd)
     if not hasattr(module, name):
-        raise UsageError(f"{where} has no attribute {name!r}")
+        raise UsageError(f"{shown} has no attribute {shorten(name, quote=True)}")
     return getattr(module, name)
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name no file can have (too long, a NUL in it)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="causal_leak",
     title="A causal mask with the wrong diagonal",
-    section="§3.3",
+    section="—",
     category="masks",
     claim="Not named by the tutorial; the common belief: tril(..., diagonal=1) is the causal mask.",
     trap="torch.tril(ones(T, T), diagonal=1): each position also sees the next one.",

@@ -5,7 +5,7 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="dropout_in_eval",
     title="F.dropout left on in eval mode",
-    section="§3.1",
+    section="—",
     category="numerics",
     claim="Not named by the tutorial; the common belief: model.eval() turns dropout off.",
     trap=(

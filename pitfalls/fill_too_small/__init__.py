@@ -5,7 +5,7 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="fill_too_small",
     title="Masking with -1e4",
-    section="§4.2",
+    section="—",
     category="numerics",
     claim=(
         "Not named by the tutorial; the common belief: -1e4 is small enough to mask (the "

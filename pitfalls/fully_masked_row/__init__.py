@@ -5,7 +5,7 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="fully_masked_row",
     title="-inf fill on a query with no allowed key",
-    section="§3.1",
+    section="—",
     category="masks",
     claim="Not named by the tutorial; the common belief: masked_fill(-inf) is always safe.",
     trap="masked_fill(mask == 0, -inf) when a whole sequence is padding.",

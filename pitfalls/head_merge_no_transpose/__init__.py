@@ -6,7 +6,7 @@ from harness.shapes import Shape
 CARD = Card(
     id="head_merge_no_transpose",
     title="Heads merged by reshape without transpose",
-    section="§5.1",
+    section="—",
     category="layout",
     claim=(
         "Not named by the tutorial; the common belief: reshape(B, T, d_model) merges the heads "

@@ -6,7 +6,7 @@ from harness.shapes import Shape
 CARD = Card(
     id="head_split_view",
     title="Heads split with view(B, h, T, d_k)",
-    section="§5.1",
+    section="—",
     category="layout",
     claim="Not named by the tutorial; the common belief: view(B, h, T, d_k) splits the heads.",
     trap="x.view(B, h, T, d_k) instead of x.view(B, T, h, d_k).transpose(1, 2).",

@@ -5,7 +5,7 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="padding_on_queries",
     title="A key-padding mask broadcast over the queries",
-    section="§4.2",
+    section="—",
     category="masks",
     claim=(
         "Not named by the tutorial; the common belief: a (B, T) padding mask can be unsqueezed "

@@ -6,7 +6,7 @@ from harness.shapes import Shape
 CARD = Card(
     id="qk_overflow_half",
     title="Q K^T overflowing float16 before the scale",
-    section="§4.1",
+    section="—",
     category="numerics",
     claim=(
         "Not named by the tutorial; the common belief: where the scale is applied does not matter."

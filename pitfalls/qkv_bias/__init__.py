@@ -65,7 +65,10 @@ CARD = Card(
     truth=(
         "Softmax is invariant to adding a constant to a query's scores, so the key bias changes "
         "nothing and gets exactly zero gradient in exact arithmetic: dead weight, not instability. "
-        "Query and value biases are ordinary parameters (BERT and GPT-2 use them)."
+        "Query and value biases are ordinary parameters (BERT and GPT-2 use them). The "
+        "comparison gives buggy.py fixed.py's weights plus a random key bias and zero query and "
+        "value biases (as BERT and GPT-2 start), so what it measures is the key bias alone; the "
+        "table after it gives all three biases random."
     ),
     why="Harmless: at worst d_k wasted parameters in every attention layer.",
     avoid="Drop the key bias if you like; keep or drop the others by taste.",

@@ -5,7 +5,7 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="scale_after_softmax",
     title="The scale applied after softmax",
-    section="§3.2",
+    section="—",
     category="scale",
     claim="Not named by the tutorial; the common belief: the scale can go anywhere.",
     trap="weights = softmax(Q K^T) / sqrt(d_k).",

@@ -6,7 +6,7 @@ from harness.shapes import Shape
 CARD = Card(
     id="scale_d_model",
     title="Multi-head scores divided by sqrt(d_model)",
-    section="§5.1",
+    section="—",
     category="scale",
     claim=(
         "Not named by the tutorial; the common belief: one scale for the model: divide by "

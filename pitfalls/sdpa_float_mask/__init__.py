@@ -5,7 +5,7 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="sdpa_float_mask",
     title="A 0/1 float mask given to SDPA",
-    section="§4.2",
+    section="—",
     category="masks",
     claim="Not named by the tutorial; the common belief: a 0/1 float mask works like a bool mask.",
     trap=(

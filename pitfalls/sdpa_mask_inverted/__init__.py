@@ -5,7 +5,7 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="sdpa_mask_inverted",
     title="An nn.MultiheadAttention mask given to SDPA",
-    section="§4.2",
+    section="—",
     category="masks",
     claim=(
         "Not named by the tutorial; the common belief: a bool mask means the same thing everywhere."

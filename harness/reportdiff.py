@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import re
+import warnings
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import takewhile, zip_longest
@@ -29,14 +30,16 @@ INTEGER = re.compile(r"[-+]?\d+")
 MASK = "<n>"
 # What may differ from machine to machine: library versions and which devices exist.
 ENVIRONMENT = re.compile(r"^(- Versions:).*$|^(- Devices: .*?)(?: Not available here: .*)?$")
-ANCHOR = re.compile(r'^<a id="([\w-]+)"></a>$')
+ANCHOR = re.compile(r'^<a id="(?:tables-)?([\w-]+)"></a>$')  # a trap's section or its tables
 SUMMARY_ROW = re.compile(r"^\|\s*\[`[\w-]+`\]\(#([\w-]+)\)")
-VERDICT_LINE = re.compile(r"^- [^:,]+: \*\*[A-Z]+\*\*: ")  # - cpu bfloat16: **SILENT**: reason
+LISTED = re.compile(r"^- \[`[\w-]+`\]\(#([\w-]+)\): ")  # a symptom's evidence for one trap
+VERDICT_LINE = re.compile(r"^- [^:,]+: \*\*[A-Z]+(?:, NaN)?\*\*: ")  # - cpu float16: **LOUD**: why
 PRINTED_THRESHOLD = re.compile(rf"(?:threshold|>) ({NUMBER})")  # "> threshold 2.13e-07"
-NUMERIC_COLUMNS = {"output error vs floor", "entropy fix → bug", "grad cosine (min)"}
+NUMERIC_COLUMNS = {"output error (floor)", "entropy fix → bug", "grad cosine"}
 # A trap whose tables print no threshold (compared over seeds, or raising) measures no floor;
 # its numbers (attention rows and their sums) are of order one, in the primary cell's float32.
 FLOAT32_EPS = Decimal(2) ** -23
+PICTURE_HASH = re.compile(r"(img/[\w.-]+?)-[0-9a-f]{10}\.png")  # harness.publish.hashed_name
 SHOWN = 40  # at most this many lines of a text diff in a message
 
 
@@ -84,7 +87,9 @@ def cells(row: str) -> list[str]:
 
 
 def normalise(line: str) -> str:
-    """A line without what may differ between machines: padding, versions, absent devices."""
+    """A line without what may differ between machines: padding, versions, absent devices, and
+    the hash in a picture's name (a picture's bytes move with rounding as its numbers do)."""
+    line = PICTURE_HASH.sub(r"\1.png", line)
     if line.startswith("|"):
         return "|" + "|".join(re.sub("-{3,}", "---", c) for c in cells(line)) + "|"
     return ENVIRONMENT.sub(lambda m: m.group(1) or m.group(2), line)
@@ -100,7 +105,7 @@ def printed_threshold(text: str, header: list[str]) -> Decimal | None:
     if text.startswith("|") and "threshold" in header:
         row = cells(text)
         return finite(row[header.index("threshold")]) if len(row) == len(header) else None
-    if VERDICT_LINE.match(text):
+    if VERDICT_LINE.match(text) or LISTED.match(text):
         values = [finite(v) for v in PRINTED_THRESHOLD.findall(text)]
         return max((v for v in values if v is not None), default=None)
     return None
@@ -119,7 +124,7 @@ def parse(report: str) -> list[Line]:
         in_table = text.startswith("|")
         if in_table and not (lines and lines[-1].in_table):
             header = cells(text)
-        row = SUMMARY_ROW.match(text)
+        row = SUMMARY_ROW.match(text) or LISTED.match(text)
         lines.append(
             Line(
                 lineno=lineno,
@@ -207,13 +212,27 @@ def compare_numbers(old: list[Line], new: list[Line]) -> list[str]:
 
 
 REAL = "## The doctor on real modules"
-OPTIONAL = ("transformers", "x_transformers")  # the real extra
+OPTIONAL = ("transformers", "x_transformers", "timm")  # the real extra, and timm
+
+
+def importable(name: str) -> bool:
+    """Whether a library imports here (installed is not enough: timm needs a matching
+    torchvision)."""
+    if importlib.util.find_spec(name) is None:
+        return False
+    try:
+        with warnings.catch_warnings():  # what a library says while it loads is not ours
+            warnings.simplefilter("ignore")
+            importlib.import_module(name)
+    except Exception:
+        return False
+    return True
 
 
 def without_uninstalled(report: str) -> str:
     """The report without the real-module rows of libraries not installed here (and the count
     that sums them): they depend on optional packages (the ``real`` extra), not on rounding."""
-    missing = {name for name in OPTIONAL if importlib.util.find_spec(name) is None}
+    missing = {name for name in OPTIONAL if not importable(name)}
     if REAL not in report or not missing:
         return report
     head, tail = report.split(REAL, 1)
@@ -225,13 +244,25 @@ def without_uninstalled(report: str) -> str:
     return head + REAL + "\n".join(kept)
 
 
-def compare(committed: str, fresh: str) -> list[str]:
+def compare(committed: str, fresh: str, optional: bool = True) -> list[str]:
     """Every way ``committed`` disagrees with ``fresh``; empty when it agrees.
 
-    Numbers are compared only where the words agree line for line.
+    Numbers are compared only where the words agree line for line. ``optional``: leave out the
+    real-module rows of libraries not installed here.
     """
-    committed, fresh = without_uninstalled(committed), without_uninstalled(fresh)
+    if optional:
+        committed, fresh = without_uninstalled(committed), without_uninstalled(fresh)
     old, new = parse(committed), parse(fresh)
     problems = compare_sections(committed, fresh) + compare_summary(committed, fresh)
     words = compare_words(old, new)
     return problems + (words or compare_numbers(old, new))
+
+
+def versions(report: str) -> list[str]:
+    return [line for line in report.splitlines() if line.startswith("- Versions:")]
+
+
+def equivalent(old: str, new: str) -> bool:
+    """Whether ``new`` says what ``old`` says, run with the same versions: only the CPU's
+    rounding (within the floor) or table padding differ. Then there is nothing to rewrite."""
+    return versions(old) == versions(new) and not compare(old, new, optional=False)

@@ -1,0 +1,210 @@
+"""Which picture shows a trap, and drawing it: the report's heatmaps and line plots.
+
+A trap's heatmap is drawn from the cell where it bites (its first measurement whose verdict is
+not BENIGN, the primary one first; else the primary one), on the inputs that cell was judged
+on (a CONDITIONAL trap's trigger shape, a NUMERIC trap's edge inputs). It shows the attention
+weights, fixed.py beside buggy.py, unless they are the same and only the outputs differ (the bug
+is in how the output is assembled): then the outputs and their difference. Of the batch rows
+(and heads) it shows the one where buggy.py differs most from fixed.py, a NaN counting as most.
+The title says which cell, row and head are drawn, and on what inputs.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from torch import Tensor
+
+from harness.catalogue.card import Card
+from harness.catalogue.judge import EDGE_NAMES, Measurement
+from harness.catalogue.verdicts import Verdict
+from harness.plots import DECIMALS, Panel, heatmaps, legend, line_plot, rounded
+
+if TYPE_CHECKING:
+    from harness.report import TrapResult
+
+IMAGES = "img"  # the report's picture folder, as harness.report.IMAGES
+BITES = (Verdict.SILENT, Verdict.LOUD, Verdict.CONDITIONAL, Verdict.NUMERIC)
+SAME = 10.0**-DECIMALS  # arrays this close, as drawn, look the same
+WEIGHTS = "attention weights"
+OUTPUT = "output"
+TITLE_WIDTH = 100  # characters per title line after the first
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a trap's heatmap shows: one cell, weights or output, one batch row and head."""
+
+    cell: Measurement
+    kind: str  # WEIGHTS or OUTPUT
+    index: tuple[int, ...]  # (batch,) or (batch, head): the leading indices of the map drawn
+    same: bool  # fixed.py and buggy.py look the same in what is drawn
+
+
+def bitten_cell(cells: list[Measurement], primary: Measurement) -> Measurement:
+    """The cell where the trap bites: ``primary`` if it does, else the first that does."""
+    return next((m for m in [primary, *cells] if m.verdict in BITES), primary)
+
+
+def as_array(tensor: Tensor | None) -> np.ndarray | None:
+    """A tensor as drawn: float64 numpy, rounded (``plots.rounded``)."""
+    return None if tensor is None else rounded(tensor.detach().cpu().double().numpy())
+
+
+def divergence(fix: np.ndarray, bug: np.ndarray) -> tuple[int, float]:
+    """How far ``bug`` is from ``fix``: (cells non-finite in one only, max finite difference)."""
+    both = np.isfinite(fix) & np.isfinite(bug)
+    alike = (np.isnan(fix) & np.isnan(bug)) | (np.isinf(fix) & (fix == bug))
+    broken = int((~both & ~alike).sum())
+    return broken, float(np.abs(fix - bug)[both].max(initial=0.0))
+
+
+def same(fix: np.ndarray | None, bug: np.ndarray | None) -> bool:
+    """Both there, of one shape, and within ``SAME`` of each other everywhere (NaN alike)."""
+    if fix is None or bug is None or fix.shape != bug.shape:
+        return False
+    broken, largest = divergence(fix, bug)
+    return broken == 0 and largest <= SAME
+
+
+def worst_index(fix: np.ndarray | None, bug: np.ndarray | None) -> tuple[int, ...]:
+    """The leading index (all but the last two axes) where ``bug`` differs most from ``fix``.
+
+    Non-finite cells in one and not the other count before any finite difference; ties go to
+    the first. All zeros when there is nothing to compare.
+    """
+    shown = fix if fix is not None else bug
+    if shown is None:
+        return ()
+    leading = shown.shape[:-2]
+    if fix is None or bug is None or fix.shape != bug.shape:
+        return (0,) * len(leading)
+    scores = {i: divergence(fix[i], bug[i]) for i in np.ndindex(*leading)}
+    return max(scores, key=lambda i: (scores[i], [-k for k in i]))
+
+
+def choose(r: TrapResult) -> Choice | None:
+    """The cell, kind and map to draw for ``r``; None when neither module gives anything.
+
+    The weights, unless buggy.py's are missing or the same as fixed.py's while the outputs
+    differ: then the outputs. A bug that raises is drawn beside fixed.py's weights (else output).
+    """
+    m = bitten_cell(r.cells, r.primary)
+    w_fix, w_bug = as_array(m.weights.get("fix")), as_array(m.weights.get("bug"))
+    o_fix, o_bug = as_array(m.outputs.get("fix")), as_array(m.outputs.get("bug"))
+    weights_differ = w_fix is not None and w_bug is not None and not same(w_fix, w_bug)
+    outputs_differ = o_fix is not None and o_bug is not None and not same(o_fix, o_bug)
+    if w_fix is not None and (m.raised or weights_differ or not outputs_differ):
+        return Choice(m, WEIGHTS, worst_index(w_fix, w_bug), same(w_fix, w_bug))
+    if o_fix is not None:
+        return Choice(m, OUTPUT, worst_index(o_fix, o_bug), same(o_fix, o_bug))
+    if w_bug is not None:
+        return Choice(m, WEIGHTS, worst_index(w_fix, w_bug), False)
+    return None
+
+
+def where(index: tuple[int, ...], shape: tuple[int, ...], kind: str) -> str:
+    """``batch row b of B, head h of H`` for the map at ``index`` of an array of ``shape``."""
+    words = [f"batch row {index[0]} of {shape[0]}"] if index else []
+    if kind == WEIGHTS and len(index) > 1:
+        words.append(f"head {index[1]} of {shape[1]}")
+    return ", ".join(words)
+
+
+def context(choice: Choice, card: Card, primary: Measurement) -> list[str]:
+    """What the picture is drawn on, beyond the cell: inputs, shape, seeds, agreement."""
+    m, words = choice.cell, []
+    if m is not primary and primary.verdict not in BITES:
+        words.append(f"{primary.verdict} in {primary.dtype}")
+    if m.trigger is not None:
+        words.append(f"trigger shape {m.shape.label()}")
+    if m.edge:
+        words.append(f"edge inputs: {EDGE_NAMES[card.edge]}")
+    if m.seeds:
+        words.append(f"modules from seed {m.seed} of the {m.seeds} compared")
+    if choice.kind == OUTPUT:
+        fix, bug = m.weights.get("fix"), m.weights.get("bug")
+        if fix is None and bug is None:
+            words.append("neither module returns its attention weights")
+        elif same(as_array(fix), as_array(bug)):
+            words.append("attention weights identical: the output is assembled wrong")
+    if choice.same:
+        words.append(f"buggy.py and fixed.py agree to {SAME:g} here")
+    return words
+
+
+def title(choice: Choice, card: Card, primary: Measurement, panels: list[Panel]) -> str:
+    """Trap, what is drawn, cell, row and head; then inputs, agreement and the marks' legend."""
+    m = choice.cell
+    source = m.weights if choice.kind == WEIGHTS else m.outputs
+    shape = next(tuple(t.shape) for t in (source.get("fix"), source.get("bug")) if t is not None)
+    head = f"{card.id}: {choice.kind}, {m.device} {m.dtype} ({m.verdict})"
+    place = where(choice.index, shape, choice.kind)
+    first = f"{head}, {place}" if place else head
+    rest = "; ".join([*context(choice, card, primary), *legend(panels)])
+    return "\n".join([first, *textwrap.wrap(rest, TITLE_WIDTH)])
+
+
+def weight_panels(choice: Choice, card: Card) -> list[Panel]:
+    """fixed.py's and buggy.py's attention weights, one scale, blocked cells hatched."""
+    m = choice.cell
+    fix, bug = as_array(m.weights.get("fix")), as_array(m.weights.get("bug"))
+    keep = card.inputs(m.shape, m.seed, m.edge).keep
+    blocked = None if keep is None else ~keep[choice.index[0] if choice.index else 0].numpy()
+    maps = [None if a is None else a[choice.index] for a in (fix, bug)]
+    top = max([1.0, *(float(np.nanmax(a, initial=0.0)) for a in maps if a is not None)])
+    top = min(top, 2.0)  # a weight above 1 is already the finding; keep 0..1 readable
+    note = f"raises:\n{m.error}" if m.raised else "returns no attention weights"
+    return [
+        Panel("fixed.py", maps[0], "returns no attention weights", vmax=top, blocked=blocked),
+        Panel("buggy.py", maps[1], note, vmax=top, blocked=blocked),
+    ]
+
+
+def output_panels(choice: Choice) -> list[Panel]:
+    """fixed.py's and buggy.py's outputs on one symmetric scale, then |buggy - fixed|."""
+    m = choice.cell
+    fix, bug = (as_array(m.outputs.get(k)) for k in ("fix", "bug"))
+    maps = [None if a is None else a[choice.index] for a in (fix, bug)]
+    finite = [np.abs(a[np.isfinite(a)]) for a in maps if a is not None]
+    top = max([SAME, *(float(a.max(initial=0.0)) for a in finite)])
+    axes = dict(xlabel="feature", ylabel="position")
+    values = dict(label="output value", vmin=-top, vmax=top, cmap="PRGn", **axes)
+    note = f"raises:\n{m.error}" if m.raised else "returns no output"
+    panels = [
+        Panel("fixed.py", maps[0], note, **values),
+        Panel("buggy.py", maps[1], note, **values),
+    ]
+    if maps[0] is None or maps[1] is None or maps[0].shape != maps[1].shape:
+        shapes = " and ".join(str(None if a is None else a.shape) for a in maps)
+        return [*panels, Panel("|buggy - fixed|", None, f"nothing to subtract: {shapes}")]
+    error = np.abs(maps[1] - maps[0])
+    spread = max(SAME, float(np.nanmax(np.where(np.isfinite(error), error, 0.0))))
+    label = "|buggy - fixed| output"
+    return [*panels, Panel("|buggy - fixed|", error, label=label, vmax=spread, **axes)]
+
+
+def draw(r: TrapResult, folder: Path) -> list[str]:
+    """Write a trap's pictures under ``folder/img``; their paths relative to ``folder``.
+
+    ``img/<id>.png``: the heatmap ``choose`` picks (none when neither module returns weights
+    or an output); ``img/<id>-<n>.png``: the line plots its extra tables ask for.
+    """
+    card = r.pair.card
+    names = []
+    choice = choose(r)
+    if choice is not None:
+        panels = weight_panels(choice, card) if choice.kind == WEIGHTS else output_panels(choice)
+        name = f"{IMAGES}/{card.id}.png"
+        heatmaps(folder / name, title(choice, card, r.primary, panels), panels)
+        names.append(name)
+    specs = [(extra, spec) for extra in r.extras for spec in extra.attrs.get("plots", [])]
+    for i, (extra, spec) in enumerate(specs, start=1):
+        plot_name = f"{IMAGES}/{card.id}-{i}.png"
+        line_plot(folder / plot_name, extra, **spec)
+        names.append(plot_name)
+    return names

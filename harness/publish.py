@@ -1,0 +1,94 @@
+"""Replace a report folder's files as one unit.
+
+A report is ``report.md`` plus the pictures it links under ``img/``. A new one is rendered into a
+staging folder inside the destination. Then, holding an exclusive lock on the destination (so
+two runs into one folder take turns): the pictures move in under names that carry a hash of
+their bytes, so a new picture never takes the name of one the old ``report.md`` shows;
+``report.md`` replaces the old one in one ``os.replace``; and only then are the pictures the old
+``report.md`` linked and the new one does not removed. A reader sees the old report or the new
+one, never a mix; an interrupted run leaves the old one whole; nothing the report did not link
+is ever removed. A staging folder left by a run that was killed outright (SIGKILL cannot be
+caught) is removed by the next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+STAGING = ".staging-"
+LINKED_IMAGE = re.compile(r"!\[[^\]]*\]\((img/[\w.-]+\.png)\)")  # never outside img/
+
+
+def linked_images(text: str) -> set[str]:
+    """The ``img/...png`` paths a report's markdown shows."""
+    return set(LINKED_IMAGE.findall(text))
+
+
+def hashed_name(path: Path) -> str:
+    """``img/mask_bool.png`` -> ``img/mask_bool-1a2b3c4d5e.png``: the name carries the bytes."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:10]
+    return f"{path.parent.name}/{path.stem}-{digest}{path.suffix}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_abandoned(out: Path) -> None:
+    """Remove staging folders whose run no longer exists."""
+    for folder in out.glob(f"{STAGING}*"):
+        pid = folder.name.removeprefix(STAGING).split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staging(out: Path) -> Iterator[Path]:
+    """A fresh staging folder inside ``out``, removed when the block ends, however it ends."""
+    remove_abandoned(out)
+    folder = Path(tempfile.mkdtemp(dir=out, prefix=f"{STAGING}{os.getpid()}-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the folder ``out`` (released when the process ends, too)."""
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def install(staged: Path, out: Path, report: str, pictures: list[str], others: list[str]) -> None:
+    """Move a staged report into ``out`` as one unit (call it holding ``locked(out)``).
+
+    ``pictures`` are already under their hashed names; ``others`` (files apart from the report,
+    such as wall-clock timings) are replaced before ``report`` and never removed.
+    """
+    old = out / report
+    linked_before = linked_images(old.read_text()) if old.is_file() else set()
+    if pictures:
+        (out / Path(pictures[0]).parent).mkdir(exist_ok=True)
+    for name in [*pictures, *others, report]:
+        os.replace(staged / name, out / name)
+    for name in linked_before - set(pictures):
+        (out / name).unlink(missing_ok=True)

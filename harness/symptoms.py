@@ -1,0 +1,218 @@
+"""The report's way in from a symptom: which traps cause what a student sees, by measurement.
+
+Each symptom is a rule over a trap's measurements; a trap is listed under a symptom only when its
+own numbers show it, with the number as evidence. One forward and backward pass is measured, not
+training: the training symptoms are read off what the pass shows (NaN, a gradient far larger or
+smaller than fixed.py's, saturated attention), and say so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from harness.catalogue.judge import Measurement
+from harness.catalogue.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from harness.report import TrapResult
+
+ENTROPY_SHIFT = 0.1  # normalized entropy moved this much: the map looks different
+SATURATED = 0.5  # at least this fraction of rows put >= 0.99 of their weight on one key
+GRAD_RATIO = 10.0  # a gradient norm this many times larger (or smaller) than fixed.py's
+ROW_SUM = 1e-3  # rows that miss summing to 1 by more than this are not distributions
+
+
+def _cell(m: Measurement) -> str:
+    return f"{m.device} {m.dtype}"
+
+
+def _num(x: float) -> str:
+    return format(x, ".3g")
+
+
+def bug_nonfinite(m: Measurement) -> bool:
+    """buggy.py ran and its output or a gradient holds NaN or Inf where fixed.py's does not."""
+    if m.raised or m.seeds:
+        return False
+    out = m.output.set_index("run")
+    fix_ok = math.isfinite(out.loc["fix", "max_abs"])
+    grads = m.gradients.get("nonfinite_bug", pd.Series(dtype=float))
+    return fix_ok and (not math.isfinite(out.loc["bug", "max_abs"]) or bool((grads > 0).any()))
+
+
+def nan_loss(r: TrapResult) -> str | None:
+    for m in r.cells:
+        if bug_nonfinite(m):
+            return f"{_cell(m)}: {m.reason}"
+    return None
+
+
+def _ratios(m: Measurement) -> Iterator[tuple[str, float]]:
+    grads = m.gradients
+    if "ratio" not in grads:
+        return
+    for name, ratio in zip(grads["param"], grads["ratio"], strict=True):
+        if name != "input x" and math.isfinite(ratio) and ratio > 0:
+            yield name, ratio
+
+
+def exploding(r: TrapResult) -> str | None:
+    for name, ratio in _ratios(r.primary):
+        if ratio >= GRAD_RATIO:
+            return f"gradient of {name} {_num(ratio)}x fixed.py's"
+    return None
+
+
+def _attention(m: Measurement) -> pd.DataFrame:
+    return m.attention.set_index("run")
+
+
+def _saturation(m: Measurement) -> str | None:
+    att = _attention(m)
+    fix, bug = att.loc["fix", "saturated"], att.loc["bug", "saturated"]
+    if bug >= SATURATED > fix:
+        return f"{_num(100 * bug)}% of rows saturated against {_num(100 * fix)}%"
+    return None
+
+
+def _entropy_sweep(r: TrapResult) -> tuple[float, float, str] | None:
+    """The widest entropy gap in a trap's own sweep table (fixed, buggy, where), if it has one."""
+    for extra in r.extras:
+        if {"entropy (fixed)", "entropy (buggy)"} <= set(extra.columns):
+            gap = extra["entropy (fixed)"] - extra["entropy (buggy)"]
+            row = extra.loc[gap.abs().idxmax()]
+            where = f"{extra.columns[0]} {row.iloc[0]:g}"
+            return row["entropy (fixed)"], row["entropy (buggy)"], where
+    return None
+
+
+def flat_loss(r: TrapResult) -> str | None:
+    m = r.primary
+    if saturated := _saturation(m):
+        return f"{saturated}: softmax gradients vanish on saturated rows"
+    for name, ratio in _ratios(m):
+        if ratio <= 1 / GRAD_RATIO:
+            return f"gradient of {name} {_num(ratio)}x fixed.py's"
+    sweep = _entropy_sweep(r)
+    if sweep and sweep[1] <= sweep[0] / 2:
+        return f"entropy {_num(sweep[0])} → {_num(sweep[1])} ({sweep[2]}): rows near one-hot"
+    return None
+
+
+def odd_map(r: TrapResult) -> str | None:
+    m = r.primary
+    att = _attention(m)
+    fix, bug = att.loc["fix"], att.loc["bug"]
+    if bug["row_sum_err"] > ROW_SUM >= fix["row_sum_err"]:
+        return f"rows miss summing to 1 by up to {_num(bug['row_sum_err'])}"
+    if saturated := _saturation(m):
+        return saturated
+    shift = bug["entropy_mean"] - fix["entropy_mean"]
+    if abs(shift) >= ENTROPY_SHIFT:
+        toward = "uniform" if shift > 0 else "one-hot"
+        entropies = f"{_num(fix['entropy_mean'])} → {_num(bug['entropy_mean'])}"
+        return f"entropy {entropies} (toward {toward})"
+    sweep = _entropy_sweep(r)
+    if sweep and abs(sweep[0] - sweep[1]) >= ENTROPY_SHIFT:
+        return f"entropy {_num(sweep[0])} → {_num(sweep[1])} ({sweep[2]})"
+    return None
+
+
+def some_shapes(r: TrapResult) -> str | None:
+    m = r.primary
+    if m.verdict is Verdict.CONDITIONAL and m.trigger is not None:
+        return f"raises on most shapes, runs silently on {m.trigger.label()}"
+    one_head = m.variants.get("1 head", "")
+    if m.verdict is Verdict.SILENT and one_head.startswith(str(Verdict.BENIGN)):
+        return "wrong with several heads, right with one"
+    return None
+
+
+def raises(r: TrapResult) -> str | None:
+    for m in r.cells:
+        if m.raised and m.verdict is not Verdict.CONDITIONAL:
+            return f"{_cell(m)}: {m.error}"
+    return None
+
+
+def inference(r: TrapResult) -> str | None:
+    for probe, text in r.primary.probes.items():
+        found = text.split("buggy.py ", 1)[-1] if "buggy.py " in text else ""
+        if found and found not in ("none", "identical") and not found.startswith("raises"):
+            return f"{probe}: buggy.py {found}"
+    return None
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """What a student sees, what the harness measures for it, and the rule that finds it."""
+
+    name: str
+    measured_as: str
+    evidence: Callable[[TrapResult], str | None]
+
+
+SYMPTOMS = (
+    Symptom("The loss is NaN", "NaN or Inf in buggy.py's output or gradients", nan_loss),
+    Symptom(
+        "The loss explodes or training is unstable",
+        f"a weight's gradient at least {GRAD_RATIO:g}x fixed.py's",
+        exploding,
+    ),
+    Symptom(
+        "The loss stays flat or falls slowly",
+        f"saturated attention rows, a gradient at most 1/{GRAD_RATIO:g} of fixed.py's, or "
+        "entropy halved",
+        flat_loss,
+    ),
+    Symptom(
+        "The attention map looks uniform, one-hot or wrong",
+        f"mean entropy moved by {ENTROPY_SHIFT:g} or more, saturated rows, or rows that do not "
+        "sum to 1",
+        odd_map,
+    ),
+    Symptom(
+        "It works only for some shapes",
+        "an error on most shapes but a silent run on others, or right only with one head",
+        some_shapes,
+    ),
+    Symptom("It raises an error", "buggy.py raises on the shape measured", raises),
+    Symptom(
+        "Great in training, wrong in generation or at inference",
+        "an output that depends on later inputs, or two identical calls in eval mode that differ",
+        inference,
+    ),
+)
+
+
+def slow(r: TrapResult, timed: set[str]) -> str | None:
+    return "wall-clock ratio buggy / fixed in timings.md" if r.pair.card.id in timed else None
+
+
+def index(results: list[TrapResult], timed: set[str]) -> list[tuple[str, str, list]]:
+    """(symptom, how it is measured, [(trap id, evidence)]) for every symptom.
+
+    The last entry lists what is left: silent traps no other symptom catches, which only a
+    comparison with a reference shows.
+    """
+    found = []
+    for symptom in SYMPTOMS:
+        hits = [(r.pair.card.id, e) for r in results if (e := symptom.evidence(r))]
+        found.append((symptom.name, symptom.measured_as, hits))
+    hits = [(r.pair.card.id, e) for r in results if (e := slow(r, timed))]
+    found.append(("It is slow", "wall-clock time, kept apart from this file as it varies", hits))
+    listed = {trap for _, _, hits in found for trap, _ in hits}
+    rest = [
+        (r.pair.card.id, r.primary.reason)
+        for r in results
+        if r.pair.card.id not in listed and r.overall(r.primary.device) is not Verdict.BENIGN
+    ]
+    found.append(
+        ("Nothing looks wrong, but a reference disagrees", "output error beyond the floor", rest)
+    )
+    return found

@@ -1,0 +1,91 @@
+"""The symptom index: each trap is listed under what its own measurements show, and nowhere else."""
+
+from functools import cache
+
+import pytest
+import torch
+
+from harness import symptoms
+from harness.catalogue.judge import measure
+from harness.catalogue.registry import load
+from harness.report import TrapResult
+
+CPU = torch.device("cpu")
+DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+@cache
+def result(pitfall: str, *dtypes: str) -> TrapResult:
+    pair = load(pitfall)
+    cells = [measure(pair, CPU, DTYPES[d]) for d in dtypes or ("float32",)]
+    extras = [pair.card.extra(pair, CPU, torch.float32)] if pair.card.extra else []
+    return TrapResult(pair, cells, [e for e in extras if not e.attrs.get("timing")])
+
+
+def listed(pitfall: str, *dtypes: str, timed: frozenset[str] = frozenset()) -> dict[str, str]:
+    """symptom -> evidence, for one trap."""
+    found = symptoms.index([result(pitfall, *dtypes)], set(timed))
+    return {name: hits[0][1] for name, _, hits in found if hits}
+
+
+def test_nan_output_is_a_nan_loss():
+    found = listed("mask_bool")
+    assert "output[0, 4, 0] = nan" in found["The loss is NaN"]
+
+
+def test_a_float16_only_nan_is_found_in_its_cell():
+    found = listed("qk_overflow_half", "float32", "float16")
+    assert found["The loss is NaN"].startswith("cpu float16: ")
+
+
+def test_saturating_init_flattens_the_loss_and_blows_up_gradients():
+    found = listed("init_variance")
+    assert "rows saturated" in found["The loss stays flat or falls slowly"]
+    assert "x fixed.py's" in found["The loss explodes or training is unstable"]
+
+
+def test_missing_scale_is_found_through_its_sweep():
+    found = listed("missing_scale")
+    assert "(d_k 256)" in found["The loss stays flat or falls slowly"]
+
+
+def test_rows_that_do_not_sum_to_one_are_a_wrong_map():
+    found = listed("scale_after_softmax")
+    assert found["The attention map looks uniform, one-hot or wrong"].startswith(
+        "rows miss summing to 1"
+    )
+
+
+def test_a_leak_is_great_in_training_and_wrong_in_generation():
+    found = listed("causal_leak")
+    assert "depends on input 1" in found["Great in training, wrong in generation or at inference"]
+    found = listed("dropout_in_eval")
+    assert "differ by up to" in found["Great in training, wrong in generation or at inference"]
+
+
+def test_shape_dependent_traps():
+    assert "runs silently on B=" in listed("transpose")["It works only for some shapes"]
+    assert listed("head_split_view")["It works only for some shapes"] == (
+        "wrong with several heads, right with one"
+    )
+
+
+def test_a_loud_trap_raises_and_a_float16_error_is_found_in_its_cell():
+    assert "batch1 must be a 3D tensor" in listed("mask_rank")["It raises an error"]
+    found = listed("fill_overflow_half", "float32", "float16")
+    assert found["It raises an error"].startswith("cpu float16: ")
+
+
+def test_a_timed_trap_is_slow():
+    found = listed("head_loop", timed=frozenset({"head_loop"}))
+    assert set(found) == {"It is slow"}
+
+
+@pytest.mark.parametrize("pitfall", ["scale_precision", "qkv_bias"])
+def test_a_benign_trap_shows_no_symptom(pitfall):
+    assert listed(pitfall) == {}
+
+
+def test_a_silent_trap_no_rule_catches_is_listed_as_seen_only_by_a_reference():
+    found = listed("fill_too_small")
+    assert set(found) == {"Nothing looks wrong, but a reference disagrees"}
