@@ -90,7 +90,7 @@ def legend(panels: list[Panel]) -> list[str]:
     """The key to the marks ``draw_panel`` makes on ``panels``: only those that appear."""
     marks = []
     if any(p.data is not None and p.blocked is not None and p.blocked.any() for p in panels):
-        marks.append("hatched = blocked")
+        marks.append("hatched = blocked by the intended mask")
     found = [rounded(p.data) for p in panels if p.data is not None]
     if any(np.isnan(d).any() for d in found):
         marks.append("red = NaN")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,8 +77,10 @@ OPENING = """\
 
 A popular tutorial on writing attention by hand (a Chinese blog post, "why hand-writing attention
 is the first hurdle") teaches `softmax(Q K^T / sqrt(d_k)) V` as a single-head
-`ScaledDotProductAttention(d_model, d_k, d_v)` and a multi-head wrapper, and warns of five traps.
-This report measures them, and the traps real code falls into that the tutorial does not name.
+`ScaledDotProductAttention(d_model, d_k, d_v)` and a multi-head wrapper, and warns of five traps
+(its §4.1-§4.5: the precision of the scale, bool vs float masks, the transpose of K, the layout of
+V, the initialisation variance). This report measures them, a few more claims the tutorial makes
+in passing, and the traps real code falls into that the tutorial does not name: the catalogue.
 Each trap is a pair of short modules in `pitfalls/<id>/`: `buggy.py` and `fixed.py`, which differ
 only in the marked lines. Both run with the same weights, inputs and upstream gradient; each
 output and gradient is compared with fixed.py run in float64, and the verdict comes from that
@@ -99,22 +102,43 @@ are in the appendix at the end.
 | BENIGN | within rounding noise of fixed.py (or only slower): the claimed trap does not hold |
 | INCONCLUSIVE | this dtype cannot tell: even fixed.py overflows on the inputs that would show it |
 
-A verdict followed by ", NaN" means buggy.py's output or gradients hold NaN or Inf where fixed.py's
-do not: the loss will be NaN, so you will notice, but nothing raises.
+"SILENT, NaN": wrong without an error, and some of buggy.py's outputs or gradients are NaN where
+fixed.py's are not — often a few rows only, so a loss that averages the other positions or skips
+padding may not show it at once.
 
 - **Floor**: fixed.py's own largest error against the float64 run, in the same dtype: the rounding
   noise a correct module has. buggy.py *differs* when its error exceeds 2 x floor + atol (3 x for
   gradients), where atol is the dtype's rounding of values like the output's.
 - **Entropy**: how spread out an attention row is, divided by log(number of keys the row may
-  see): 1 is uniform over the allowed keys, 0 is all weight on one key (one-hot). Above 1 means
-  the row puts weight on keys it must not see, or is not a distribution at all (it does not sum
-  to 1).
-- Summary columns: *verdict* per device, for each dtype in the order of the header; *combined*,
-  the one verdict per trap (low precision turns BENIGN into NUMERIC); *expected*, the
-  catalogue's verdict; *output error (floor)*, buggy.py's largest output error then the floor,
-  in float32; *entropy fix → bug*, the mean entropy of each module's attention rows (n/a: the
-  module returns no weights); *grad cosine*, the smallest cosine between a weight's gradient in
-  buggy.py and in fixed.py (1 the same direction, 0 unrelated, -1 opposite)."""
+  see): 1 is uniform over the allowed keys, 0 is all weight on one key (one-hot); rows with a
+  single allowed key are left out. Above 1 means the row puts weight on keys it must not see, or
+  is not a distribution at all (it does not sum to 1). A row is *saturated* when one key gets at
+  least 0.99 of its weight (a causal mask's first row always is).
+- **SDPA**: PyTorch's `F.scaled_dot_product_attention`. **Trigger shape**: a shape on which a bug
+  that usually raises runs silently, found by search; its weights can be 1 x 1, so a gradient
+  cosine of exactly 1 or -1 there says little. **The doctor**: this project's probes for anyone's
+  attention module, run on the catalogue near the end.
+- Summary columns: *§*, the tutorial's section that names the trap (— when none does);
+  *verdict* per device, for each dtype in the order of the header; *combined*, one verdict per
+  trap (a trap right in float32 but broken in a low precision is NUMERIC, however it breaks
+  there); *expected*, the catalogue's verdict; *output error (floor)*, buggy.py's largest output
+  error then the floor, in float32; *entropy fix → bug*, the mean entropy of each module's
+  attention rows (n/a: it returns no weights; "+k NaN rows" where buggy.py has NaN rows, which
+  the mean leaves out); *grad cosine*, the smallest cosine between a weight's gradient in buggy.py
+  and in fixed.py (1 the same direction, 0 unrelated, -1 opposite; NaN when a gradient holds
+  NaN)."""
+
+FIXES_TOGETHER = """\
+**The fixes together.** Each section's fix repairs its own trap; some meet another trap on other
+inputs. A `-inf` fill (the fix of [`mask_bool`](#mask_bool)) gives NaN on a row with no allowed
+key ([`fully_masked_row`](#fully_masked_row)); a -1e9 fill raises in float16
+([`fill_overflow_half`](#fill_overflow_half)) and -1e4 leaks at large logits
+([`fill_too_small`](#fill_too_small)); `(Q K^T) / sqrt(d_k)`, the textbook order most fixed.py
+files keep, overflows float16 at large activations ([`qk_overflow_half`](#qk_overflow_half)).
+Code that avoids them all at once: scale Q before the product, fill with
+`torch.finfo(scores.dtype).min` (or `-inf` and zero the rows with no allowed key), mask keys and
+never queries, `softmax(dim=-1)`, `tril(diagonal=0)` for causality, dropout only through
+`self.training` — or call SDPA, whose conventions the sections name."""
 
 
 def opening(grid: Grid, unavailable: list[str], cards: list[Card]) -> str:
@@ -173,10 +197,24 @@ def output_cell(m: Measurement) -> str:
 
 
 def entropy_cell(m: Measurement) -> str:
-    """Mean entropy of each module's rows; n/a where a module returns no weights or raises."""
+    """Mean entropy of each module's rows; n/a where a module returns no weights or raises; the
+    NaN rows the mean leaves out, where buggy.py has more than fixed.py."""
     s = m.summary()
     fix, bug = (_num(s[k]) if pd.notna(s[k]) else "n/a" for k in ("entropy_fix", "entropy_bug"))
-    return "n/a" if fix == bug == "n/a" else f"{fix} → {bug}"
+    if fix == bug == "n/a":
+        return "n/a"
+    nan_rows = m.attention.set_index("run")["nan_rows"]
+    extra = int(nan_rows["bug"] - nan_rows["fix"]) if nan_rows.notna().all() else 0
+    return f"{fix} → {bug}" + (f" (+{extra} NaN rows)" if extra > 0 else "")
+
+
+def cosine_cell(m: Measurement) -> str:
+    """The smallest gradient cosine; NaN when a buggy gradient holds NaN, n/a when unmeasured."""
+    grads = m.gradients
+    if "nonfinite_bug" in grads and (grads["nonfinite_bug"] > 0).any():
+        return "NaN"
+    cosine = m.summary()["grad_cosine_min"]
+    return _num(cosine) if pd.notna(cosine) else "n/a"
 
 
 def link(pitfall: str) -> str:
@@ -187,7 +225,6 @@ def summary(results: list[TrapResult]) -> str:
     devices = list(dict.fromkeys(m.device for r in results for m in r.cells))
     rows = []
     for r in results:
-        p = r.primary.summary()
         row = {"trap": link(r.pair.card.id), "§": r.pair.card.section}
         for device in devices:
             here = [m for m in r.cells if m.device == device]
@@ -198,10 +235,10 @@ def summary(results: list[TrapResult]) -> str:
             "expected": str(r.pair.card.expected),
             "output error (floor)": output_cell(r.primary),
             "entropy fix → bug": entropy_cell(r.primary),
-            "grad cosine": _num(p["grad_cosine_min"]) if pd.notna(p["grad_cosine_min"]) else "n/a",
+            "grad cosine": cosine_cell(r.primary),
         }
         rows.append(row)
-    table = pd.DataFrame(rows).to_markdown(index=False)
+    table = pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)  # cells are text
     differing = [
         f"`{r.pair.card.id}` ({'; '.join(f'{cell_label(m)}: {m.verdict}' for m in low)})"
         for r in results
@@ -229,7 +266,7 @@ def symptom_index(results: list[TrapResult], timed: set[str]) -> str:
     for name, measured_as, hits in symptoms.index(results, timed):
         lines += ["", f"**{name}** ({measured_as}):", ""]
         lines += [f"- {link(trap)}: {evidence}" for trap, evidence in hits] or ["- none here"]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", FIXES_TOGETHER])
 
 
 def escape(value: object) -> object:
@@ -238,7 +275,8 @@ def escape(value: object) -> object:
 
 
 def table(df: pd.DataFrame) -> str:
-    return df.map(escape).to_markdown(index=False, floatfmt=FLOAT)
+    cells = df.map(escape).rename(columns=escape)
+    return cells.to_markdown(index=False, floatfmt=FLOAT)
 
 
 def where(m: Measurement, card: Card) -> str:
@@ -254,6 +292,7 @@ OUTPUT_COLUMNS = ["run", "max_abs", "rel_l2", "threshold", "differs", "shape"]
 ATTENTION_COLUMNS = ["run", "entropy_mean", "entropy_min", "saturated", "nan_rows", "row_sum_err"]
 GRADIENT_COLUMNS = ["param", "norm_fix", "norm_bug", "cosine", "err_fix", "err_bug", "threshold",
                     "differs"]  # fmt: skip
+WIDTH = 100  # characters per line of prose
 SHORT = 12  # a trap-specific table of at most this many rows stays in its section
 
 
@@ -283,15 +322,20 @@ def measurement_tables(m: Measurement, card: Card) -> list[str]:
         "",
         table(columns(m.output, OUTPUT_COLUMNS)),
         "",
-        "Attention rows:",
-        "",
-        table(columns(m.attention, ATTENTION_COLUMNS)),
-        "",
-        "Gradients (norms are NaN when the gradient holds a NaN):",
+        *attention_table(m),
+        "Gradients (a norm is NaN when the gradient holds a NaN, or the module has no such "
+        "weight):",
         "",
         table(columns(m.gradients, GRADIENT_COLUMNS)),
         "",
     ]
+
+
+def attention_table(m: Measurement) -> list[str]:
+    att = columns(m.attention, ATTENTION_COLUMNS)
+    if att.drop(columns="run").isna().all(axis=None):
+        return ["Attention rows: neither module returns attention weights.", ""]
+    return ["Attention rows:", "", table(att), ""]
 
 
 def is_short(df: pd.DataFrame) -> bool:
@@ -313,11 +357,11 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
         "",
         trap_heading(r),
         "",
-        f"**The tutorial says.** {card.claim}",
+        prose(f"**The tutorial says.** {card.claim}"),
         "",
-        f"**The trap.** {card.trap}",
+        prose(f"**The trap.** {card.trap}"),
         "",
-        f"**What is true.** {card.truth}",
+        prose(f"**What is true.** {card.truth}"),
         "",
         "**What was measured.**",
         "",
@@ -335,11 +379,20 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
     if not images:
         out += ["No picture: neither module returns attention weights or an output.", ""]
     out += [f"![{card.id}]({image})\n" for image in images]
-    out += [f"**Why it matters.** {card.why}", "", f"**How to avoid it.** {card.avoid}"]
+    out += [
+        prose(f"**Why it matters.** {card.why}"),
+        "",
+        prose(f"**How to avoid it.** {card.avoid}"),
+    ]
     if card.sources:
         out += ["", "Sources: " + ", ".join(card.sources) + "."]
     out += ["", f"The tables behind this verdict: [appendix](#tables-{card.id})."]
     return "\n".join(out)
+
+
+def prose(text: str) -> str:
+    """A card's paragraph, wrapped: its words are fixed, so every machine wraps them alike."""
+    return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False)
 
 
 def caption(extra: pd.DataFrame) -> str:
@@ -377,9 +430,11 @@ float64 run (fix's is the floor); *rel_l2* the error's L2 norm over the referenc
 2 x floor + atol; *differs* whether max_abs exceeds it; *shape* the output's. Attention rows:
 *entropy_mean* and *entropy_min* over rows (normalized as above); *saturated* the fraction of rows
 with one weight of at least 0.99; *nan_rows* rows holding a NaN; *row_sum_err* the largest
-distance of a row's sum from 1. Gradients, one row per weight and for the input: *norm_fix* and
-*norm_bug* their L2 norms; *cosine* between the two; *err_fix* and *err_bug* the largest errors
-against the float64 gradient; *threshold* 3 x err_fix + atol; *differs* as above."""
+distance of a row's sum from 1 (1 where a module zeroes a row with no allowed key, as
+fully_masked_row's fixed.py does on purpose). Gradients, one row per weight and for the input:
+*norm_fix* and *norm_bug* their L2 norms; *cosine* between the two; *err_fix* and *err_bug* the
+largest errors against the float64 gradient; *threshold* 3 x err_fix + atol; *differs* as
+above."""
 
 
 def appendix(results: list[TrapResult]) -> str:

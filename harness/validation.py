@@ -74,6 +74,9 @@ def detection_markdown(table: pd.DataFrame) -> str:
     """The detection table for the report: which probes fired, and the mutation score."""
     mutants = table[table["should"] == "flag"]
     killed = int((mutants["doctor"] != "passed").sum())
+    warned = ", ".join(
+        f"`{m.split('/')[0]}`" for m in mutants[mutants["doctor"] == "warned"].module
+    )
     clean = table[table["should"] == "pass"]
     passed = int(clean["ok"].sum())
     lines = [
@@ -85,8 +88,10 @@ def detection_markdown(table: pd.DataFrame) -> str:
         "probe fails or warns; a fixed or reference module *passes* when no probe fails "
         "(warnings allowed, as without --strict).",
         "",
-        f"Mutation score: {killed}/{len(mutants)} non-BENIGN mutants killed; "
-        f"{passed}/{len(clean)} fixed and reference modules pass.",
+        f"Mutation score: {killed}/{len(mutants)} non-BENIGN mutants killed"
+        + (f" ({warned} only by a warning)" if warned else "")
+        + f"; {passed}/{len(clean)} fixed and reference modules pass. *ok*: the doctor said "
+        "what the module's row says it should (flag or pass).",
         "",
         table[["module", "verdict", "should", "doctor", "ok", "probes"]].to_markdown(index=False),
         "",

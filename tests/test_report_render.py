@@ -88,10 +88,19 @@ def test_entropy_and_cosine_cells_say_n_a_instead_of_nan():
     assert row["entropy fix → bug"].endswith("→ n/a") and row["grad cosine"] == "n/a"
 
 
-def test_a_pipe_in_a_cell_cannot_break_its_row():
-    text = report.table(pd.DataFrame({"a": ["x | y"], "b": [1.0]}))
-    header, _, row = text.splitlines()
-    assert row.count("|") - row.count("\\|") == header.count("|")
+def test_a_pipe_in_a_cell_or_a_column_name_cannot_break_its_row():
+    text = report.table(pd.DataFrame({"max |change|": ["x | y"], "b": [1.0]}))
+    header, rule, row = text.splitlines()
+    unescaped = [line.count("|") - line.count("\\|") for line in (header, rule, row)]
+    assert unescaped == [3, 3, 3], text
+
+
+def test_nan_rows_and_nan_gradients_the_means_leave_out_are_shown():
+    (row,) = rows(report.summary([result("padding_on_queries")]))
+    assert re.search(r"\(\+\d+ NaN rows\)$", row["entropy fix → bug"]), row
+    assert row["grad cosine"] == "NaN"
+    (row,) = rows(report.summary([result("missing_scale")]))
+    assert "NaN" not in row["entropy fix → bug"] and row["grad cosine"] != "NaN"
 
 
 def test_summary_note_names_the_cells_that_differ_in_low_precision():

@@ -38,15 +38,26 @@ def test_a_float16_only_nan_is_found_in_its_cell():
     assert found["The loss is NaN"].startswith("cpu float16: ")
 
 
-def test_saturating_init_flattens_the_loss_and_blows_up_gradients():
+def test_saturating_init_blows_up_gradients_and_makes_the_map_one_hot():
     found = listed("init_variance")
-    assert "rows saturated" in found["The loss stays flat or falls slowly"]
     assert "x fixed.py's" in found["The loss explodes or training is unstable"]
+    assert "rows saturated" in found["The attention map looks uniform, one-hot or wrong"]
+    assert "The loss stays flat or falls slowly" not in found  # its gradients are larger
 
 
 def test_missing_scale_is_found_through_its_sweep():
     found = listed("missing_scale")
-    assert "(d_k 256)" in found["The loss stays flat or falls slowly"]
+    assert "(d_k 256)" in found["The attention map looks uniform, one-hot or wrong"]
+
+
+def test_a_starved_gradient_on_a_trigger_shape_says_nothing_of_training():
+    assert "The loss stays flat or falls slowly" not in listed("v_layout")
+
+
+def test_a_leak_that_shows_only_at_large_activations_is_found_there():
+    found = listed("fill_too_small")
+    evidence = found["Great in training, wrong in generation or at inference"]
+    assert evidence.startswith("future leak with large activations: buggy.py output at position")
 
 
 def test_rows_that_do_not_sum_to_one_are_a_wrong_map():
@@ -86,6 +97,18 @@ def test_a_benign_trap_shows_no_symptom(pitfall):
     assert listed(pitfall) == {}
 
 
-def test_a_silent_trap_no_rule_catches_is_listed_as_seen_only_by_a_reference():
-    found = listed("fill_too_small")
-    assert set(found) == {"Nothing looks wrong, but a reference disagrees"}
+def test_a_silent_trap_no_rule_catches_is_listed_as_seen_only_by_a_reference(monkeypatch):
+    monkeypatch.setattr(symptoms, "SYMPTOMS", ())  # no rule catches anything
+    *_, (name, _, hits) = symptoms.index(
+        [result("scale_d_model"), result("scale_precision")], set()
+    )
+    assert name == "Nothing looks wrong, but a reference disagrees"
+    assert [trap for trap, _ in hits] == ["scale_d_model"]  # a BENIGN trap is not listed
+
+
+def test_entropy_above_one_is_called_a_leak_not_uniform():
+    evidence = listed("causal_leak")["The attention map looks uniform, one-hot or wrong"]
+    assert evidence.endswith("(above 1: weight on keys it must not see)")
+    assert listed("mask_bool")["The attention map looks uniform, one-hot or wrong"].endswith(
+        "(toward one-hot)"
+    )

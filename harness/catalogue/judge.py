@@ -100,7 +100,8 @@ def _judge(pair: Pair, device: torch.device, dtype: torch.dtype, cmp: Comparison
         return Verdict.BENIGN, "output and every gradient within the noise floor", cmp, None
     edge_name = EDGE_NAMES[card.edge]
     try:
-        edge = compare(pair, device, dtype, cmp.shape, cmp.seed, edge=True)
+        leaks = card.mask in ("causal", "both")  # a leak may show only on the edge inputs
+        edge = compare(pair, device, dtype, cmp.shape, cmp.seed, edge=True, probes=leaks)
     except MeasurementError as exc:
         reason = f"within the floor on ordinary inputs; {edge_name} not measurable here: {exc}"
         return Verdict.INCONCLUSIVE, reason, cmp, None
@@ -162,9 +163,15 @@ def measure(
         weights={"fix": shown.fix.weights, "bug": shown.bug.weights},
         outputs={"fix": shown.fix.output, "bug": shown.bug.output},
         edge=shown.edge,
-        probes=cmp.probes,
+        probes=cmp.probes | edge_leak(shown, pair.card.edge),
         variants=variants,
     )
+
+
+def edge_leak(shown: Comparison, edge: str) -> dict[str, str]:
+    """The future-leak probe on the edge inputs, when the tables come from them."""
+    leak = shown.probes.get("future leak") if shown.edge else None
+    return {f"future leak with {EDGE_NAMES[edge]}": leak} if leak else {}
 
 
 def _divergence_reason(cmp: Comparison) -> str:
