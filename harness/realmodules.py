@@ -36,6 +36,7 @@ def _require(library: str) -> None:
 
 
 D, H = 64, 4  # d_model and heads of every module here
+SHOWN = 3  # a row names this many probes that fired, then counts the rest
 SIZES = Sizes(D, H)
 
 
@@ -290,7 +291,8 @@ def real_table() -> pd.DataFrame:
         ok, _ = verdict_ok(case, diagnosis)
         fired = [f"{f.probe} ({f.status})" for f in diagnosis.findings if f.status in (FAIL, WARN)]
         doctor = "healthy" if diagnosis.healthy else "problems"
-        rows.append(dict(row, doctor=doctor, ok=ok, probes=", ".join(fired)))
+        more = f" +{len(fired) - SHOWN}" if len(fired) > SHOWN else ""
+        rows.append(dict(row, doctor=doctor, ok=ok, probes=", ".join(fired[:SHOWN]) + more))
     return pd.DataFrame(rows)
 
 

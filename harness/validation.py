@@ -60,13 +60,19 @@ def _flags(d: Diagnosis) -> str:
     return "; ".join(f"{f.probe}: {f.message}" for f in d.findings if f.status in (FAIL, WARN))
 
 
+SHOWN_PROBES = 3  # a row names this many probes of each kind, then counts the rest
+
+
 def _probes(d: Diagnosis) -> str:
-    """Which probes fired: ``failed: a, b; warned: c``."""
+    """Which probes fired: ``failed: a, b, c +2; warned: d``."""
     parts = []
     for status, label in ((FAIL, "failed"), (WARN, "warned")):
         names = [f.probe for f in d.findings if f.status == status]
         if names:
-            parts.append(f"{label}: {', '.join(names)}")
+            more = len(names) - SHOWN_PROBES
+            parts.append(
+                f"{label}: {', '.join(names[:SHOWN_PROBES])}" + (f" +{more}" if more > 0 else "")
+            )
     return "; ".join(parts)
 
 

@@ -218,3 +218,12 @@ def test_real_module_rows_of_libraries_not_installed_here_are_left_out(monkeypat
     assert "| mha | torch |" in kept and "transformers" not in kept and "Right:" not in kept
     monkeypatch.setattr(reportdiff, "importable", lambda name: True)
     assert reportdiff.without_uninstalled(report) == report
+
+
+def test_a_report_made_with_other_versions_is_not_equivalent() -> None:
+    """Same words and numbers, another torch: the report must be rewritten, not kept."""
+    assert reportdiff.equivalent(COMMITTED, COMMITTED)
+    other = COMMITTED.replace(
+        "- Versions: attention-pitfalls", "- Versions: attention-pitfalls 9", 1
+    )
+    assert other != COMMITTED and not reportdiff.equivalent(COMMITTED, other)

@@ -358,3 +358,10 @@ def test_two_runs_into_one_folder_take_turns(tmp_path, stub_pictures):
     assert not errors
     assert all((tmp_path / name).is_file() for name in linked(tmp_path))
     assert not list(tmp_path.glob(".staging-*"))
+
+
+def test_a_picture_both_reports_link_stays(tmp_path, stub_pictures):
+    write(tmp_path)
+    _, replaced = write(tmp_path, "## Doctor\n\nsecond")  # another report, the same pictures
+    assert replaced
+    assert linked(tmp_path) and all((tmp_path / name).is_file() for name in linked(tmp_path))

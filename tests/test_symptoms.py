@@ -58,6 +58,8 @@ def test_a_leak_that_shows_only_at_large_activations_is_found_there():
     found = listed("fill_too_small")
     evidence = found["Great in training, wrong in generation or at inference"]
     assert evidence.startswith("future leak with large activations: buggy.py output at position")
+    # at x 300 fixed.py's rows saturate as well: that is the inputs, not a one-hot map
+    assert "The attention map looks uniform, one-hot or wrong" not in found
 
 
 def test_rows_that_do_not_sum_to_one_are_a_wrong_map():
