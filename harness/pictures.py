@@ -108,10 +108,10 @@ def choose(r: TrapResult) -> Choice | None:
 
 
 def where(index: tuple[int, ...], shape: tuple[int, ...], kind: str) -> str:
-    """``batch row b (rows 0-B-1), head h (heads 0-H-1)``: the map at ``index`` of ``shape``."""
-    words = [f"batch row {index[0]} (rows 0-{shape[0] - 1})"] if index else []
+    """``batch row b (of 0-B-1), head h (of 0-H-1)``: the map at ``index`` of ``shape``."""
+    words = [f"batch row {index[0]} (of 0-{shape[0] - 1})"] if index else []
     if kind == WEIGHTS and len(index) > 1:
-        words.append(f"head {index[1]} (heads 0-{shape[1] - 1})")
+        words.append(f"head {index[1]} (of 0-{shape[1] - 1})")
     return ", ".join(words)
 
 

@@ -285,11 +285,13 @@ def real_table() -> pd.DataFrame:
                    should="pass" if case.fails is None else f"fail: {case.fails}")  # fmt: skip
         try:
             diagnosis = diagnosed(case)
-        except LibraryMissing as missing:
-            rows.append(dict(row, doctor="not run", ok="", probes=f"{missing} not installed"))
+        except LibraryMissing:
+            # the same words whether it is missing or fails to import: the report is the same
+            rows.append(dict(row, doctor="not run", ok="", probes=f"{case.library} not importable"))
             continue
         ok, _ = verdict_ok(case, diagnosis)
         fired = [f"{f.probe} ({f.status})" for f in diagnosis.findings if f.status in (FAIL, WARN)]
+        fired.sort(key=lambda text: not text.startswith(f"{case.fails} ("))  # the one it should
         doctor = "healthy" if diagnosis.healthy else "problems"
         more = f" +{len(fired) - SHOWN}" if len(fired) > SHOWN else ""
         rows.append(dict(row, doctor=doctor, ok=ok, probes=", ".join(fired[:SHOWN]) + more))
@@ -309,7 +311,10 @@ def real_markdown(table: pd.DataFrame) -> str:
         "options, `is_causal` off) must fail on the probe named. Cases whose library is not "
         'installed are listed as not run (`pip install -c .ci/constraints.txt -e ".[real]"`).',
         "",
-        f"Right: {right}/{len(run)} cases run ({len(table) - len(run)} not run).",
+        f"Right: {right}/{len(run)} cases run ({len(table) - len(run)} not run). *should*: "
+        "pass, or the probe that must fail; *doctor*: healthy (exit 0) or problems; *ok*: the "
+        "doctor said what *should* says; *probes*: those that failed or warned, the one that "
+        "must fail first (three named, +k more).",
         "",
         table.to_markdown(index=False),
     ]

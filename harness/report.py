@@ -104,7 +104,7 @@ are in the appendix at the end.
 
 "SILENT, NaN": wrong without an error, and some of buggy.py's outputs or gradients are NaN where
 fixed.py's are not — often a few rows only, so a loss that averages the other positions or skips
-padding may not show it at once.
+padding may not show it at once. It agrees with an expected SILENT; ", NaN" says how it shows.
 
 - **Floor**: fixed.py's own largest error against the float64 run, in the same dtype: the rounding
   noise a correct module has. buggy.py *differs* when its error exceeds 2 x floor + atol (3 x for
@@ -122,11 +122,11 @@ padding may not show it at once.
   *verdict* per device, for each dtype in the order of the header; *combined*, one verdict per
   trap (a trap right in float32 but broken in a low precision is NUMERIC, however it breaks
   there); *expected*, the catalogue's verdict; *output error (floor)*, buggy.py's largest output
-  error then the floor, in float32; *entropy fix → bug*, the mean entropy of each module's
-  attention rows (n/a: it returns no weights; "+k NaN rows" where buggy.py has NaN rows, which
-  the mean leaves out); *grad cosine*, the smallest cosine between a weight's gradient in buggy.py
-  and in fixed.py (1 the same direction, 0 unrelated, -1 opposite; NaN when a gradient holds
-  NaN)."""
+  error then the floor, in float32 (on the edge inputs where the trap's section says so);
+  *entropy fix → bug*, the mean entropy of each module's attention rows (n/a: it returns no
+  weights; "+k NaN rows" where buggy.py has NaN rows, which the mean leaves out); *grad cosine*,
+  the smallest cosine between a weight's gradient in buggy.py and in fixed.py (1 the same
+  direction, 0 unrelated, -1 opposite; NaN when a gradient holds NaN)."""
 
 FIXES_TOGETHER = """\
 **The fixes together.** Each section's fix repairs its own trap; some meet another trap on other

@@ -21,7 +21,7 @@ from harness.catalogue.verdicts import Verdict
 if TYPE_CHECKING:
     from harness.report import TrapResult
 
-ENTROPY_SHIFT = 0.1  # normalized entropy moved this much: the map looks different
+ENTROPY_SHIFT = 0.02  # normalized entropy moved this much: the map looks different
 SATURATED = 0.5  # at least this fraction of rows put >= 0.99 of their weight on one key
 GRAD_RATIO = 10.0  # a gradient norm this many times larger (or smaller) than fixed.py's
 ROW_SUM = 1e-3  # rows that miss summing to 1 by more than this are not distributions
@@ -62,9 +62,11 @@ def _ratios(m: Measurement) -> Iterator[tuple[str, float]]:
 
 
 def exploding(r: TrapResult) -> str | None:
-    for name, ratio in _ratios(r.primary):
+    m = r.primary
+    for name, ratio in _ratios(m):
         if ratio >= GRAD_RATIO:
-            return f"gradient of {name} {_num(ratio)}x fixed.py's"
+            over = f" (mean over {m.seeds} seeds)" if m.seeds else ""
+            return f"gradient of {name} {_num(ratio)}x fixed.py's{over}"
     return None
 
 
@@ -111,6 +113,9 @@ def odd_map(r: TrapResult) -> str | None:
         return f"rows miss summing to 1 by up to {_num(bug['row_sum_err'])}"
     if saturated := _saturation(m):
         return saturated
+    sweep = _entropy_sweep(r)  # a trap's own sweep shows it where it bites
+    if sweep and abs(sweep[0] - sweep[1]) >= ENTROPY_SHIFT:
+        return f"entropy {_num(sweep[0])} → {_num(sweep[1])} ({sweep[2]})"
     shift = bug["entropy_mean"] - fix["entropy_mean"]
     if abs(shift) >= ENTROPY_SHIFT:
         toward = "toward one-hot" if shift < 0 else "toward uniform"
@@ -118,9 +123,6 @@ def odd_map(r: TrapResult) -> str | None:
             toward = "above 1: weight on keys it must not see"
         entropies = f"{_num(fix['entropy_mean'])} → {_num(bug['entropy_mean'])}"
         return f"entropy {entropies} ({toward})"
-    sweep = _entropy_sweep(r)
-    if sweep and abs(sweep[0] - sweep[1]) >= ENTROPY_SHIFT:
-        return f"entropy {_num(sweep[0])} → {_num(sweep[1])} ({sweep[2]})"
     return None
 
 

@@ -90,14 +90,21 @@ def detection_markdown(table: pd.DataFrame) -> str:
         "",
         "Every buggy.py is a hand-written mutant of its fixed.py. `python -m harness doctor` "
         "ran its black-box probes on each (d_model 64, 4 heads where the module has heads, "
-        "the card's mask convention) and on two reference modules. A mutant is *killed* when a "
-        "probe fails or warns; a fixed or reference module *passes* when no probe fails "
-        "(warnings allowed, as without --strict).",
+        "the mask convention the trap's modules use) and on two reference modules. A mutant is "
+        "*killed* when a probe fails or warns; a fixed or reference module *passes* when no "
+        "probe fails (warnings allowed, as the doctor's default). *should*: flag (a non-BENIGN "
+        "buggy.py), pass (fixed.py, a reference) or either (a BENIGN buggy.py); *ok*: the "
+        "doctor did what *should* says; *probes*: the ones that failed or warned (three named, "
+        "+k more).",
         "",
         f"Mutation score: {killed}/{len(mutants)} non-BENIGN mutants killed"
-        + (f" ({warned} only by a warning)" if warned else "")
-        + f"; {passed}/{len(clean)} fixed and reference modules pass. *ok*: the doctor said "
-        "what the module's row says it should (flag or pass).",
+        + (
+            f" ({warned} only by a warning that most fixed.py files get too: the doctor does "
+            "not tell those two from correct code)"
+            if warned
+            else ""
+        )
+        + f"; {passed}/{len(clean)} fixed and reference modules pass.",
         "",
         table[["module", "verdict", "should", "doctor", "ok", "probes"]].to_markdown(index=False),
         "",

@@ -60,7 +60,7 @@ def test_the_nan_batch_row_is_drawn_for_fully_masked_row() -> None:
     bug = choice.cell.weights["bug"]
     assert choice.kind == pictures.WEIGHTS and choice.index == (1,)
     assert bug[1].isnan().all() and not bug[0].isnan().any()
-    assert "batch row 1 (rows 0-1)" in pictures.title(choice, r.pair.card, r.primary, [])
+    assert "batch row 1 (of 0-1)" in pictures.title(choice, r.pair.card, r.primary, [])
 
 
 def test_the_nan_batch_row_is_drawn_for_padding_on_queries(
@@ -71,7 +71,7 @@ def test_the_nan_batch_row_is_drawn_for_padding_on_queries(
     [fig] = figures
     fix, bug = (image.get_array() for image in images(fig))
     assert bug.mask.any() and not fix.mask.any()  # NaN cells are masked out (and painted red)
-    assert "batch row 1 (rows 0-1)" in fig._suptitle.get_text()
+    assert "batch row 1 (of 0-1)" in fig._suptitle.get_text()
 
 
 @pytest.mark.parametrize("pitfall", ["qk_overflow_half", "fill_overflow_half"])

@@ -16,7 +16,7 @@ CARD = Card(
         "masked_fill's backward zeroes the gradient at every filled score. One optimizer step "
         "then turns W_v, and so every output, into NaN."
     ),
-    why="One empty sequence in a batch turns the whole step into NaN.",
+    why="One empty sequence in a batch makes the loss NaN and W_v's gradient NaN with it.",
     avoid=(
         "Fill with torch.finfo(dtype).min and zero the weights of blocked keys (as SDPA's safe "
         "softmax returns 0 for such rows), or drop empty sequences."
