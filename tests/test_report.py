@@ -101,6 +101,16 @@ def test_same_command_same_bytes(fresh: Run, tmp_path: Path) -> None:
             assert again[path] == before[path], path
 
 
+def measured_already(monkeypatch: pytest.MonkeyPatch, fresh: Run) -> None:
+    """The fresh run's measurements and doctor section: what is under test is writing."""
+    monkeypatch.setattr(cli, "collect", lambda *a, **k: (fresh.results, fresh.written["timed"]))
+    doctor = fresh.written["doctor"]
+    monkeypatch.setattr(cli, "detection_table", lambda: None)
+    monkeypatch.setattr(cli, "detection_markdown", lambda table: doctor)
+    monkeypatch.setattr(cli, "real_table", lambda: None)
+    monkeypatch.setattr(cli, "real_markdown", lambda table: "")
+
+
 def test_interrupted_run_leaves_the_previous_report(
     fresh: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,8 +125,7 @@ def test_interrupted_run_leaves_the_previous_report(
         drawn.append(draw(*args, **kwargs))  # staging is not empty when it stops
         return drawn[-1]
 
-    # The measurements are the fresh run's: what is under test is writing the report.
-    monkeypatch.setattr(cli, "collect", lambda *a, **k: (fresh.results, fresh.written["timed"]))
+    measured_already(monkeypatch, fresh)
     monkeypatch.setattr(report, "draw", crash_on_the_second_trap)
     assert cli.main([*CANONICAL, "--out", str(out)]) == 130
     assert drawn, "interrupted before anything was staged"
@@ -140,7 +149,7 @@ def test_a_swallowed_ctrl_c_stops_the_report_before_it_is_published(
             cli.ACTIVE.received.append(signal.SIGINT)  # what the handler records; raised in vain
         return draw(r, folder)
 
-    monkeypatch.setattr(cli, "collect", lambda *a, **k: (fresh.results, fresh.written["timed"]))
+    measured_already(monkeypatch, fresh)
     monkeypatch.setattr(report, "draw", swallowed_on_the_second_trap)
     assert cli.main([*CANONICAL, "--out", str(out)]) == 130
     assert files(out) == before
