@@ -354,6 +354,21 @@ def kill_self(signum):
     raise AssertionError(f"signal {signum} did not interrupt")
 
 
+@pytest.fixture
+def not_ignored():
+    """Make a signal's disposition the default for the test, as in an ordinary terminal: under
+    nohup SIGHUP is ignored, and main rightly leaves an ignored signal alone."""
+    restore = {}
+
+    def default(signum):
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            restore[signum] = signal.signal(signum, signal.SIG_DFL)
+
+    yield default
+    for signum, handler in restore.items():
+        signal.signal(signum, handler)
+
+
 @pytest.mark.parametrize(
     ("signum", "status", "line"),
     [
@@ -362,7 +377,10 @@ def kill_self(signum):
         (signal.SIGHUP, 129, f"{PROG}: interrupted (SIGHUP)\n"),
     ],
 )
-def test_a_signal_unwinds_the_command_like_ctrl_c(capsys, command, signum, status, line):
+def test_a_signal_unwinds_the_command_like_ctrl_c(
+    capsys, command, not_ignored, signum, status, line
+):
+    not_ignored(signum)
     cleaned = []
 
     def stopped(args):
@@ -379,7 +397,9 @@ def test_a_signal_unwinds_the_command_like_ctrl_c(capsys, command, signum, statu
     assert signal.getsignal(signum) is before  # main put the handler back
 
 
-def test_an_interrupt_swallowed_on_the_way_still_stops_the_command(capsys, command):
+def test_an_interrupt_swallowed_on_the_way_still_stops_the_command(capsys, command, not_ignored):
+    not_ignored(signal.SIGINT)
+
     def swallows(args):  # as a weakref callback does during matplotlib's drawing
         with contextlib.suppress(BaseException):
             kill_self(signal.SIGINT)
