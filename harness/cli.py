@@ -442,8 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return exc.code if isinstance(exc.code, int) else 0
             result = COMMANDS[args.command](args)
             text, code = result if isinstance(result, tuple) else (result, 0)
-            if signals.received:  # interrupted, but its exception was swallowed on the way
-                raise Interrupted(signals.received[0])
+            signals.check()  # interrupted, but its exception was swallowed on the way
             print(text)
             return code
         except UsageError as exc:

@@ -12,8 +12,11 @@ from pathlib import Path
 from harness.errors import UsageError, shorten
 
 # What a report folder holds (harness.report writes them): refused up front when in the way.
-REPORT_FILES = ("report.md", "timings.md")
-REPORT_FOLDERS = ("img",)
+REPORT = "report.md"
+TIMINGS = "timings.md"  # wall-clock numbers, kept apart from the report
+IMAGES = "img"  # the report's pictures
+REPORT_FILES = (REPORT, TIMINGS)
+REPORT_FOLDERS = (IMAGES,)
 # What os.stat raises for a path that is not there (a name too long is not there either; the
 # name check says why it cannot be).
 MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG)

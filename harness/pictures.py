@@ -22,12 +22,12 @@ from torch import Tensor
 from harness.catalogue.card import Card
 from harness.catalogue.judge import EDGE_NAMES, Measurement
 from harness.catalogue.verdicts import Verdict
+from harness.files import IMAGES
 from harness.plots import DECIMALS, Panel, heatmaps, legend, line_plot, rounded
 
 if TYPE_CHECKING:
     from harness.report import TrapResult
 
-IMAGES = "img"  # the report's picture folder, as harness.report.IMAGES
 BITES = (Verdict.SILENT, Verdict.LOUD, Verdict.CONDITIONAL, Verdict.NUMERIC)
 SAME = 10.0**-DECIMALS  # arrays this close, as drawn, look the same
 WEIGHTS = "attention weights"
@@ -142,7 +142,7 @@ def title(choice: Choice, card: Card, primary: Measurement, panels: list[Panel])
     m = choice.cell
     source = m.weights if choice.kind == WEIGHTS else m.outputs
     shape = next(tuple(t.shape) for t in (source.get("fix"), source.get("bug")) if t is not None)
-    head = f"{card.id}: {choice.kind}, {m.device} {m.dtype} ({m.verdict})"
+    head = f"{card.id}: {choice.kind}, {m.cell} ({m.verdict})"
     place = where(choice.index, shape, choice.kind)
     first = f"{head}, {place}" if place else head
     rest = "; ".join([*context(choice, card, primary), *legend(panels)])

@@ -78,14 +78,21 @@ def locked(out: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def install(staged: Path, out: Path, report: str, pictures: list[str], others: list[str]) -> None:
+def install(
+    staged: Path,
+    out: Path,
+    report: str,
+    pictures: list[str],
+    others: list[str],
+    linked_before: set[str],
+) -> None:
     """Move a staged report into ``out`` as one unit (call it holding ``locked(out)``).
 
     ``pictures`` are already under their hashed names; ``others`` (files apart from the report,
-    such as wall-clock timings) are replaced before ``report`` and never removed.
+    such as wall-clock timings) are replaced before ``report`` and never removed;
+    ``linked_before``, the pictures the report being replaced links (``linked_images``), are
+    removed once it is replaced, but for those the new one links too.
     """
-    old = out / report
-    linked_before = linked_images(old.read_text()) if old.is_file() else set()
     if pictures:
         (out / Path(pictures[0]).parent).mkdir(exist_ok=True)
     for name in [*pictures, *others, report]:

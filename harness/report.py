@@ -25,14 +25,11 @@ from harness.catalogue.diffing import unified_diff
 from harness.catalogue.judge import EDGE_NAMES, Measurement
 from harness.catalogue.verdicts import FULL_PRECISION, Verdict, combine
 from harness.devices import device_description, dtype_name
-from harness.files import ensure_writable
+from harness.files import IMAGES, REPORT, TIMINGS, ensure_writable
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
 from harness.pictures import draw
 from harness.symptoms import bug_nonfinite
 
-REPORT = "report.md"
-TIMINGS = "timings.md"
-IMAGES = "img"
 FLOAT = ".3g"
 
 Grid = list[tuple[torch.device, torch.dtype]]
@@ -172,10 +169,6 @@ def opening(grid: Grid, unavailable: list[str], cards: list[Card]) -> str:
     return "\n".join(lines)
 
 
-def cell_label(m: Measurement) -> str:
-    return f"{m.device} {m.dtype}"
-
-
 def verdict_label(verdict: Verdict, cells: list[Measurement]) -> str:
     """The verdict, with ", NaN" when buggy.py's numbers hold NaN or Inf in one of ``cells``."""
     nan = verdict in (Verdict.SILENT, Verdict.CONDITIONAL) and any(map(bug_nonfinite, cells))
@@ -240,7 +233,7 @@ def summary(results: list[TrapResult]) -> str:
         rows.append(row)
     table = pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)  # cells are text
     differing = [
-        f"`{r.pair.card.id}` ({'; '.join(f'{cell_label(m)}: {m.verdict}' for m in low)})"
+        f"`{r.pair.card.id}` ({'; '.join(f'{m.cell}: {m.verdict}' for m in low)})"
         for r in results
         if (low := [m for m in r.cells if m.verdict is not r.primary.verdict])
     ]
@@ -281,7 +274,7 @@ def table(df: pd.DataFrame) -> str:
 
 def where(m: Measurement, card: Card) -> str:
     """Which cell, shape and inputs a measurement's tables come from."""
-    text = f"{cell_label(m)}, {m.shape.label()}"
+    text = f"{m.cell}, {m.shape.label()}"
     if m.edge:
         text += f", with {EDGE_NAMES[card.edge]}"
         text += f" (x scaled by {card.input_scale:g})" if card.edge == "large" else ""
@@ -366,15 +359,15 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
         "**What was measured.**",
         "",
     ]
-    out += [f"- {cell_label(c)}: **{verdict_label(c.verdict, [c])}**: {c.reason}" for c in r.cells]
-    out += [f"- {cell_label(m)}, {name}: {text}" for name, text in m.variants.items()]
-    out += [f"- {cell_label(m)}, {name}: {text}" for name, text in m.probes.items()]
+    out += [f"- {c.cell}: **{verdict_label(c.verdict, [c])}**: {c.reason}" for c in r.cells]
+    out += [f"- {m.cell}, {name}: {text}" for name, text in m.variants.items()]
+    out += [f"- {m.cell}, {name}: {text}" for name, text in m.probes.items()]
     if r.overall(m.device) is Verdict.BENIGN:
         out += ["", benign_statement(m)]
     out += ["", "The pair (`diff -u buggy.py fixed.py`):", "", "```diff"]
     out += [unified_diff(r.pair.folder).rstrip("\n"), "```", ""]
     for extra in filter(is_short, r.extras):
-        out += [f"{caption(extra)} ({cell_label(m)}):", "", table(extra), ""]
+        out += [f"{caption(extra)} ({m.cell}):", "", table(extra), ""]
     out += r.notes
     if not images:
         out += ["No picture: neither module returns attention weights or an output.", ""]
@@ -403,7 +396,7 @@ def benign_statement(m: Measurement) -> str:
     s = m.summary()
     if pd.notna(s["err_bug"]):
         return (
-            f"**The claimed trap does not hold.** On {cell_label(m)} the buggy output's max abs "
+            f"**The claimed trap does not hold.** On {m.cell} the buggy output's max abs "
             f"error is {_num(s['err_bug'])} against a threshold of {_num(s['threshold'])} (floor "
             f"{_num(s['floor'])}), and every gradient is within its own threshold."
         )
@@ -444,7 +437,7 @@ def appendix(results: list[TrapResult]) -> str:
         out = [f'<a id="tables-{card.id}"></a>', f"### Tables: `{card.id}`", ""]
         out += measurement_tables(m, card)
         for extra in (e for e in r.extras if not is_short(e)):
-            out += [f"{caption(extra)} ({cell_label(m)}):", "", table(extra), ""]
+            out += [f"{caption(extra)} ({m.cell}):", "", table(extra), ""]
         parts.append("\n".join(out).rstrip("\n"))
     return "\n\n".join(parts)
 
@@ -516,19 +509,21 @@ def write_report(
         (staged / TIMINGS).write_text(timings_text(timed))
         pictures = [name for names in images.values() for name in names]
         with publish.locked(out):
-            if is_current(out, text):
+            old = out / REPORT
+            old_text = old.read_text() if old.is_file() else None
+            if is_current(out, old_text, text):
                 os.replace(staged / TIMINGS, out / TIMINGS)
                 return out / REPORT, False
-            publish.install(staged, out, REPORT, pictures, [TIMINGS])
+            linked = publish.linked_images(old_text or "")
+            publish.install(staged, out, REPORT, pictures, [TIMINGS], linked)
     return out / REPORT, True
 
 
-def is_current(out: Path, text: str) -> bool:
-    """``out`` holds a report equivalent to ``text`` (reportdiff), with every picture it links."""
-    old = out / REPORT
-    if not old.is_file():
+def is_current(out: Path, old_text: str | None, text: str) -> bool:
+    """The report ``out`` holds (``old_text``; None: none) is equivalent to ``text``
+    (reportdiff), with every picture it links."""
+    if old_text is None:
         return False
-    old_text = old.read_text()
     pictures = publish.linked_images(old_text)
     return all((out / p).is_file() for p in pictures) and reportdiff.equivalent(old_text, text)
 

@@ -27,10 +27,6 @@ GRAD_RATIO = 10.0  # a gradient norm this many times larger (or smaller) than fi
 ROW_SUM = 1e-3  # rows that miss summing to 1 by more than this are not distributions
 
 
-def _cell(m: Measurement) -> str:
-    return f"{m.device} {m.dtype}"
-
-
 def _num(x: float) -> str:
     return format(x, ".3g")
 
@@ -48,7 +44,7 @@ def bug_nonfinite(m: Measurement) -> bool:
 def nan_loss(r: TrapResult) -> str | None:
     for m in r.cells:
         if bug_nonfinite(m):
-            return f"{_cell(m)}: {m.reason}"
+            return f"{m.cell}: {m.reason}"
     return None
 
 
@@ -139,7 +135,7 @@ def some_shapes(r: TrapResult) -> str | None:
 def raises(r: TrapResult) -> str | None:
     for m in r.cells:
         if m.raised and m.verdict is not Verdict.CONDITIONAL:
-            return f"{_cell(m)}: {m.error}"
+            return f"{m.cell}: {m.error}"
     return None
 
 

@@ -51,6 +51,11 @@ class Measurement:
     seeds: int = 0  # > 0: compared over this many seeds instead of shared weights
 
     @property
+    def cell(self) -> str:
+        """Which device and dtype: ``cpu float32``."""
+        return f"{self.device} {self.dtype}"
+
+    @property
     def raised(self) -> bool:
         """The tables hold no buggy run: it raised (LOUD, or NUMERIC by an error)."""
         return self.output.set_index("run").loc["bug", "differs"] is None
