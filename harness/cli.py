@@ -36,8 +36,11 @@ from harness.devices import (
     resolve_dtype,
 )
 from harness.doctor import (
+    GROUPINGS,
     MASK_SHAPES,
     MASKS,
+    PAIRINGS,
+    POSITIONS,
     STEPS,
     TIMEOUT,
     Config,
@@ -141,6 +144,50 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
                         "(read off a module's batch_first attribute when it has one)")  # fmt: skip
     doctor.add_argument("--positional", action="store_true",
                         help="it uses positions: skip the permutation probe")  # fmt: skip
+    doctor.add_argument(
+        "--positions",
+        choices=POSITIONS,
+        default="auto",
+        help="its position scheme: relative (rotary, ALiBi: a shift of every position changes "
+        "nothing, a swap of two tokens does), absolute, none; auto: detected (default)",
+    )
+    doctor.add_argument(
+        "--rope-pairing",
+        choices=["auto", *PAIRINGS],
+        default="auto",
+        help="how its checkpoint pairs rotary dimensions: half (i with i + d/2, transformers' "
+        "rotate_half) or interleaved (2i with 2i + 1, Meta's complex form)",
+    )
+    doctor.add_argument(
+        "--kv-heads",
+        type=int,
+        metavar="N",
+        help="grouped K/V heads: built with N (default: half the heads) and probed as such when "
+        "they cannot be read off the module",
+    )
+    doctor.add_argument(
+        "--kv-grouping",
+        choices=GROUPINGS,
+        default="auto",
+        help="which query heads share a K/V head: blocks (head i reads K/V head i // n_rep, "
+        "repeat_interleave: Llama, Mistral, Qwen checkpoints) or strided (i % n_kv, repeat)",
+    )
+    doctor.add_argument(
+        "--window", type=int, metavar="W", help="a sliding window of W keys (default: read off it)"
+    )
+    doctor.add_argument(
+        "--packed",
+        action="store_true",
+        help="positions restarting at 0 start a new packed document, which must not see the "
+        "one before",
+    )
+    doctor.add_argument(
+        "--call",
+        metavar="FILE.py:FN",
+        help="call the module through FN(module, x, *, positions, mask, cache), the way your "
+        "model does (a module-level make_cache() gives it a cache); e.g. "
+        "harness.doctor.adapters:transformers",
+    )
     doctor.add_argument("--d-model", type=int, default=64, help="passed to the factory (64)")
     doctor.add_argument("--heads", type=int, default=4, help="passed to the factory (4)")
     doctor.add_argument(
@@ -308,7 +355,7 @@ def cmd_run(args: argparse.Namespace) -> str:
 
 def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     device = resolve_device(args.device)
-    sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init))
+    sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init), kv_heads=args.kv_heads)
     if args.report is not None:  # before any probe runs
         check_file_destination(args.report, "--report")
     if not args.timeout >= 0:  # NaN too
@@ -318,7 +365,10 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
         mask_dtype=args.mask_dtype, positional=args.positional, strict=args.strict,
         sequence_first=args.sequence_first, mask_arg=args.mask_arg,
         batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, device=str(device),
-        seed=args.seed,
+        seed=args.seed, positions=args.positions, rope_pairing=args.rope_pairing,
+        kv_heads=args.kv_heads, window=args.window, packed=args.packed,
+        kv_grouping=args.kv_grouping,
+        call=load_adapter(args.call) if args.call else None,
     )  # fmt: skip
     try:  # importing and building run the user's code too
         with guarded(args.timeout):
@@ -335,6 +385,18 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
                 f"cannot write --report {shorten(args.report, quote=True)}: {exc.strerror or exc}"
             ) from None
     return (diagnosis.to_json() if args.json else diagnosis.text()), diagnosis.exit_code
+
+
+def load_adapter(target: str) -> Callable[..., object]:
+    """The --call adapter: a function (module, x, *, positions, mask, cache)."""
+    try:
+        with guarded(TIMEOUT):
+            adapter = load_object(target)
+    except UserCodeError as exc:
+        raise UsageError(f"loading --call {shorten(target)} stopped: it {exc}") from None
+    if not callable(adapter) or isinstance(adapter, type):
+        raise UsageError(f"--call {shorten(target)} is not a function")
+    return adapter
 
 
 def cmd_report(args: argparse.Namespace) -> str:

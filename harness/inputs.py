@@ -21,6 +21,7 @@ class Inputs:
 
     x: Tensor  # (B, T, d_model) float64, CPU
     keep: Tensor | None  # (B, T, T) bool, True = query may attend to key; None = no mask
+    positions: Tensor | None = None  # (B, T) int64 positions to pass; None = the module's own
 
 
 def generator(seed: int) -> torch.Generator:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-KINDS = ("none", "causal", "padding", "both")  # which keys are blocked
+KINDS = ("none", "causal", "padding", "both", "left_padding")  # which keys are blocked
+CAUSAL_KINDS = ("causal", "both", "left_padding")  # the kinds that block the future
 MEANINGS = ("keep", "drop", "additive")
 LAYOUTS = ("bqk", "b1qk", "bk")
 MASK_DTYPES = ("bool", "float")
@@ -89,6 +90,18 @@ def padding_keep(batch: int, seq_len: int, gen: torch.Generator, empty: bool = F
     return valid_key[:, None, :].expand(batch, seq_len, seq_len).clone()  # (B, T, T)
 
 
+def left_padding_keep(batch: int, seq_len: int, gen: torch.Generator) -> Tensor:
+    """(B, T, T) bool: causal, and sequence b starts after P_b padding keys on the left.
+
+    P_b is drawn from 1..T-1 (the first sequence has none), as a batch is padded for generation;
+    a padding query sees no key at all.
+    """
+    pads = torch.randint(1, max(seq_len, 2), (batch,), generator=gen).clamp(max=seq_len - 1)
+    pads[0] = 0
+    valid_key = torch.arange(seq_len) >= pads[:, None]  # (B, T)
+    return causal_keep(batch, seq_len) & valid_key[:, None, :] & valid_key[:, :, None]
+
+
 def keep_mask(
     kind: str, batch: int, seq_len: int, gen: torch.Generator, empty: bool = False
 ) -> Tensor | None:
@@ -101,4 +114,6 @@ def keep_mask(
         return padding_keep(batch, seq_len, gen, empty)
     if kind == "both":
         return causal_keep(batch, seq_len) & padding_keep(batch, seq_len, gen, empty)
+    if kind == "left_padding":
+        return left_padding_keep(batch, seq_len, gen)
     raise ValueError(f"unknown mask kind {kind!r}")

@@ -7,6 +7,7 @@ bytes; PNGs are written without a software tag, so the same data always gives th
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,17 +149,34 @@ def heatmaps(path: Path, title: str, panels: list[Panel]) -> None:
 
 
 def line_plot(
-    path: Path, data, x: str, y: list[str], title: str, logx: bool = False, ylabel: str = ""
+    path: Path,
+    data,
+    x: str,
+    y: list[str],
+    title: str,
+    logx: bool = False,
+    ylabel: str = "",
+    logy: bool = False,
+    xlabel: str = "",
 ) -> None:
-    """Write a PNG of columns ``y`` of ``data`` against column ``x``, rounded (``significant``)."""
+    """Write a PNG of columns ``y`` of ``data`` against column ``x``, rounded (``significant``).
+
+    With ``logy`` values of 0 are left out (a log axis has no 0); the legend says so.
+    """
     fig, ax = plt.subplots(figsize=(6, 3.6))
     xs = significant(data[x])
     for column in y:
-        ax.plot(xs, significant(data[column]), marker="o", label=column)
+        ys = significant(data[column])
+        label = column
+        if logy and any(v == 0 for v in ys):
+            ys, label = [math.nan if v == 0 else v for v in ys], f"{column} (0 not drawn)"
+        ax.plot(xs, ys, marker="o", label=label)
     if logx:
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(data[x]), [str(v) for v in data[x]])
-    ax.set_xlabel(x)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel or x)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

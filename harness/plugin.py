@@ -41,8 +41,9 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
     """Diagnose a self-attention module; assert that it is healthy.
 
     Call it with the module and the doctor's options (``mask``, ``causal``, ``mask_shape``,
-    ``mask_dtype``, ``positional``, ``strict``, ``batch``, ``seq_len``, ``device``, and
-    ``timeout``: seconds per probe). It returns the Diagnosis when healthy and raises an
+    ``mask_dtype``, ``positional``, ``positions``, ``rope_pairing``, ``kv_heads``, ``window``,
+    ``packed``, ``call`` (an adapter function), ``strict``, ``batch``, ``seq_len``, ``device``,
+    and ``timeout``: seconds per probe). It returns the Diagnosis when healthy and raises an
     AssertionError listing the findings otherwise. Bad options (an unknown one, a device that is
     not available here) fail the test with one line, before any probe runs.
     """

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 
-from harness.doctor import FAIL, WARN, Config, Diagnosis, diagnose
+from harness.doctor import FAIL, WARN, Config, Diagnosis, adapters, diagnose
 from harness.doctor.target import Sizes, build
 
 
@@ -58,10 +59,11 @@ def _transformers() -> types.SimpleNamespace:
     from transformers.utils import logging
 
     logging.set_verbosity_error()  # its notes on standalone attention modules are not findings
-    from transformers import BertConfig, GPT2Config, LlamaConfig
+    from transformers import AttentionInterface, BertConfig, GPT2Config, LlamaConfig
     from transformers.models.bert.modeling_bert import BertSelfAttention
     from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
     from transformers.models.llama.modeling_llama import LlamaAttention
+    from transformers.models.mistral.modeling_mistral import MistralAttention, MistralConfig
 
     def bert(impl: str, **options: object) -> BertConfig:
         return BertConfig(hidden_size=D, num_attention_heads=H, intermediate_size=4 * D,
@@ -76,10 +78,44 @@ def _transformers() -> types.SimpleNamespace:
         return LlamaConfig(hidden_size=D, num_attention_heads=H, intermediate_size=4 * D,
                            attn_implementation=impl, **options)  # fmt: skip
 
+    def mistral(impl: str, **options: object) -> MistralConfig:
+        return MistralConfig(hidden_size=D, num_attention_heads=H, num_key_value_heads=2,
+                             intermediate_size=4 * D, attn_implementation=impl,
+                             **options)  # fmt: skip
+
+    AttentionInterface.register("tiled_gqa", tiled_gqa_attention)
+    AttentionInterface.register("double_scale", double_scale_attention)
     return types.SimpleNamespace(
         Bert=BertSelfAttention, GPT2=GPT2Attention, Llama=LlamaAttention,
-        bert=bert, gpt2=gpt2, llama=llama,
+        Mistral=MistralAttention, bert=bert, gpt2=gpt2, llama=llama, mistral=mistral,
     )  # fmt: skip
+
+
+def _sdpa(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None,
+          scale: float | None) -> tuple[Tensor, None]:  # fmt: skip
+    """SDPA as transformers' attention functions return it: (B, T, h, d), no weights."""
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def tiled_gqa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                        attention_mask: Tensor | None, scaling: float, dropout: float = 0.0,
+                        **kwargs: object) -> tuple[Tensor, None]:  # fmt: skip
+    """An attention function with the bug of transformers PR 37533 and vLLM PR 24701: grouped
+    K/V heads tiled (``repeat``) instead of each serving its own block of query heads."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat(1, groups, 1, 1), value.repeat(1, groups, 1, 1)
+    return _sdpa(query, key, value, attention_mask, scaling)
+
+
+def double_scale_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                           attention_mask: Tensor | None, scaling: float, dropout: float = 0.0,
+                           **kwargs: object) -> tuple[Tensor, None]:  # fmt: skip
+    """An attention function with the bug of transformers PRs 38290 and 44397: q scaled by
+    ``scaling`` and then SDPA's own default scale on top."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    return _sdpa(query * scaling, key, value, attention_mask, None)
 
 
 @functools.cache
@@ -106,6 +142,43 @@ def load(library: str) -> types.SimpleNamespace:
     import x_transformers.x_transformers as xt
 
     return types.SimpleNamespace(Attention=xt.Attention)
+
+
+def GQA(h: types.SimpleNamespace, impl: str) -> object:
+    """A Llama config with two K/V heads shared by the four query heads."""
+    return h.llama(impl, num_key_value_heads=2)
+
+
+def maskless(module: nn.Module, x: Tensor, *, positions: Tensor, mask: Tensor | None,
+             cache: object) -> object:  # fmt: skip
+    """The caller's bug of pytorch/pytorch#108108: no mask under a cache, trusting the layer's
+    ``is_causal``, which SDPA anchors at the top-left (transformers then crops the keys)."""
+    return adapters.transformers(module, x, positions=positions, mask=None, cache=cache)
+
+
+maskless.make_cache = adapters.make_cache  # type: ignore[attr-defined]
+
+
+def new_keys_only(module: nn.Module, x: Tensor, *, positions: Tensor, mask: Tensor | None,
+                  cache: object) -> object:  # fmt: skip
+    """A caller's bug with x-transformers' cache: rotary tables for the new tokens only, so the
+    cached keys, rotated again at each call, are turned as if they sat at the new positions."""
+    from x_transformers.x_transformers import RotaryEmbedding
+
+    if cache is None:
+        return adapters.x_transformers(module, x, positions=positions, mask=mask, cache=None)
+    freqs, scale = RotaryEmbedding(module.to_q.out_features // module.heads)(positions[0])
+    kwargs = {"rotary_pos_emb": (freqs, scale), "mask": mask}
+    out, cache.value = module(x, cache=cache.value, return_intermediates=True, **kwargs)
+    return out
+
+
+new_keys_only.make_cache = adapters.XCache  # type: ignore[attr-defined]
+
+# How a decoder layer is called in generation: the model's mask (additive, per head) and the
+# shipped adapter (rotary from the model's own class, a DynamicCache).
+GENERATION = {"mask": "additive", "mask_shape": "b1qk", "call": adapters.transformers,
+              "kv_grouping": "blocks"}  # fmt: skip
 
 
 def with_attributes(module: nn.Module, **values: object) -> nn.Module:
@@ -221,6 +294,23 @@ CASES = [
     Case("llama-eager-dropout-left-on", "transformers",
          lambda h: always_training(h.Llama)(h.llama("eager", attention_dropout=0.1), layer_idx=0),
          {"positional": True}, "eval determinism", "dropout"),
+    # ... called as LlamaModel calls it (the shipped adapter): the model's rotary embedding at
+    # the positions, the model's additive mask, a DynamicCache; grouped K/V heads
+    Case("llama-gqa-cache-eager", "transformers", lambda h: h.Llama(GQA(h, "eager"), layer_idx=0),
+         GENERATION),
+    Case("llama-gqa-cache-sdpa", "transformers", lambda h: h.Llama(GQA(h, "sdpa"), layer_idx=0),
+         GENERATION),
+    Case("llama-gqa-cache-sdpa-no-mask", "transformers",
+         lambda h: h.Llama(GQA(h, "sdpa"), layer_idx=0),
+         {"causal": True, "call": maskless}, "cached decoding", "cache_causal_alignment"),
+    Case("llama-gqa-kv-heads-tiled", "transformers",
+         lambda h: h.Llama(GQA(h, "tiled_gqa"), layer_idx=0), GENERATION, "grouped heads",
+         "gqa_kv_grouping"),
+    Case("mistral-sliding-window-cache", "transformers",
+         lambda h: h.Mistral(h.mistral("sdpa", sliding_window=4), layer_idx=0), GENERATION),
+    Case("llama-gqa-double-scale", "transformers",
+         lambda h: h.Llama(GQA(h, "double_scale"), layer_idx=0), GENERATION, "agrees with SDPA",
+         "double_scale"),
     # x_transformers.Attention: key padding mask (True = keep); softmax in float32
     Case("xt-default", "x_transformers", lambda x: xattention(x), detects="key padding"),
     Case("xt-causal", "x_transformers", lambda x: xattention(x, causal=True), {"causal": True}),
@@ -235,6 +325,15 @@ CASES = [
     Case("xt-unscaled", "x_transformers",
          lambda x: with_attributes(xattention(x), attend__scale=1.0),
          fails="agrees with SDPA", evidence="SDPA"),
+    # x_transformers.Attention with rotary and grouped K/V heads, as AttentionLayers calls it
+    # (the shipped adapter: its RotaryEmbedding, its intermediates as the cache)
+    Case("xt-rotary-gqa-cache", "x_transformers",
+         lambda x: x.Attention(dim=D, heads=H, dim_head=D // H, kv_heads=2, causal=True),
+         {"causal": True, "call": adapters.x_transformers, "kv_grouping": "strided"}),
+    Case("xt-rotary-new-keys-only", "x_transformers",
+         lambda x: x.Attention(dim=D, heads=H, dim_head=D // H, kv_heads=2, causal=True),
+         {"causal": True, "call": new_keys_only, "kv_grouping": "strided"}, "cached decoding",
+         "vs full forward"),
     Case("xt-dropout-left-on", "x_transformers",
          lambda x: always_training(x.Attention)(dim=D, heads=H, dim_head=D // H, dropout=0.1),
          fails="eval determinism", evidence="dropout"),
@@ -306,9 +405,13 @@ def real_markdown(table: pd.DataFrame) -> str:
         "## The doctor on real modules",
         "",
         "Attention modules from real libraries, built from their own config objects and "
-        "diagnosed as published (no wrapper): correct ones must be healthy, misused ones (dropout "
-        "left on in eval, an inverted mask convention, a scale changed through the module's own "
-        "options, `is_causal` off) must fail on the probe named. Cases whose library is not "
+        "diagnosed as published (no wrapper; transformers' Llama also as its model calls it in "
+        "generation, through the shipped adapter `harness.doctor.adapters:transformers`: rotary "
+        "from the model's own class, grouped K/V heads, a DynamicCache): correct ones must be "
+        "healthy, misused ones (dropout left on in eval, an inverted mask convention, a scale "
+        "changed through the module's own options, `is_causal` off, a cache without a mask, "
+        "attention functions with tiled K/V heads or a doubled scale, registered as transformers "
+        "registers its own) must fail on the probe named. Cases whose library is not "
         'installed are listed as not run (`pip install -c .ci/constraints.txt -e ".[real]"`).',
         "",
         f"Right: {right}/{len(run)} cases run ({len(table) - len(run)} not run). *should*: "

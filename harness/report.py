@@ -28,6 +28,7 @@ from harness.devices import device_description, dtype_name
 from harness.files import IMAGES, REPORT, TIMINGS, ensure_writable
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
 from harness.pictures import draw
+from harness.scenarios import bounds
 from harness.symptoms import bug_nonfinite
 
 FLOAT = ".3g"
@@ -350,6 +351,7 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
         "",
         trap_heading(r),
         "",
+        *([measured_on(card), ""] if card.modern else []),
         prose(f"**The tutorial says.** {card.claim}"),
         "",
         prose(f"**The trap.** {card.trap}"),
@@ -403,15 +405,70 @@ def benign_statement(m: Measurement) -> str:
     return f"**The claimed trap does not hold.** {m.reason}."
 
 
+MODERN_INTRO = """\
+## Modern attention
+
+The attention written after the tutorial, Llama-style: rotary positions, grouped-query heads (a
+few K/V heads shared by blocks of query heads), a KV cache for generation, sometimes a sliding
+window or soft-capped scores. Its traps are the most reported attention bugs of recent years and
+they are quiet: training and a plain forward pass look right, and only generation, long positions,
+padding or packing go wrong. So each pair here keeps an extended contract, `forward(x, mask=None,
+*, positions=None, cache=None)`: positions (B, T) default to the cached length plus `arange(T)`,
+and a `KVCache` in the same file is updated in place. Each trap is measured where it bites, and
+its section says how: *decode* (prefill the first half, then one token per call through the
+cache), *chunked* (prefill a few tokens per call), *reuse* (decode another prompt, reset the
+cache, then this one), *long* (positions from 100,000), *packed* (two documents in a row,
+positions restarting at the second) or left-padded rows. The reference is always fixed.py's full
+forward in float64 on the same inputs, so a cache trap's error is the distance from the model
+that was trained; its picture shows that error per position, prefill then each step."""
+
+
 def category_sections(results: list[TrapResult], images: dict[str, list[str]]) -> str:
+    """The classic traps by category, then the part on modern attention."""
     parts = []
     for category in CATEGORIES:
         members = [r for r in results if r.pair.card.category == category]
-        if not members:
-            continue
-        parts.append(f"## {category.capitalize()}")
-        parts += [trap_section(r, images.get(r.pair.card.id, [])) for r in members]
+        if members := [r for r in members if not r.pair.card.modern]:
+            parts.append(f"## {category.capitalize()}")
+            parts += [trap_section(r, images.get(r.pair.card.id, [])) for r in members]
+    modern = [r for c in CATEGORIES for r in results if r.pair.card.category == c]
+    if modern := [r for r in modern if r.pair.card.modern]:
+        parts.append(MODERN_INTRO)
+        parts += [trap_section(r, images.get(r.pair.card.id, [])) for r in modern]
     return "\n\n".join(parts)
+
+
+def measured_on(card: Card) -> str:
+    """How a modern trap is fed: its scenario, and its inputs where they are unusual."""
+    words = [card.how.description]
+    if card.mask == "left_padding":
+        words.append("rows left-padded by different amounts")
+    return f"Measured on: {'; '.join(words)}."
+
+
+def generation_steps(m: Measurement, card: Card) -> pd.DataFrame:
+    """A cached scenario's error against the full forward in float64, per position."""
+    ref = m.outputs["ref"]
+    table = pd.DataFrame({"position": range(ref.shape[1])})
+    for name, label in (("fix", "fixed.py"), ("bug", "buggy.py")):
+        out = m.outputs.get(name)
+        same = out is not None and out.shape == ref.shape
+        error = (out - ref).abs().amax(dim=(0, 2)).tolist() if same else float("nan")
+        table[f"max error ({label})"] = error
+    prefill = bounds(card.how.steps, ref.shape[1])[0][1]
+    table["call"] = ["prefill" if t < prefill else "step" for t in table["position"]]
+    table.attrs["caption"] = f"Error per position against the full forward ({card.scenario})"
+    table.attrs["plots"] = [
+        dict(
+            x="position",
+            y=["max error (fixed.py)", "max error (buggy.py)"],
+            logy=True,
+            title=f"{card.id}: {card.scenario} vs the full forward (float64)",
+            xlabel=f"position (0-{prefill - 1}: prefill; then the cached calls)",
+            ylabel="max |error|",
+        )
+    ]
+    return table
 
 
 APPENDIX_INTRO = """\
@@ -541,6 +598,8 @@ def collect(
     for pair in pairs:
         progress(f"{pair.card.id}: its own measurement")
         r = TrapResult(pair, [m for m in cells if m.pitfall == pair.card.id])
+        if pair.card.how.cached and r.primary.outputs.get("ref") is not None:
+            r.extras.append(generation_steps(r.primary, pair.card))
         if pair.card.extra is not None:
             extra = pair.card.extra(pair, device, torch.float32)
             if extra.attrs.get("timing"):

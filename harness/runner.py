@@ -84,6 +84,11 @@ def split_output(result: object) -> tuple[Tensor, Tensor | None]:
     raise TypeError(f"forward returned {type(result).__name__}, expected a tensor or a tuple")
 
 
+def plain_call(mask: Tensor | None) -> Callable[[nn.Module, Tensor], object]:
+    """``(module, x) -> module(x)``, or ``module(x, mask)`` when there is a mask."""
+    return lambda module, x: module(x) if mask is None else module(x, mask)
+
+
 def as_dtype(module: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """A copy of ``module`` on ``device`` in ``dtype``; the original is left alone."""
     return copy.deepcopy(module).to(device=device, dtype=dtype)
@@ -94,8 +99,12 @@ def run(
     x: Tensor,
     mask: Tensor | None,
     upstream: Callable[[torch.Size], Tensor] | Tensor | None,
+    call: Callable[[nn.Module, Tensor], object] | None = None,
 ) -> Run:
     """Forward ``x`` (already on the device, in the dtype) and backward ``sum(out * G)``.
+
+    The module is called as ``module(x)`` or ``module(x, mask)``, or as ``call(module, x)`` says
+    (a scenario of ``harness.scenarios``: decode through a cache, long positions, ...).
 
     ``upstream`` is G, or a function from the output shape to G (used for the reference run,
     whose shape defines G). With ``None`` only the forward runs. The module is expected to be a
@@ -107,7 +116,8 @@ def run(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            output, weights = split_output(module(x) if mask is None else module(x, mask))
+            call = call or plain_call(mask)
+            output, weights = split_output(call(module, x))
             result.output = output.detach().to("cpu", torch.float64)
             if weights is not None:
                 result.weights = weights.detach().to("cpu", torch.float64)

@@ -42,3 +42,7 @@ class Shape:
 # The default measurement shape is deliberately *not* a trigger shape: batch, seq_len, d_k and d_v
 # all differ, so layout bugs that only run when two sizes coincide raise here.
 DEFAULT_SHAPE = Shape()
+
+# Modern pairs (rotary, grouped-query heads, caches): four heads of even width 8, two K/V heads,
+# and eight tokens, so a cache holds a prefill of four and four decode steps.
+MODERN_SHAPE = Shape(batch=2, seq_len=8, d_model=32, d_k=8, d_v=8, heads=4)

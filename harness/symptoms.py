@@ -140,11 +140,26 @@ def raises(r: TrapResult) -> str | None:
 
 
 def inference(r: TrapResult) -> str | None:
+    card, m = r.pair.card, r.primary
+    if card.how.cached and r.overall(m.device) is not Verdict.BENIGN:
+        return f"{card.scenario} through the cache differs from the full forward: {m.reason}"
     for probe, text in r.primary.probes.items():
         found = text.split("buggy.py ", 1)[-1] if "buggy.py " in text else ""
         if found and found not in ("none", "identical") and not found.startswith("raises"):
             return f"{probe}: buggy.py {found}"
     return None
+
+
+def positions_only(r: TrapResult) -> str | None:
+    """A modern trap measured on long positions, packed documents or left padding."""
+    card = r.pair.card
+    unusual = card.how.positions != "default" or card.mask == "left_padding"
+    bites = any(c.verdict is not Verdict.BENIGN for c in r.cells)
+    if not unusual or not bites:
+        return None
+    bitten = next(c for c in r.cells if c.verdict is not Verdict.BENIGN)
+    inputs = "left-padded rows" if card.mask == "left_padding" else card.how.description
+    return f"{inputs}: {bitten.cell}: {bitten.reason}"
 
 
 @dataclass(frozen=True)
@@ -183,8 +198,14 @@ SYMPTOMS = (
     Symptom("It raises an error", "buggy.py raises on the shape measured", raises),
     Symptom(
         "Great in training, wrong in generation or at inference",
-        "an output that depends on later inputs, or two identical calls in eval mode that differ",
+        "an output that depends on later inputs, two identical calls in eval mode that differ, "
+        "or generation through the cache that differs from the full forward",
         inference,
+    ),
+    Symptom(
+        "Wrong only on long contexts, padded batches or packed sequences",
+        "measured on positions from 100,000, left-padded rows or two packed documents",
+        positions_only,
     ),
 )
 

@@ -3,18 +3,23 @@ registry, and a trap's own test file adds only what is particular to its trap.""
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from harness import metrics
 from harness.catalogue import registry
-from harness.catalogue.card import Pair
+from harness.catalogue.card import Card, Pair
 from harness.catalogue.compare import build_pair
 from harness.catalogue.diffing import changed_line_count, unmarked
 from harness.catalogue.judge import Measurement, measure
 from harness.catalogue.verdicts import Verdict, combine
+from harness.consistency import CACHED, agreements
+from harness.dependency import future_leak
 from harness.devices import DTYPES, dtype_name
-from harness.masks import encode
+from harness.masks import CAUSAL_KINDS, encode
 from harness.reference import agreement
+from harness.scenarios import SCENARIOS, make_call
 from harness.shapes import Shape
 
 MAX_CHANGED_LINES = 8
@@ -34,6 +39,30 @@ def assert_fixed_matches_sdpa(
         f"{card.id}/fixed.py vs SDPA on {shape.label()} in {dtype_name(dtype)}: "
         f"max abs error {err.max_abs:.3g} > {limit:.3g} (SDPA floor {floor.max_abs:.3g})"
     )
+
+
+def assert_fixed_keeps_its_properties(
+    pair: Pair, device: torch.device, dtype: torch.dtype, shape: Shape, seed: int
+) -> None:
+    """A modern fixed.py gives its full forward however generation calls it (prefill then
+    one-token steps, chunked prefill, a reset cache reused), within the floor, and a causal one
+    never reads the future."""
+    card = pair.card
+    fixed, _ = build_pair(pair, shape, seed)
+    inputs = card.inputs(shape, seed)
+    new_cache = getattr(pair.fixed, "KVCache", None)
+    if new_cache is not None:
+        found = agreements(
+            fixed, new_cache, inputs.x, inputs.keep, card.spec, inputs.positions, device, dtype,
+            CACHED, seed,
+        )  # fmt: skip
+        wrong = [str(a) for a in found if not a.agrees]
+        assert not wrong, f"{card.id}/fixed.py on {shape.label()}: {'; '.join(wrong)}"
+    if card.mask in CAUSAL_KINDS:
+        call = make_call(SCENARIOS["full"], inputs.keep, card.spec, inputs.positions, None)
+        module = fixed.to(device, torch.float64)
+        leak = future_leak(lambda x: call(module, x)[0], inputs.x.to(device))
+        assert leak is None, f"{card.id}/fixed.py on {shape.label()}: {leak}"
 
 
 def assert_verdict_matches_card(pair: Pair, device: torch.device) -> None:
@@ -61,3 +90,21 @@ def assert_hidden_by_one_head(pitfall_id: str, device: torch.device) -> Measurem
     assert m.shape.heads > 1 and m.verdict is Verdict.SILENT, m.reason
     assert m.variants["1 head"].startswith("BENIGN"), m.variants
     return m
+
+
+def claimed(card: Card, pattern: str, text: str | None = None) -> tuple[str, ...]:
+    """The groups of ``pattern`` in the card's truth (or ``text``): the figures a trap's tests
+    hold the card to. Fails when the card no longer says it."""
+    found = re.search(pattern, card.truth if text is None else text)
+    assert found, f"{card.id}: the card no longer says {pattern!r}: update the test with the text"
+    return found.groups()
+
+
+def claimed_numbers(card: Card, pattern: str) -> tuple[float, ...]:
+    """``claimed`` as numbers (thousands separators allowed: 100,000)."""
+    return tuple(number(g) for g in claimed(card, pattern))
+
+
+def number(text: str) -> float:
+    """A figure as the cards write it: ``100,000`` or ``4.5e-08``."""
+    return float(text.replace(",", ""))

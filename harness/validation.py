@@ -24,7 +24,7 @@ DOCTOR_SHAPE = Shape(batch=4, seq_len=8, d_model=64, d_k=16, d_v=16, heads=4)
 def config_for(card: Card, **overrides: object) -> Config:
     """The doctor options a user of this card's modules would pass."""
     causal = card.convention == "internal"  # it masks by itself: the catalogue's causal modules
-    return Config.for_spec(card.spec, causal=causal, **overrides)
+    return Config.for_spec(card.spec, causal=causal, **{**card.doctor, **overrides})
 
 
 def build(pair: Pair, side: str) -> nn.Module:

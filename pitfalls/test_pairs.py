@@ -6,18 +6,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.catalogue import registry
-from harness.catalogue.strategies import awkward_shapes
+from harness.catalogue.strategies import awkward_shapes, modern_shapes
 from harness.shapes import Shape
 from harness.testing import (
     assert_diff_is_small_and_marked,
+    assert_fixed_keeps_its_properties,
     assert_fixed_matches_sdpa,
     assert_verdict_matches_card,
 )
 
 IDS = registry.ids()
+MODERN = [i for i in IDS if registry.load(i).card.modern]
+CLASSIC = [i for i in IDS if i not in MODERN]
 
 
-@pytest.mark.parametrize("pitfall_id", IDS)
+@pytest.mark.parametrize("pitfall_id", CLASSIC)
 def test_fixed_matches_sdpa(pitfall_id: str, device: torch.device, dtype: torch.dtype):
     """fixed.py agrees with F.scaled_dot_product_attention on awkward shapes, under the floor."""
     pair = registry.load(pitfall_id)
@@ -26,6 +29,20 @@ def test_fixed_matches_sdpa(pitfall_id: str, device: torch.device, dtype: torch.
     @given(shape=awkward_shapes(pair.card.has_heads), seed=st.integers(0, 2**16))
     def check(shape: Shape, seed: int) -> None:
         assert_fixed_matches_sdpa(pair, device, dtype, shape, seed)
+
+    check()
+
+
+@pytest.mark.parametrize("pitfall_id", MODERN)
+def test_fixed_keeps_its_properties(pitfall_id: str, device: torch.device, dtype: torch.dtype):
+    """A modern fixed.py: prefill plus one-token steps, chunked prefill and a reused cache all
+    give the full forward (within the floor), and nothing reads the future."""
+    pair = registry.load(pitfall_id)
+
+    @settings(max_examples=6)
+    @given(shape=modern_shapes(), seed=st.integers(0, 2**16))
+    def check(shape: Shape, seed: int) -> None:
+        assert_fixed_keeps_its_properties(pair, device, dtype, shape, seed)
 
     check()
 

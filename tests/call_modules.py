@@ -17,12 +17,15 @@ class Heads(nn.Module):
             nn.Linear(d_model, d_model) for _ in range(4)
         )
 
-    def attend(self, q_in: Tensor, kv_in: Tensor, keep: Tensor | None) -> Tensor:
+    def attend(self, q_in: Tensor, kv_in: Tensor, keep: Tensor | None, rotate=None) -> Tensor:
+        """SDPA on the projections; ``rotate`` turns q and k (B, h, T, d) by their positions."""
         B, T, C = q_in.shape
         q, k, v = (
             p(t).view(B, -1, self.n_head, C // self.n_head).transpose(1, 2)
             for p, t in ((self.q_proj, q_in), (self.k_proj, kv_in), (self.v_proj, kv_in))
         )  # (B, h, T, d)
+        if rotate is not None:
+            q, k = rotate(q), rotate(k)
         mask = None if keep is None else keep[:, None]  # (B, 1, T, T)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
@@ -63,8 +66,12 @@ class MetaRotary(Heads):
     def forward(self, x, freqs_cis, mask=None, start_pos=0):
         _, T, C = x.shape
         assert freqs_cis.is_complex() and freqs_cis.shape == (T, C // self.n_head // 2)
-        angle = freqs_cis.angle()[:, :1].to(x.dtype)  # (T, 1): a position-dependent input
-        return self.attend(x * angle.cos(), x, mask)
+
+        def rotate(t: Tensor) -> Tensor:  # pairs 2i, 2i + 1 as complex numbers
+            pairs = torch.view_as_complex(t.reshape(*t.shape[:-1], -1, 2).contiguous())
+            return torch.view_as_real(pairs * freqs_cis).flatten(-2)
+
+        return self.attend(x, x, mask, rotate)
 
 
 class TransformersRotary(Heads):
@@ -74,7 +81,12 @@ class TransformersRotary(Heads):
         cos, sin = position_embeddings
         B, T, C = hidden_states.shape
         assert cos.shape == sin.shape == (B, T, C // self.n_head)
-        return self.attend(hidden_states * cos[..., :1], hidden_states, attention_mask)
+        cos, sin, half = cos[:, None], sin[:, None], C // self.n_head // 2  # (B, 1, T, d)
+
+        def rotate(t: Tensor) -> Tensor:  # rotate_half: i with i + d/2
+            return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
+
+        return self.attend(hidden_states, hidden_states, attention_mask, rotate)
 
 
 class NoMaskParameter(Heads):

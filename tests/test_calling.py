@@ -163,7 +163,11 @@ def test_rotary_modules_are_compared_with_sdpa_under_the_same_rope_and_tiled_hea
     found = {f.probe: f for f in diagnose(cm.RotaryGQA(32, 4, 2), Config()).findings}
     assert found["agrees with SDPA"].status == "pass", found["agrees with SDPA"]
     assert "RoPE (half)" in found["agrees with SDPA"].message
-    tiled = {f.probe: f for f in diagnose(cm.RotaryGQA(32, 4, 2, tile=True), Config()).findings}
+    blocks = Config(kv_grouping="blocks")  # a Llama-style checkpoint's layout, declared
+    tiled = {f.probe: f for f in diagnose(cm.RotaryGQA(32, 4, 2, tile=True), blocks).findings}
     assert (
         tiled["agrees with SDPA"].status == "fail" and "tiled" in tiled["agrees with SDPA"].message
     )
+    undeclared = diagnose(cm.RotaryGQA(32, 4, 2, tile=True), Config()).findings
+    sdpa = next(f for f in undeclared if f.probe == "agrees with SDPA")
+    assert sdpa.status == "pass" and "strided grouping" in sdpa.message, sdpa

@@ -48,9 +48,9 @@ def tables(text: str) -> list[list[dict[str, str]]]:
 
 
 def catalogue() -> list[list[dict[str, str]]]:
-    """The two catalogue tables: the tutorial's traps, then the others."""
+    """The three catalogue tables: the tutorial's traps, the others, modern attention."""
     found = tables(section("The catalogue (measured on CPU, torch 2.13.0)"))
-    assert len(found) == 2, "expected two catalogue tables"
+    assert len(found) == 3, "expected three catalogue tables"
     return found
 
 
@@ -72,9 +72,18 @@ def test_every_trap_is_listed_once():
 
 
 def test_the_tutorial_table_holds_only_traps_the_tutorial_names():
-    tutorial, _ = catalogue()
+    tutorial, _, _ = catalogue()
     for row in tutorial:
         assert not card(row).claim.startswith("Not named by the tutorial"), row["id"]
+
+
+def test_the_modern_table_holds_the_modern_pairs_with_their_scenario():
+    *_, modern = catalogue()
+    assert sorted(row["id"].strip("`") for row in modern) == sorted(
+        i for i in registry.ids() if registry.load(i).card.modern
+    )
+    for row in modern:
+        assert row["measured on"] == card(row).scenario, row["id"]
 
 
 @pytest.mark.parametrize("row", rows(), ids=lambda row: row["id"].strip("`"))

@@ -100,7 +100,8 @@ def test_each_line_takes_the_threshold_it_prints_else_its_traps_largest() -> Non
     bf16 = "- cpu bfloat16: **SILENT**: output error 0.268 > threshold 0.00999"
     f32 = "- cpu float32: **SILENT**: output error 0.269 > threshold 2.13e-07"
     output_row = "| bug   |  0.269    | 0.282 "  # printed threshold 2.13e-07
-    attention_row = "|          0 |      8.94e-08 |"  # prints none: the trap's 3.09e-06
+    attention_row = "|           0 |          0 |      8.94e-08 |\n| bug   |          0.888"
+    # missing_scale's attention row prints no threshold: the trap's largest, 3.09e-06
 
     def moved(line: str, number: str, new: str) -> list[str]:
         return compare(COMMITTED, edit(COMMITTED, line, line.replace(number, new)))
@@ -154,7 +155,7 @@ def test_printed_thresholds_are_read_from_tables_and_verdict_lines() -> None:
             "entropy 0.982 → 0.339 (d_k 256)",
             "committed 0.239, fresh 0.339",
         ),
-        ("Mutation score: 20/20", "Mutation score: 19/20", "committed 20, fresh 19"),  # a count
+        ("Mutation score: 35/35", "Mutation score: 34/35", "committed 35, fresh 34"),  # a count
         ("| (2, 5, 6) |", "| (2, 5, 7) |", "committed 6, fresh 7"),  # a shape
         ("| bug   |  0.269 ", "| bug   |  0.279 ", "committed 0.269, fresh 0.279"),  # too far
         ("1.53 (1.51e-07)", "inf (1.51e-07)", "committed 1.53, fresh inf"),  # finite -> inf

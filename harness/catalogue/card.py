@@ -7,7 +7,7 @@ A folder holds ``__init__.py`` (its ``CARD``, and any experiment particular to t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -16,17 +16,20 @@ import torch
 from torch import Tensor, nn
 
 from harness.catalogue.verdicts import Verdict
-from harness.inputs import Inputs, make_inputs
+from harness.inputs import Inputs, generator, make_inputs
 from harness.masks import CONVENTIONS, KINDS, MaskSpec
-from harness.shapes import DEFAULT_SHAPE, Shape
+from harness.scenarios import SCENARIOS, Scenario, positions_for
+from harness.shapes import DEFAULT_SHAPE, MODERN_SHAPE, Shape
 
 __all__ = [
     "CATEGORIES",
     "EDGES",
+    "MODERN",
     "NOT_NAMED",
     "Card",
     "Pair",
     "Verdict",
+    "grouped",
     "multi_head",
     "single_head",
 ]
@@ -34,7 +37,17 @@ __all__ = [
 StateDict = Mapping[str, Tensor]
 
 NOT_NAMED = "—"  # the section of a trap the tutorial does not name
-CATEGORIES = ("scale", "masks", "layout", "numerics", "initialisation", "performance")
+CATEGORIES = (
+    "scale",
+    "masks",
+    "layout",
+    "numerics",
+    "initialisation",
+    "performance",
+    "positions",
+    "caches",
+    "heads",
+)
 # Edge inputs a trap may need beyond the ordinary draw: none; a sequence that is all padding
 # (queries with no key at all); or activations scaled by the card's input_scale.
 EDGES = ("none", "empty_row", "large")
@@ -48,6 +61,23 @@ def single_head(module: ModuleType, shape: Shape) -> nn.Module:
 def multi_head(module: ModuleType, shape: Shape) -> nn.Module:
     """Build ``MultiHeadAttention(d_model, n_heads)`` from ``module``."""
     return module.MultiHeadAttention(shape.d_model, shape.heads)
+
+
+def grouped(module: ModuleType, shape: Shape) -> nn.Module:
+    """Build a modern ``Attention(d_model, n_heads, n_kv_heads)`` with half as many K/V heads
+    (one when there is one head): grouped-query attention, as Llama's is."""
+    return module.Attention(shape.d_model, shape.heads, max(1, shape.heads // 2))
+
+
+# What every modern card shares: ``Card(..., **MODERN)``.
+MODERN: dict[str, object] = dict(
+    modern=True,
+    build=grouped,
+    has_heads=True,
+    shape=MODERN_SHAPE,
+    # what a user of these rotary modules knows: relative positions, paired i with i + d/2
+    doctor={"positions": "relative", "rope_pairing": "half", "kv_grouping": "blocks"},
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +110,14 @@ class Card:
     # Trap-specific numbers for the report (a table), e.g. the scale values or a time ratio.
     extra: Callable[[Pair, torch.device, torch.dtype], pd.DataFrame] | None = None
     sources: tuple[str, ...] = field(default=())
+    # Modern pairs (report part "Modern attention") follow the extended contract
+    # forward(x, mask=None, *, positions=None, cache=None) and are measured in a scenario of
+    # harness.scenarios: "decode", "chunked", "reuse" need a KVCache class in both files.
+    modern: bool = False
+    scenario: str = "full"
+    # The doctor options a user of these modules would declare (harness.doctor.Config fields,
+    # e.g. rope_pairing="half"): what the detection table runs the doctor with.
+    doctor: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -92,6 +130,15 @@ class Card:
             )
         if self.edge not in EDGES:
             raise ValueError(f"{self.id}: edge {self.edge!r} not in {EDGES}")
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"{self.id}: scenario {self.scenario!r} not in {tuple(SCENARIOS)}")
+        if self.scenario != "full" and not self.modern:
+            raise ValueError(f"{self.id}: scenario {self.scenario!r} needs a modern pair")
+
+    @property
+    def how(self) -> Scenario:
+        """The scenario the trap is measured in."""
+        return SCENARIOS[self.scenario]
 
     @property
     def spec(self) -> MaskSpec | None:
@@ -102,7 +149,12 @@ class Card:
         """The seeded inputs this trap is measured on: ordinary, or (``edge``) its edge case."""
         large = edge and self.edge == "large"
         empty = edge and self.edge == "empty_row"
-        return make_inputs(shape, seed, self.mask, self.input_scale if large else 1.0, empty)
+        inputs = make_inputs(shape, seed, self.mask, self.input_scale if large else 1.0, empty)
+        if self.how.positions == "default":
+            return inputs
+        gen = generator(seed + 7)
+        positions = positions_for(self.how, shape.batch, shape.seq_len, gen)
+        return replace(inputs, positions=positions)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from harness import metrics
 from harness.catalogue.card import Pair
 from harness.dependency import future_leak, repeat_difference
 from harness.devices import dtype_name
-from harness.inputs import upstream_gradient
-from harness.masks import encode
+from harness.inputs import Inputs, upstream_gradient
+from harness.masks import CAUSAL_KINDS, encode
 from harness.runner import Run, as_dtype, describe, exact_float32, run, seeded
+from harness.scenarios import Call, make_call
 from harness.shapes import Shape
 
 
@@ -41,6 +42,7 @@ class Comparison:
     seed: int
     edge: bool = False  # measured on the card's edge inputs
     probes: dict[str, str] = field(default_factory=dict)
+    ref: Run | None = None  # the fixed module in float64 (its output is what fix and bug chase)
 
     @property
     def diverges(self) -> bool:
@@ -72,6 +74,17 @@ def build_pair(pair: Pair, shape: Shape, seed: int) -> tuple[nn.Module, nn.Modul
         state = fixed.state_dict()
         buggy.load_state_dict(card.to_buggy(state, shape) if card.to_buggy else state)
     return fixed.eval(), buggy.eval()
+
+
+def scenario_call(pair: Pair, side: str, inputs: Inputs) -> Call | None:
+    """How ``fixed`` or ``buggy`` is called on ``inputs``: a modern pair through its card's
+    scenario (with that file's own KVCache), a classic pair as ``module(x[, mask])`` (None)."""
+    card = pair.card
+    if not card.modern:
+        return None
+    module = pair.fixed if side == "fixed" else pair.buggy
+    new_cache = getattr(module, "KVCache", None)
+    return make_call(card.how, inputs.keep, card.spec, inputs.positions, new_cache)
 
 
 def _output_table(ref: Run, fix: Run, bug: Run, dtype: torch.dtype) -> pd.DataFrame:
@@ -152,7 +165,7 @@ def _module_probes(
         try:
             with warnings.catch_warnings():  # run() has recorded them already
                 warnings.simplefilter("ignore")
-                if pair.card.mask in ("causal", "both"):
+                if pair.card.mask in CAUSAL_KINDS:
                     leak = future_leak(module, x, mask)
                     found.setdefault("future leak", []).append(f"{name} {leak or 'none'}")
                 diff = repeat_difference(module, x, mask, seed)
@@ -181,6 +194,7 @@ def compare(
     card = pair.card
     inputs = card.inputs(shape, seed, edge)
     fixed, buggy = build_pair(pair, shape, seed)
+    fix_call, bug_call = scenario_call(pair, "fixed", inputs), scenario_call(pair, "buggy", inputs)
     with exact_float32(device):
         with seeded(seed):
             ref = run(
@@ -188,6 +202,7 @@ def compare(
                 inputs.x.to(device),
                 encode(inputs.keep, card.spec, device, torch.float64),
                 lambda out_shape: upstream_gradient(out_shape, seed),
+                fix_call,
             )
         if not ref.ok:
             raise MeasurementError(f"{card.id}: the fixed module fails in float64: {ref.error}")
@@ -196,13 +211,13 @@ def compare(
         mask = encode(inputs.keep, card.spec, device, dtype)
         fix_module, bug_module = as_dtype(fixed, device, dtype), as_dtype(buggy, device, dtype)
         with seeded(seed):
-            fix = run(fix_module, x, mask, G)
+            fix = run(fix_module, x, mask, G, fix_call)
         if not fix.ok:
             raise MeasurementError(
                 f"{card.id}: the fixed module fails in {dtype_name(dtype)}: {fix.error}"
             )
         with seeded(seed):
-            bug = run(bug_module, x, mask, G)
+            bug = run(bug_module, x, mask, G, bug_call)
         found = _module_probes(pair, fix_module, bug_module, x, mask, seed) if probes else {}
     return Comparison(
         output=_output_table(ref, fix, bug, dtype),
@@ -214,6 +229,7 @@ def compare(
         seed=seed,
         edge=edge,
         probes=found,
+        ref=ref,
     )
 
 
@@ -222,8 +238,10 @@ def runs_silently(pair: Pair, device: torch.device, dtype: torch.dtype, shape: S
     _, buggy = build_pair(pair, shape, 0)
     inputs = pair.card.inputs(shape, 0)
     mask = encode(inputs.keep, pair.card.spec, device, dtype)
+    call = scenario_call(pair, "buggy", inputs)
     with exact_float32(device), seeded(0):
-        if not run(as_dtype(buggy, device, dtype), inputs.x.to(device, dtype), mask, None).ok:
+        x = inputs.x.to(device, dtype)
+        if not run(as_dtype(buggy, device, dtype), x, mask, None, call).ok:
             return False  # cheap early exit: most shapes raise
     cmp = compare(pair, device, dtype, shape)
     return cmp.bug.ok and cmp.diverges

@@ -21,6 +21,7 @@ from harness.catalogue.search import find_trigger
 from harness.catalogue.seeds import compare_over_seeds
 from harness.catalogue.verdicts import Verdict
 from harness.devices import dtype_name
+from harness.masks import CAUSAL_KINDS
 from harness.runner import INPUT_GRAD
 from harness.shapes import Shape
 
@@ -105,7 +106,7 @@ def _judge(pair: Pair, device: torch.device, dtype: torch.dtype, cmp: Comparison
         return Verdict.BENIGN, "output and every gradient within the noise floor", cmp, None
     edge_name = EDGE_NAMES[card.edge]
     try:
-        leaks = card.mask in ("causal", "both")  # a leak may show only on the edge inputs
+        leaks = card.mask in CAUSAL_KINDS  # a leak may show only on the edge inputs
         edge = compare(pair, device, dtype, cmp.shape, cmp.seed, edge=True, probes=leaks)
     except MeasurementError as exc:
         reason = f"within the floor on ordinary inputs; {edge_name} not measurable here: {exc}"
@@ -166,7 +167,11 @@ def measure(
         warnings=sorted(set(cmp.bug.warnings) | set(shown.bug.warnings)),
         trigger=trigger,
         weights={"fix": shown.fix.weights, "bug": shown.bug.weights},
-        outputs={"fix": shown.fix.output, "bug": shown.bug.output},
+        outputs={
+            "fix": shown.fix.output,
+            "bug": shown.bug.output,
+            "ref": shown.ref.output if shown.ref else None,
+        },
         edge=shown.edge,
         probes=cmp.probes | edge_leak(shown, pair.card.edge),
         variants=variants,

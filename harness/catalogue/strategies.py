@@ -41,3 +41,13 @@ def awkward_shapes(draw: st.DrawFn, has_heads: bool = False, max_size: int = 6) 
         d_model = shape.heads * d_k if has_heads else shape.d_model
         shape = shape.with_(d_k=d_k, d_v=d_k if has_heads else shape.d_v, d_model=d_model)
     return shape
+
+
+@st.composite
+def modern_shapes(draw: st.DrawFn, max_len: int = 9) -> Shape:
+    """Shapes for modern pairs: 1, 2 or 4 heads of even width (rotary pairs dimensions), any
+    batch and length, so decode and chunked prefill meet every split of the sequence."""
+    heads = draw(st.sampled_from(HEAD_COUNTS))
+    d_head = draw(st.sampled_from((2, 4, 6)))
+    batch, seq_len = draw(st.integers(1, 3)), draw(st.integers(1, max_len))
+    return Shape(batch, seq_len, heads * d_head, d_head, d_head, heads)

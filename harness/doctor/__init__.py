@@ -13,9 +13,17 @@ torch's global settings are restored.
 from harness.doctor.examine import STEPS, diagnose
 from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding
 from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
-from harness.doctor.subject import MASK_SHAPES, MASKS, Config
+from harness.doctor.subject import (
+    GROUPINGS,
+    MASK_SHAPES,
+    MASKS,
+    PAIRINGS,
+    POSITIONS,
+    Config,
+)
 
 __all__ = [
-    "FAIL", "MASKS", "MASK_SHAPES", "PASS", "SKIP", "STEPS", "TIMEOUT", "WARN",
+    "FAIL", "GROUPINGS", "MASKS", "MASK_SHAPES", "PAIRINGS", "PASS", "POSITIONS", "SKIP",
+    "STEPS", "TIMEOUT", "WARN",
     "Config", "Diagnosis", "Finding", "UserCodeError", "diagnose", "guarded",
 ]  # fmt: skip

@@ -36,6 +36,15 @@ def skipped(message: str) -> Outcome:
     return Outcome(SKIP, message)
 
 
+def config_json(config: Config) -> dict[str, object]:
+    """The config as JSON values: a call adapter by its qualified name."""
+    values = asdict(config)
+    if config.call is not None:
+        call = config.call
+        values["call"] = f"{getattr(call, '__module__', '?')}:{getattr(call, '__qualname__', call)}"
+    return values
+
+
 @dataclass(frozen=True)
 class Finding:
     """One probe's result: pass, fail, warn or skip, with evidence or the reason."""
@@ -87,7 +96,7 @@ class Diagnosis:
             {
                 "target": self.target,
                 "healthy": self.healthy,
-                "config": asdict(self.config),
+                "config": config_json(self.config),
                 "findings": [asdict(f) for f in self.findings],
             },
             indent=2,

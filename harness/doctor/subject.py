@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import copy
 import inspect
+import io
+import re
+import sys
+import textwrap
+import tokenize
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
@@ -39,6 +44,18 @@ def quietly_seeded(seed: int) -> Iterator[None]:
 
 
 MASKS = (*MEANINGS, "none")  # --mask: a meaning, or none when the module takes no mask
+# --positions: detected (auto), none, absolute (learned or sinusoidal: order matters, shifts
+# too) or relative (rotary, ALiBi, relative bias: order matters, a shift of every position
+# does not).
+POSITIONS = ("auto", "none", "absolute", "relative")
+# --rope-pairing: how the checkpoint's weights pair rotary dimensions, by the name of the
+# reference's rotary style: i with i + d/2 (transformers' rotate_half, NeoX) or 2i with 2i + 1
+# (GPT-J, Meta's complex form). Both are valid rotations; only the weights tell which is right.
+PAIRINGS = {"half": "half", "interleaved": "pairs"}
+# --kv-grouping: which query heads share a K/V head. blocks: query head i reads K/V head
+# i // n_rep (repeat_interleave; every Llama, Mistral, Qwen checkpoint); strided: i % n_kv
+# (repeat; x-transformers). Either is sound for weights trained that way.
+GROUPINGS = ("auto", "blocks", "strided")
 MASK_SHAPES = LAYOUTS
 
 
@@ -51,6 +68,15 @@ class Config:
     mask_shape: str = "bqk"
     mask_dtype: str = "bool"  # keep/drop masks as bool, or as float 0/1
     positional: bool = False  # it uses positions: no permutation equivariance expected
+    positions: str = "auto"  # auto | none | absolute | relative (rotary, ALiBi): see POSITIONS
+    kv_heads: int | None = None  # grouped K/V heads when they cannot be read off the module
+    window: int | None = None  # a sliding window of this many keys (query t sees t-w+1..t)
+    rope_pairing: str = "auto"  # the checkpoint's rotary layout: auto | half | interleaved
+    packed: bool = False  # positions restarting at 0 start a new document it must not see past
+    kv_grouping: str = "auto"  # auto | blocks (repeat_interleave) | strided (repeat)
+    # A call adapter, fn(module, x, *, positions, mask, cache), calling the module the way the
+    # user's model does (--call file.py:fn); its ``make_cache()``, if any, makes an empty cache.
+    call: Callable[..., object] | None = field(default=None, repr=False)
     strict: bool = False  # warnings fail too
     batch: int = 4
     seq_len: int = 8
@@ -69,6 +95,16 @@ class Config:
             raise UsageError("--mask-dtype must be bool or float")
         if self.batch < 2 or self.seq_len < 3:
             raise UsageError("the doctor needs --batch >= 2 and --seq-len >= 3")
+        if self.positions not in POSITIONS:
+            raise UsageError(f"--positions must be one of {', '.join(POSITIONS)}")
+        if self.kv_heads is not None and self.kv_heads < 1:
+            raise UsageError("--kv-heads must be a positive number of K/V heads")
+        if self.window is not None and self.window < 1:
+            raise UsageError("--window must be a positive number of keys")
+        if self.kv_grouping not in GROUPINGS:
+            raise UsageError(f"--kv-grouping must be one of {', '.join(GROUPINGS)}")
+        if self.rope_pairing not in ("auto", *PAIRINGS):
+            raise UsageError(f"--rope-pairing must be one of auto, {', '.join(PAIRINGS)}")
 
     @property
     def spec(self) -> MaskSpec | None:
@@ -164,11 +200,16 @@ class Subject:
         self.device = torch.device(config.device)
         self.takes_mask = config.spec is not None
         self.spec = config.spec
-        self.plan = plan_call(self.module, self.takes_mask, config.mask_arg)
+        if config.call is not None:
+            self.plan: CallPlan = AdapterPlan(adapter=config.call)
+        else:
+            self.plan = plan_call(self.module, self.takes_mask, config.mask_arg)
         self.sequence_first = config.sequence_first or getattr(module, "batch_first", 1) is False
         if isinstance(module, nn.MultiheadAttention):
             self.sequence_first = False  # its adapter turns it round itself
-        self.positional = config.positional or self.plan.rotary  # rotary: positions matter
+        self.original = module  # the module as given (its class's code is read for rotary)
+        self.new_cache, self.cache_source = cache_convention(self.module, self.plan)
+        self.window, self.window_source = window_of(self.module, config)
         self.context = declared_context(self.module)
         self.dtype = torch.float64
         self.d_model, self.dtype = self._input_width(config.d_model)
@@ -198,6 +239,38 @@ class Subject:
         """A copy in eval mode, in ``dtype`` (default: float64, or float32 for a module that
         runs only in float32)."""
         return copy.deepcopy(self.module).to(self.device, dtype or self.dtype).eval()
+
+    @cached_property
+    def positions_found(self) -> Positions:
+        """The module's position scheme, and how it is known (measured on first use)."""
+        return position_scheme(self)
+
+    @property
+    def position_scheme(self) -> str:
+        return self.positions_found.scheme
+
+    @property
+    def position_source(self) -> str:
+        return self.positions_found.source
+
+    @property
+    def positional(self) -> bool:
+        """Positions matter: no permutation equivariance expected."""
+        return self.config.positional or self.plan.rotary or self.position_scheme != "none"
+
+    def responds_to_positions(self) -> bool:
+        """Moving half of the tokens one position on (positions passed) changes the output."""
+        cfg = self.config
+        x = self.x(cfg.batch, cfg.seq_len, 29)
+        keep = self.ordinary_keep(cfg.batch, cfg.seq_len)
+        base = torch.arange(cfg.seq_len).expand(cfg.batch, cfg.seq_len)
+        moved = base + (torch.arange(cfg.seq_len) >= cfg.seq_len // 2)
+        module = self.copy()
+        with torch.no_grad():
+            out = self.call(module, x, keep, base)[0].double()
+            out_moved = self.call(module, x, keep, moved)[0].double()
+        change = (out_moved - out).abs().nan_to_num(0.0).max().item()
+        return change > 64 * torch.finfo(torch.float32).eps * max(1.0, out.abs().max().item())
 
     @cached_property
     def repeat_difference(self) -> float:
@@ -234,16 +307,46 @@ class Subject:
         return encode(keep, self.spec, self.device, dtype)
 
     def call(
-        self, module: nn.Module, x: Tensor, keep: Tensor | None
+        self,
+        module: nn.Module,
+        x: Tensor,
+        keep: Tensor | None,
+        positions: Tensor | None = None,
+        defaults: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
+        """(output (B, T, d), weights or None) of one call; ``positions`` (B, T) go to the
+        module's position parameters (None: 0..T-1, or with ``defaults`` its own default)."""
         mask = self.encode(keep, x.dtype)
+        seq = x.transpose(0, 1) if self.sequence_first else x
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = self.plan.call(module, x.transpose(0, 1) if self.sequence_first else x, mask)
+            result = self.plan.call(module, seq, mask, positions, defaults=defaults)
         out, weights = split_output(result)
         if self.sequence_first:
             out = out.transpose(0, 1)  # (T, B, d) -> (B, T, d)
         return out, weights if is_weights(weights, x.shape[0], x.shape[1]) else None
+
+    def invoke(
+        self,
+        module: nn.Module,
+        x: Tensor,
+        mask: Tensor | None,
+        positions: Tensor | None,
+        cache: object,
+        start: int,
+    ) -> object:
+        """One call of a generation scenario (``harness.scenarios``): the mask already encoded,
+        the cache made by ``new_cache``. A returned cache is taken out of the result and kept
+        for the next call; the rest is returned as forward gave it."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = self.plan.call(module, x, mask, positions, cache, start, defaults=True)
+        if isinstance(cache, Returned) and isinstance(result, tuple | list):
+            found = [i for i, r in enumerate(result) if i > 0 and _is_cache(r)]
+            if found:
+                cache.value = result[found[0]]
+                result = tuple(r for i, r in enumerate(result) if i != found[0])
+        return result
 
     def grad_of(self, x: Tensor, keep: Tensor | None, select: Callable[[Tensor], Tensor]) -> Tensor:
         """d select(output).sum() / dx on a fresh float64 copy (zeros when x is unused)."""
@@ -273,11 +376,139 @@ class Subject:
         )
 
     def effective_keep(self, keep: Tensor | None, batch: int, seq_len: int) -> Tensor | None:
-        """What the module should allow: the mask passed, and the causal one if it is causal."""
+        """What the module should allow: the mask passed, the causal one if it is causal, and
+        its sliding window if it has one."""
         causal = causal_keep(batch, seq_len) if self.config.causal else None
+        if self.window is not None:
+            band = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1 - self.window)  # (T, T)
+            causal = band if causal is None else causal & band
         if keep is None or not self.takes_mask:
             return causal
         return keep if causal is None else keep & causal
+
+
+def _is_cache(value: object) -> bool:
+    """A returned cache: keys and values as a tuple of tensors, or an object with ``update``."""
+    if isinstance(value, tuple | list):
+        return len(value) >= 2 and all(isinstance(t, Tensor) for t in value)
+    return callable(getattr(value, "update", None))
+
+
+def _cache_class(module: nn.Module) -> type | None:
+    """A cache class the module's own file defines or imports: a class named ``...Cache`` with
+    an ``update`` method that can be built without arguments (the catalogue's ``KVCache``,
+    transformers' ``DynamicCache``)."""
+    source = sys.modules.get(type(module).__module__)
+    found = sorted(vars(source).items()) if source else []
+    found.sort(key=lambda item: item[0] == "Cache")  # an abstract base last
+    for name, value in found:
+        if not (isinstance(value, type) and name.endswith("Cache")):
+            continue
+        if not callable(getattr(value, "update", None)):
+            continue
+        try:
+            value()
+        except Exception:
+            continue
+        return value
+    return None
+
+
+def cache_convention(module: nn.Module, plan: CallPlan) -> tuple[Callable[[], object] | None, str]:
+    """How to make the module an empty cache, and how that was found; (None, why not) when the
+    forward takes no cache the doctor can make."""
+    if isinstance(plan, AdapterPlan):
+        make = getattr(plan.adapter, "make_cache", None)
+        make = make or getattr(sys.modules.get(plan.adapter.__module__), "make_cache", None)
+        if callable(make):
+            return make, "the adapter's make_cache()"
+        return None, "the adapter defines no make_cache(): no cache to probe"
+    if plan.positional:
+        return None, "forward(*args): no cache parameter to pass"
+    if plan.cache is not None:
+        cls = _cache_class(module)
+        if cls is not None:
+            return cls, f"`{plan.cache}` given a fresh {cls.__name__}() from the module's file"
+        if plan.cache in ("past_key_value", "past_key_values", "layer_past"):
+            return Returned, f"`{plan.cache}` given back what the previous call returned"
+        return None, f"`{plan.cache}` takes a cache the doctor cannot make: pass --call"
+    internal = [n for n in plan.positions if n in (*OFFSET_NAMES, "input_pos")]
+    held = [n for n, _ in module.named_buffers() if "cache" in n.lower()]
+    held += [n for n in vars(module) if "cache" in n.lower() and not n.startswith("_")]
+    if internal and held:
+        return Internal, f"its own cache ({held[0]}), addressed by `{internal[0]}`"
+    return None, "forward takes no cache (cache, past_key_value(s), layer_past, start_pos, ...)"
+
+
+ROTARY_WORDS = re.compile(r"rotary|\brope\b|rotate_half|freqs_cis|\balibi\b|\brope_", re.IGNORECASE)
+
+
+WINDOW_NAMES = ("sliding_window", "window_size", "window", "attention_window",
+                "local_window_size", "window_len")  # fmt: skip
+
+
+def window_of(module: nn.Module, config: Config) -> tuple[int | None, str]:
+    """(the sliding window in keys, how it is known), or (None, why there is none)."""
+    if config.window is not None:
+        return config.window, "declared (--window)"
+    found = int_attribute(module, WINDOW_NAMES)
+    if found is not None:
+        return found, "read off the module"
+    return None, "no window declared (--window) or found on the module"
+
+
+def code_names(module: nn.Module) -> list[str]:
+    """The names in the code of the module's class and its bases up to nn.Module (what their
+    methods call): identifiers only, so that a comment or docstring that mentions rotary does
+    not count."""
+    names = []
+    for cls in type(module).__mro__:
+        if cls in (nn.Module, object) or cls.__module__.startswith("torch."):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(cls))
+            tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        except (OSError, TypeError, tokenize.TokenError, SyntaxError):
+            continue
+        names += [token.string for token in tokens if token.type == tokenize.NAME]
+    return names
+
+
+@dataclass(frozen=True)
+class Positions:
+    """A module's position scheme (none | absolute | relative), how it is known, and whether
+    that is firm (declared, or seen in its signature or its behaviour) or only read off the
+    names in its code."""
+
+    scheme: str
+    source: str
+    firm: bool = True
+
+
+def position_scheme(subject: Subject) -> Positions:
+    """Declared by --positions; else detected: rotary tables in the signature, positions the
+    output responds to (rotary if its code names it), or rotary named in its code."""
+    config, plan = subject.config, subject.plan
+    if config.positions != "auto":
+        return Positions(config.positions, "declared (--positions)")
+    if plan.rotary:
+        return Positions("relative", "forward takes rotary tables")
+    code = " ".join(code_names(subject.original))
+    words = sorted({w.lower() for w in ROTARY_WORDS.findall(code)})
+    named = f"its code names {words[0]}" if words else ""
+    given = next((n for n in plan.positions if n not in OFFSET_NAMES), None)
+    if given is not None and subject.responds_to_positions():
+        if named:
+            return Positions("relative", f"its output follows `{given}` and {named}")
+        return Positions("absolute", f"its output follows `{given}`")
+    if config.positional:
+        return Positions("absolute", "declared (--positional)")
+    if given is not None:
+        why = f"{named}, but " if named else ""
+        return Positions("none", f"{why}its output ignores `{given}`", firm=not named)
+    if named:
+        return Positions("relative", f"{named} (declare --positions to overrule)", firm=False)
+    return Positions("none", "no positions detected")
 
 
 # How real forwards name their arguments: the input (or query, key and value for
@@ -292,18 +523,24 @@ MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_ma
 
 # Position inputs the doctor can make: rotary tables in the two common forms, and positions.
 ROTARY_NAMES = ("position_embeddings", "freqs_cis", "rotary_emb", "rope", "cos_sin")
-POSITION_NAMES = ("position_ids", "cache_position", "positions", "pos")
+POSITION_NAMES = ("position_ids", "cache_position", "positions", "pos", "input_pos")
 OFFSET_NAMES = ("start_pos", "offset", "past_length", "seqlen_offset")  # 0: no cached prefix
+# Caches: an object passed in (and updated), or a tuple passed in and returned; ``use_cache``
+# switches returning it on.
+CACHE_NAMES = ("cache", "kv_cache", "past_key_value", "past_key_values", "layer_past")
+USE_CACHE_NAMES = ("use_cache",)
 
 
-def rotary_tables(name: str, batch: int, seq_len: int, head_dim: int, x: Tensor) -> object:
-    """Standard RoPE tables (base 10000) for positions 0..T-1: transformers' ``(cos, sin)``, each
-    (B, T, head_dim), or Meta's complex ``freqs_cis`` (T, head_dim / 2)."""
+def rotary_tables(name: str, positions: Tensor, head_dim: int, x: Tensor) -> object:
+    """Standard RoPE tables (base 10000) for ``positions`` (B, T): transformers' ``(cos, sin)``,
+    each (B, T, head_dim), or Meta's complex ``freqs_cis`` (T, head_dim / 2) from the first
+    row."""
     inv_freq = 10000.0 ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    angles = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv_freq  # (T, head_dim / 2)
+    angles = positions.to("cpu", torch.float64)[..., None] * inv_freq  # (B, T, head_dim / 2)
     if name == "freqs_cis":  # complex64 beside float32 inputs, complex128 beside float64
-        return torch.polar(torch.ones_like(angles), angles).to(x.device, _complex(x.dtype))
-    table = torch.cat([angles, angles], dim=-1).expand(batch, seq_len, head_dim)
+        first = angles[0]  # (T, head_dim / 2)
+        return torch.polar(torch.ones_like(first), first).to(x.device, _complex(x.dtype))
+    table = torch.cat([angles, angles], dim=-1)  # (B, T, head_dim)
     return table.cos().to(x.device, x.dtype), table.sin().to(x.device, x.dtype)
 
 
@@ -311,9 +548,32 @@ def _complex(dtype: torch.dtype) -> torch.dtype:
     return torch.complex128 if dtype == torch.float64 else torch.complex64
 
 
+class Returned:
+    """A cache that the module returns and is given back on the next call (``layer_past``,
+    ``past_key_value`` tuples): the doctor keeps the last one here."""
+
+    def __init__(self) -> None:
+        self.value: object = None
+
+    def reset(self) -> None:
+        self.value = None
+
+    def __len__(self) -> int:
+        keys = self.value[0] if isinstance(self.value, tuple | list) and self.value else None
+        return 0 if not isinstance(keys, Tensor) else keys.shape[-2]
+
+
+class Internal:
+    """The module keeps its own cache, addressed by ``start_pos`` / ``input_pos``: nothing to
+    pass, nothing to reset (a new prompt overwrites it from position 0)."""
+
+    def reset(self) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class CallPlan:
-    """Which of forward's parameters get the input, the mask and position tables, and how."""
+    """Which of forward's parameters get the input, the mask, positions and the cache, and how."""
 
     inputs: tuple[str, ...] = ()  # parameter names given x (query, key and value: all three)
     mask: str | None = None  # the parameter given the mask
@@ -321,26 +581,85 @@ class CallPlan:
     positions: tuple[str, ...] = ()  # parameters given positions or rotary tables
     mask_optional: bool = False  # the mask parameter has a default: it may be left out
     head_dim: int = 0  # the rotary tables' width
+    optional_positions: tuple[str, ...] = ()  # position parameters with a default
+    cache: str | None = None  # the parameter given the cache
+    use_cache: str | None = None  # the flag that makes the module return its cache
 
     @property
     def rotary(self) -> bool:
         return any(n in ROTARY_NAMES for n in self.positions)
 
-    def call(self, module: nn.Module, x: Tensor, mask: Tensor | None) -> object:
+    @property
+    def takes_positions(self) -> bool:
+        """Positions (or tables made from them) can be passed: a shift or a swap can be asked."""
+        return any(n not in OFFSET_NAMES for n in self.positions)
+
+    def call(
+        self,
+        module: nn.Module,
+        x: Tensor,
+        mask: Tensor | None,
+        positions: Tensor | None = None,
+        cache: object = None,
+        start: int = 0,
+        defaults: bool = False,
+    ) -> object:
+        """Call forward with x and the mask; ``positions`` (B, T) go to every position
+        parameter (None: ``start + arange``, or with ``defaults`` the module's own default
+        where it has one); ``cache`` to the cache parameter, ``start`` (tokens already cached)
+        to an offset."""
         if self.positional:
             return module(x) if mask is None else module(x, mask)
         kwargs: dict[str, object] = dict.fromkeys(self.inputs, x)
         if mask is not None and self.mask is not None:
             kwargs[self.mask] = mask
         batch, seq_len = x.shape[:2]
+        given = positions
+        if positions is None:
+            positions = start + torch.arange(seq_len, device=x.device).expand(batch, seq_len)
         for name in self.positions:
             if name in OFFSET_NAMES:
-                kwargs[name] = 0
+                kwargs[name] = start
+            elif defaults and given is None and name in self.optional_positions:
+                continue  # the module's own default is part of what is probed
             elif name in ROTARY_NAMES:
-                kwargs[name] = rotary_tables(name, batch, seq_len, self.head_dim, x)
+                kwargs[name] = rotary_tables(name, positions, self.head_dim, x)
+            elif name == "cache_position":
+                kwargs[name] = positions[0]  # (T,): transformers' cache positions
             else:
-                kwargs[name] = torch.arange(seq_len, device=x.device).expand(batch, seq_len)
+                kwargs[name] = positions
+        if self.cache is not None and cache is not None and not isinstance(cache, Internal):
+            kwargs[self.cache] = cache.value if isinstance(cache, Returned) else cache
+        if self.use_cache is not None:
+            kwargs[self.use_cache] = isinstance(cache, Returned)
         return module(**kwargs)
+
+
+@dataclass(frozen=True)
+class AdapterPlan(CallPlan):
+    """Every call goes through the user's adapter: ``adapter(module, x, positions=(B, T),
+    mask=..., cache=...)``; positions always given (``start + arange(T)`` by default)."""
+
+    adapter: Callable[..., object] | None = None
+    positions: tuple[str, ...] = ("positions",)
+    mask: str | None = "mask"
+    mask_optional: bool = True
+    cache: str | None = "cache"
+
+    def call(
+        self,
+        module: nn.Module,
+        x: Tensor,
+        mask: Tensor | None,
+        positions: Tensor | None = None,
+        cache: object = None,
+        start: int = 0,
+        defaults: bool = False,
+    ) -> object:
+        if positions is None:
+            batch, seq_len = x.shape[:2]
+            positions = start + torch.arange(seq_len, device=x.device).expand(batch, seq_len)
+        return self.adapter(module, x, positions=positions, mask=mask, cache=cache)
 
 
 def head_width(module: nn.Module) -> int:
@@ -398,13 +717,21 @@ def plan_call(module: nn.Module, takes_mask: bool, mask_arg: str | None = None) 
         )
     made = (*ROTARY_NAMES, *POSITION_NAMES, *OFFSET_NAMES)
     positions = tuple(n for n in named if n in made)
-    optional = mask is not None and named[mask].default is not inspect.Parameter.empty
-    plan = CallPlan(inputs=inputs, mask=mask if takes_mask else None, positions=positions,
-                    head_dim=head_width(module) if positions else 0,
-                    mask_optional=optional)  # fmt: skip
+    empty = inspect.Parameter.empty
+    optional = mask is not None and named[mask].default is not empty
+    cache = next((n for n in CACHE_NAMES if n in named), None)
+    plan = CallPlan(
+        inputs=inputs, mask=mask if takes_mask else None, positions=positions,
+        head_dim=head_width(module) if positions else 0, mask_optional=optional,
+        optional_positions=tuple(
+            n for n in positions
+            if named[n].default is not empty and n in POSITION_NAMES  # tables are never optional
+        ),
+        cache=cache, use_cache=next((n for n in USE_CACHE_NAMES if n in named), None),
+    )  # fmt: skip
     others = [
         n for n, p in named.items()
-        if p.default is inspect.Parameter.empty and n not in plan.inputs and n != plan.mask
+        if p.default is empty and n not in plan.inputs and n != plan.mask
         and n not in positions
     ]  # fmt: skip
     if others:

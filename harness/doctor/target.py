@@ -104,10 +104,19 @@ class Sizes:
     heads: int = 4
     context: int = 256  # the maximum sequence length a module is built for
     init: Mapping[str, object] = field(default_factory=dict)
+    kv_heads: int | None = None  # grouped K/V heads (None: half the heads, or 1 with one head)
 
     def __post_init__(self) -> None:
         if self.d_model < 1 or self.heads < 1 or self.d_model % self.heads:
             raise UsageError("--d-model must be a positive multiple of --heads")
+        if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
+            raise UsageError("--kv-heads must divide --heads")
+
+    @property
+    def groups(self) -> int:
+        """K/V heads built into a module that groups them: grouped-query attention is what
+        such a module is for, so the doctor builds it grouped unless told otherwise."""
+        return self.kv_heads or max(1, self.heads // 2)
 
 
 # The names real constructors and config objects use for each size, and the value each gets.
@@ -132,9 +141,10 @@ NAMES: dict[str, Callable[[Sizes], object]] = {
     **dict.fromkeys(HEADS_NAMES, lambda s: s.heads),
     **dict.fromkeys(
         ("num_key_value_heads", "n_kv_heads", "kv_heads", "num_kv_heads", "n_kv_head",
-         "n_query_groups", "num_key_value_groups"),
-        lambda s: s.heads,
+         "n_query_groups"),
+        lambda s: s.groups,
     ),
+    "num_key_value_groups": lambda s: s.heads // s.groups,  # query heads per K/V head
     **dict.fromkeys(HEAD_DIM_NAMES, lambda s: s.d_model // s.heads),
     **dict.fromkeys(
         ("d_out", "dim_out", "out_dim", "output_dim", "out_features"), lambda s: s.d_model

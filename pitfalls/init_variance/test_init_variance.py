@@ -1,7 +1,6 @@
 """init_variance: the shared pair checks, the three inits side by side, and the card's figures."""
 
 import math
-import re
 
 import pytest
 import torch
@@ -9,16 +8,10 @@ import torch
 from harness import metrics
 from harness.catalogue import registry
 from harness.runner import seed_stats, seeded
+from harness.testing import claimed
 from pitfalls.init_variance import CARD, init_table
 
 CPU = torch.device("cpu")
-
-
-def claimed(pattern: str, text: str = CARD.truth) -> tuple[str, ...]:
-    """The groups of ``pattern`` in the card's text: the figures the tests hold it to."""
-    found = re.search(pattern, text)
-    assert found, f"the card no longer says {pattern!r}: update the test with the text"
-    return found.groups()
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +32,8 @@ def test_only_the_large_init_is_degenerate(device, cpu_table):
 
 
 def test_weight_variances_are_the_cards_formulas_and_not_one_over_fan_in(cpu_table):
-    (default,) = claimed(r"default has variance 1/\((\d+) fan_in\)")
-    (xavier,) = claimed(r"xavier_uniform_ (\d+)/\(fan_in \+ fan_out\)")
+    (default,) = claimed(CARD, r"default has variance 1/\((\d+) fan_in\)")
+    (xavier,) = claimed(CARD, r"xavier_uniform_ (\d+)/\(fan_in \+ fan_out\)")
     assert "not 1/fan_in" in CARD.truth
     fan_in, fan_out = CARD.shape.d_model, CARD.shape.d_k
     measured = cpu_table["weight variance (measured)"]
@@ -54,14 +47,14 @@ def test_weight_variances_are_the_cards_formulas_and_not_one_over_fan_in(cpu_tab
 
 
 def test_rows_saturated_as_the_card_says(cpu_table):
-    percent, weight = claimed(r"about (\d+)% of rows put ([\d.]+) of their weight on one key")
+    percent, weight = claimed(CARD, r"about (\d+)% of rows put ([\d.]+) of their weight on one key")
     assert float(weight) == metrics.SATURATED  # the harness's definition of a saturated row
     assert round(100 * cpu_table.loc["normal_(std=1) (buggy.py)", "saturated rows"]) == int(percent)
 
 
 def test_the_gradient_swings_seed_by_seed_as_the_card_says():
     """Each seed alone: the W_q gradient norm of normal_(std=1) over xavier's."""
-    low, high = claimed(r"ranges from under ([\d.]+)x to over (\d+)x xavier's")
+    low, high = claimed(CARD, r"ranges from under ([\d.]+)x to over (\d+)x xavier's")
     pair = registry.load("init_variance")
     ratios = []
     for seed in range(CARD.n_seeds):

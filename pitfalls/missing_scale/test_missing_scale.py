@@ -1,19 +1,11 @@
 """missing_scale: the shared pair checks, damage that grows with d_k, and the card's figures."""
 
-import re
-
 import pytest
 import torch
 
 from harness.catalogue import registry
+from harness.testing import claimed
 from pitfalls.missing_scale import CARD, scale_sweep
-
-
-def claimed(pattern: str) -> tuple[str, ...]:
-    """The groups of ``pattern`` in the card's truth: the figures the tests hold it to."""
-    found = re.search(pattern, CARD.truth)
-    assert found, f"the card no longer says {pattern!r}: update the test with the text"
-    return found.groups()
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +24,8 @@ def test_entropy_falls_with_d_k_only_without_the_scale(sweep):
 
 def test_entropies_are_the_cards(sweep):
     first, d_first, last, d_last, scaled = claimed(
-        r"entropy ([\d.]+) at d_k (\d+), ([\d.]+) at d_k (\d+), against ([\d.]+) with the scale"
+        CARD,
+        r"entropy ([\d.]+) at d_k (\d+), ([\d.]+) at d_k (\d+), against ([\d.]+) with the scale",
     )
     assert (int(d_first), int(d_last)) == (sweep.index[0], sweep.index[-1])
     buggy = sweep["entropy (buggy)"]
@@ -42,8 +35,8 @@ def test_entropies_are_the_cards(sweep):
 
 
 def test_gradient_growth_and_saturation_are_the_cards(sweep):
-    d_k, growth = claimed(r"up to d_k (\d+), the W_q gradient instead grows about (\d+)x")
-    percent, at = claimed(r"only (\d+)% saturate at d_k (\d+)")
+    d_k, growth = claimed(CARD, r"up to d_k (\d+), the W_q gradient instead grows about (\d+)x")
+    percent, at = claimed(CARD, r"only (\d+)% saturate at d_k (\d+)")
     assert int(d_k) == int(at) == sweep.index[-1]
     grad = sweep["grad norm W_q (buggy)"]
     assert round(grad.iloc[-1] / grad.iloc[0]) == int(growth)

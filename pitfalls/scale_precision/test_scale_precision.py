@@ -1,13 +1,13 @@
 """scale_precision: the shared pair checks, and every figure of the card measured."""
 
 import math
-import re
 
 import torch
 
 from harness.catalogue import registry
 from harness.catalogue.judge import measure
 from harness.catalogue.verdicts import Verdict
+from harness.testing import claimed
 from pitfalls.scale_precision import (
     CARD,
     SCALE_D_KS,
@@ -20,13 +20,6 @@ from pitfalls.scale_precision import (
 )
 
 CPU = torch.device("cpu")
-
-
-def claimed(pattern: str) -> tuple[str, ...]:
-    """The groups of ``pattern`` in the card's truth: the figures the tests hold it to."""
-    found = re.search(pattern, CARD.truth)
-    assert found, f"the card no longer says {pattern!r}: update the test with the text"
-    return found.groups()
 
 
 def roots() -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,12 +40,14 @@ def correctly_rounded(root: torch.Tensor) -> torch.Tensor:
 
 
 def test_both_scales_are_exactly_the_claimed_value():
-    value, d_k = claimed(r"exactly ([\d.]+) for d_k = (\d+)")
+    value, d_k = claimed(CARD, r"exactly ([\d.]+) for d_k = (\d+)")
     assert (1 / tensor_scale(int(d_k))).item() == float(value) == 1 / math.sqrt(int(d_k))
 
 
 def test_only_torch_sqrt_misses_the_correctly_rounded_root_and_by_the_counted_ulp():
-    off, count, first, last = claimed(r"sqrt is (\d+) ulp off .* for (\d+) of d_k = (\d+)\.\.(\d+)")
+    off, count, first, last = claimed(
+        CARD, r"sqrt is (\d+) ulp off .* for (\d+) of d_k = (\d+)\.\.(\d+)"
+    )
     assert (SWEEP_D_KS[0], SWEEP_D_KS[-1]) == (int(first), int(last))
     as_float, as_tensor = roots()
     assert correctly_rounded(as_float).all()
@@ -79,7 +74,7 @@ def test_scores_differ_only_where_the_roots_do_and_by_at_most_the_claimed_ulp(de
     scores_apart = torch.tensor(found["÷"]) > 0
     assert not (scores_apart & (as_float == as_tensor)).any()
     if device.type == "cpu":  # the card's figures, and the sweep's shortcut, are the CPU's
-        (most,) = claimed(r"at most (\d+) ulp apart on the CPU")
+        (most,) = claimed(CARD, r"at most (\d+) ulp apart on the CPU")
         assert torch.equal(scores_apart, as_float != as_tensor)
         assert max(found["÷"]) == int(most)
         sweep = sqrt_sweep()
@@ -94,15 +89,15 @@ def test_the_table_widths_agree_and_its_last_row_sums_up_the_sweep():
     assert (widths["d_k with scales apart"] == 0).all() and (
         widths["d_k with scores apart"] == 0
     ).all()
-    (count,) = claimed(r"for (\d+) of d_k")
-    (most,) = claimed(r"at most (\d+) ulp apart")
+    (count,) = claimed(CARD, r"for (\d+) of d_k")
+    (most,) = claimed(CARD, r"at most (\d+) ulp apart")
     whole = table.loc[f"{SWEEP_D_KS[0]}..{SWEEP_D_KS[-1]}"]
     assert whole["d_k with scales apart"] == whole["d_k with scores apart"] == int(count)
     assert whole["max ulp (÷ float vs ÷ tensor)"] == int(most)
 
 
 def test_benign_at_the_first_width_whose_roots_differ(device):
-    (first,) = claimed(r"at d_k = (\d+), the first of those")
+    (first,) = claimed(CARD, r"at d_k = (\d+), the first of those")
     sweep = sqrt_sweep()
     assert sweep.loc[sweep["scale ulp"] > 0, "d_k"].iloc[0] == int(first)
     pair = registry.load("scale_precision")

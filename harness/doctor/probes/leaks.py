@@ -132,15 +132,18 @@ def probe_all_masked(subject: Subject) -> Outcome:
         return skipped(NO_MASK)
     module = subject.copy()
     x = subject.x(cfg.batch, cfg.seq_len, 10).requires_grad_(True)
+    padding = subject.keep("padding", cfg.batch, cfg.seq_len, 10)
     with torch.no_grad():
-        ordinary, _ = subject.call(module, x, subject.keep("padding", cfg.batch, cfg.seq_len, 10))
-    if not torch.isfinite(ordinary).all():
+        ordinary, _ = subject.call(module, x, padding)
+    allowed = subject.effective_keep(padding, cfg.batch, cfg.seq_len)  # with its window, if any
+    has_key = allowed.any(-1).to(ordinary.device)  # (B, T): queries that have a key
+    if not torch.isfinite(ordinary[has_key]).all():
         return failed(f"NaN already with ordinary padding, where every query has a key: "
                        f"output{first_nonfinite(ordinary)} (see the other probes)")  # fmt: skip
     keep = subject.keep("padding", cfg.batch, cfg.seq_len, 10, empty=True)
     out, _ = subject.call(module, x, keep)
-    empty = ~keep.any(-1).any(-1)  # (B,) sequences with no key at all
-    if not torch.isfinite(out[~empty.to(out.device)]).all():
+    with_key = subject.effective_keep(keep, cfg.batch, cfg.seq_len).any(-1)  # (B, T)
+    if not torch.isfinite(out[with_key.to(out.device)]).all():
         return failed("one all-padding sequence makes other sequences' outputs NaN")
     if torch.isfinite(out).all():
         return passed("finite for a query with no allowed key")

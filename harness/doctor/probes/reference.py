@@ -13,7 +13,7 @@ from torch import Tensor
 from harness import metrics
 from harness.doctor.findings import Outcome, failed, passed, skipped
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import Subject
+from harness.doctor.subject import PAIRINGS, Subject
 from harness.reference import ROTARY_STYLES, Kernel, Recognized, attend, recognize
 
 
@@ -49,6 +49,7 @@ VARIANTS = (
             "softmax_dim", lambda d_k, d: d_k**-0.5, softmax_dim=1),
     Variant("the scale applied after the softmax", "scale_after_softmax", lambda d_k, d: d_k**-0.5,
             after_softmax=True),
+    Variant("the scale applied twice (1/d_k)", "double_scale", lambda d_k, d: 1.0 / d_k),
 )  # fmt: skip
 
 
@@ -90,13 +91,15 @@ def _tolerance(subject: Subject, key: Key, x: Tensor, allowed: Tensor | None,
 
 
 def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor, live: Tensor,
-             tolerance: float) -> str:  # fmt: skip
-    """The variant the output matches, or the nearest one with its distance."""
+             tolerance: float, styles: tuple[str | None, ...] = (None,)) -> str:  # fmt: skip
+    """The variant the output matches (with any of the rotary ``styles``), or the nearest one
+    with its distance."""
     errors = []
     for variant in VARIANTS:
-        with torch.no_grad():
-            ref = attend(reading, x, allowed, variant.kernel(x.shape[-1]))
-        errors.append((_error(out, ref, live), variant))
+        for style in styles:
+            with torch.no_grad():
+                ref = attend(reading, x, allowed, variant.kernel(x.shape[-1]), rotary=style)
+            errors.append((_error(out, ref, live), variant))
     if not torch.isfinite(out[live.to(out.device)]).all():
         return "; its output has NaN or Inf where SDPA's is finite"
     err, variant = min(errors, key=lambda pair: pair[0])
@@ -122,29 +125,68 @@ def _references(
     return refs
 
 
-def _rotary_mismatch(readings: list[Recognized], x: Tensor, allowed: Tensor | None,
-                     out: Tensor, live: Tensor, tolerance: float) -> Outcome:  # fmt: skip
-    """A rotary module SDPA with standard RoPE does not reproduce: a failure when it matches
-    grouped key/value heads tiled instead of grouped, else not compared (its rotary may differ:
-    partial, scaled)."""
-    tiled = _references(readings, x, allowed, ROTARY_STYLES, tile_kv=True)
-    if tiled and min(_error(out, ref, live) for ref in tiled.values()) <= tolerance:
+def _tiled(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Tensor | None,
+           out: Tensor, live: Tensor, tolerance: float,
+           styles: tuple[str | None, ...]) -> Outcome | None:  # fmt: skip
+    """When the module matches SDPA only with its grouped K/V heads tiled (``repeat``): a pass
+    noting the strided grouping, or a failure when blocks were declared; None otherwise."""
+    declared = subject.config.kv_grouping
+    if declared == "strided":
+        return None  # already compared tiled
+    tiled = _references(readings, x, allowed, styles, tile_kv=True)
+    if not tiled or min(_error(out, ref, live) for ref in tiled.values()) > tolerance:
+        return None
+    if declared == "blocks":
         return failed(
-            "it matches SDPA only with its grouped key/value heads tiled (repeat) instead of each "
-            "serving its own group of query heads (repeat_interleave): the heads are mismatched"
+            "it matches SDPA only with its grouped K/V heads tiled (repeat) instead of each "
+            "serving its own block of query heads (repeat_interleave), against the declared "
+            "--kv-grouping blocks (gqa_kv_grouping)"
         )
+    return passed(
+        f"within {tolerance:.2g} with its grouped K/V heads tiled (repeat: strided grouping, as "
+        "x-transformers lays them out; see grouped heads)"
+    )
+
+
+def _not_compared() -> Outcome:
     return skipped(
-        "rotary tables supplied, and SDPA with standard RoPE (half-split or pairs) on its "
+        "rotary positions, and SDPA with standard RoPE (half-split or pairs) on its "
         "projections does not reproduce it (partial or scaled rotary?): not compared"
     )
+
+
+def _other_pairing(subject: Subject, readings: list[Recognized], x: Tensor,
+                   allowed: Tensor | None, out: Tensor, live: Tensor,
+                   tolerance: float) -> Outcome | None:  # fmt: skip
+    """A failure when the module pairs rotary dimensions the other way than declared."""
+    declared = subject.config.rope_pairing
+    if declared == "auto":
+        return None
+    others = tuple(s for s in ROTARY_STYLES if s != PAIRINGS[declared])
+    refs = _references(readings, x, allowed, others)
+    if refs and min(_error(out, ref, live) for ref in refs.values()) <= tolerance:
+        return failed(
+            f"it pairs rotary dimensions the other way than the declared --rope-pairing "
+            f"{declared}: weights laid out for one pairing read with the other "
+            "(rope_pairing_mismatch)"
+        )
+    return None
+
+
+def _styles(subject: Subject) -> tuple[str, ...]:
+    """The rotary pairings to try: the declared one (--rope-pairing), else both."""
+    declared = subject.config.rope_pairing
+    return (PAIRINGS[declared],) if declared != "auto" else ROTARY_STYLES
 
 
 @probe("agrees with SDPA")
 def probe_sdpa(subject: Subject) -> Outcome:
     """Agreement with F.scaled_dot_product_attention on the module's own projections."""
-    rotary = subject.plan.rotary  # the doctor made its rotary tables: SDPA can apply them too
+    # the doctor made its rotary tables, or the module rotates positions 0..T-1 itself: SDPA with
+    # standard RoPE can do the same
+    rotary = subject.plan.rotary or subject.position_scheme == "relative"
     if subject.positional and not rotary:
-        return skipped("uses positions (--positional): SDPA would not")
+        return skipped(f"uses positions ({subject.position_source}): SDPA would not")
     if not subject.deterministic:
         return skipped("not deterministic in eval mode (see above)")
     module = subject.copy()  # float64, or float32 for a module that runs only in float32
@@ -160,7 +202,9 @@ def probe_sdpa(subject: Subject) -> Outcome:
     with torch.no_grad():
         out = subject.call(module, x, keep)[0].double()
     x = x.double()
-    refs = _references(readings, x, allowed, ROTARY_STYLES if rotary else (None,))
+    styles = _styles(subject) if rotary else (None,)
+    strided = cfg.kv_grouping == "strided"
+    refs = _references(readings, x, allowed, styles, tile_kv=strided)
     if not refs:
         return skipped("projections recognized, but no reading of them runs on this input")
     best, ref = min(refs.items(), key=lambda item: _error(out, item[1], live))
@@ -169,11 +213,17 @@ def probe_sdpa(subject: Subject) -> Outcome:
         return failed(f"output {tuple(out.shape)} vs SDPA's {tuple(ref.shape)} on {described}")
     error = _error(out, ref, live)
     tolerance = _tolerance(subject, best, x, allowed, live)
-    if error > tolerance and rotary:
-        return _rotary_mismatch(readings, x, allowed, out, live, tolerance)
+    if error > tolerance and (found := _tiled(subject, readings, x, allowed, out, live,
+                                              tolerance, styles)):  # fmt: skip
+        return found
+    nearest = _nearest(readings[best[0]], x, allowed, out, live, tolerance, styles)
+    if error > tolerance and rotary and "it behaves like" not in nearest:
+        return _other_pairing(subject, readings, x, allowed, out, live, tolerance) or (
+            _not_compared()
+        )
     if error > tolerance:
         return failed(
             f"max |output - SDPA| = {error:.3g} on {described} (float32 floor "
-            f"{tolerance:.2g})" + _nearest(readings[best[0]], x, allowed, out, live, tolerance)
+            f"{tolerance:.2g})" + nearest
         )
     return passed(f"within {tolerance:.2g} (the float32 floor) on {described}")

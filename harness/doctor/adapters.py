@@ -1,0 +1,110 @@
+"""Call adapters for libraries whose attention layers the caller feeds (``--call``).
+
+An adapter is ``fn(module, x, *, positions, mask, cache)``: it calls the layer the way the
+library's own model does. Its ``make_cache()``, when it has one, makes an empty cache for the
+generation probes. Use one as ``--call harness.doctor.adapters:transformers``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+
+import torch
+from torch import Tensor, nn
+
+from harness.errors import UsageError
+
+CACHE_PARAMETERS = ("cache", "past_key_values", "past_key_value")  # by transformers version
+
+
+def _rotary_embedding(module: nn.Module) -> nn.Module:
+    """The model's own rotary embedding for this layer: the ``...RotaryEmbedding`` class of the
+    layer's modeling file, built from the layer's config (as the model builds it)."""
+    source = sys.modules[type(module).__module__]
+    found = [v for n, v in vars(source).items() if n.endswith("RotaryEmbedding")]
+    if not found:
+        raise UsageError(
+            f"--call ...adapters:transformers: no ...RotaryEmbedding class in "
+            f"{type(module).__module__}, beside {type(module).__name__}: import the model's "
+            "rotary embedding class there, or write an adapter"
+        )
+    return found[0](config=module.config)
+
+
+def _with_window(module: nn.Module, mask: Tensor | None) -> Tensor | None:
+    """The model's sliding window (``config.sliding_window``, as Mistral's) added to an additive
+    (B, 1, T, S) mask, as the model's own mask builder adds it: the i-th of T new tokens is
+    token S - T + i, and key s is blocked for it when it is ``window`` or more tokens back."""
+    window = getattr(module.config, "sliding_window", None)
+    if not window or mask is None or not mask.is_floating_point() or mask.dim() != 4:
+        return mask
+    T, S = mask.shape[-2:]
+    queries = torch.arange(S - T, S, device=mask.device)  # (T,) token indices of the new ones
+    far = queries[:, None] - torch.arange(S, device=mask.device) >= window  # (T, S)
+    return mask.masked_fill(far, torch.finfo(mask.dtype).min)
+
+
+def transformers(
+    module: nn.Module, x: Tensor, *, positions: Tensor, mask: Tensor | None, cache: object
+) -> object:
+    """A transformers decoder attention layer (Llama, Mistral, Qwen2, Gemma, ...): (cos, sin)
+    from the model's rotary embedding at ``positions``, ``mask`` as its ``attention_mask`` (the
+    model builds it: declare --mask additive --mask-shape b1qk) and ``cache`` as its cache."""
+    rotary = _rotary_embedding(module).to(x.device)
+    cos, sin = rotary(x, positions.to(x.device))
+    mask = _with_window(module, mask)
+    kwargs: dict[str, object] = {"position_embeddings": (cos, sin), "attention_mask": mask}
+    if cache is not None:
+        params = inspect.signature(module.forward).parameters
+        name = next((n for n in CACHE_PARAMETERS if n in params), CACHE_PARAMETERS[0])
+        kwargs[name] = cache
+    return module(x, **kwargs)
+
+
+def make_cache() -> object:
+    """An empty ``transformers.DynamicCache``, updated in place by the layer."""
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
+transformers.make_cache = make_cache  # type: ignore[attr-defined]
+
+
+class XCache:
+    """x-transformers' cache for one layer: the intermediates its last call returned."""
+
+    def __init__(self) -> None:
+        self.value: object = None
+
+    def reset(self) -> None:
+        self.value = None
+
+    def __len__(self) -> int:
+        cached = None if self.value is None else getattr(self.value, "cached_kv", None)
+        return 0 if cached is None else cached[0].shape[-2]
+
+
+def x_transformers(
+    module: nn.Module, x: Tensor, *, positions: Tensor, mask: Tensor | None, cache: object
+) -> object:
+    """An ``x_transformers.Attention`` as its ``AttentionLayers`` calls it with rotary: the
+    rotary table from its ``RotaryEmbedding`` for every key (it rotates the cached keys again
+    at each call), ``mask`` as its key padding ``mask``, and ``return_intermediates`` giving
+    the cache back."""
+    from x_transformers.x_transformers import RotaryEmbedding
+
+    dim_head = module.to_q.out_features // module.heads
+    past = 0 if cache is None else len(cache)
+    first = positions[0].to(x.device)  # (T,) one row's positions: rotary tables are per batch
+    keys = torch.cat([torch.arange(past, device=x.device), first]) if past else first
+    freqs, scale = RotaryEmbedding(dim_head).to(x.device)(keys)
+    kwargs: dict[str, object] = {"rotary_pos_emb": (freqs, scale), "mask": mask}
+    if cache is None:
+        return module(x, **kwargs)
+    out, cache.value = module(x, cache=cache.value, return_intermediates=True, **kwargs)
+    return out
+
+
+x_transformers.make_cache = XCache  # type: ignore[attr-defined]

@@ -1,0 +1,194 @@
+"""Generation through the module's own cache: prefill then one-token steps, and chunked prefill,
+give the full forward; the cache grows by exactly the tokens fed; a reset cache reused for a new
+prompt gives what a fresh one gives.
+
+How the cache is passed is detected from the signature (``harness.doctor.subject``): an object
+from the module's own file (updated in place), a tuple passed back (``past_key_value``), or the
+module's own buffers addressed by ``start_pos`` / ``input_pos``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from harness.consistency import Agreement, agreements
+from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.probes.registry import probe
+from harness.doctor.subject import Subject
+from harness.masks import causal_keep
+from harness.scenarios import SCENARIOS, make_call
+
+PROMPT_SEED = 21  # the prompt decoded
+
+
+def _setup(subject: Subject) -> tuple[str | None, Tensor, Tensor | None]:
+    """(why the probe cannot run, or None; the prompt (B, T, d) float64 on the CPU; the causal
+    keep-mask when the module takes a mask)."""
+    cfg = subject.config
+    x = subject.x(cfg.batch, cfg.seq_len, PROMPT_SEED).double().cpu()
+    keep = causal_keep(cfg.batch, cfg.seq_len) if subject.takes_mask else None
+    if subject.new_cache is None:
+        return subject.cache_source, x, keep
+    if subject.sequence_first:
+        return "sequence-first module: cached calls are not probed", x, keep
+    return None, x, keep
+
+
+def _agreements(subject: Subject, x: Tensor, keep: Tensor | None, scenarios: tuple[str, ...],
+                positions: Tensor | None = None) -> list[Agreement]:  # fmt: skip
+    """The scenarios in float32 against the full forward (float64 unless the module runs only
+    in float32)."""
+    return agreements(
+        subject.copy(), subject.new_cache, x, keep, subject.spec, positions, subject.device,
+        torch.float32, scenarios, subject.config.seed, subject.invoke, subject.dtype,
+    )  # fmt: skip
+
+
+def _explicit_positions(subject: Subject, x: Tensor) -> Tensor | None:
+    """Positions 0..T-1 to pass explicitly, when forward's position parameter has a default."""
+    if not subject.plan.optional_positions:
+        return None
+    batch, seq_len = x.shape[:2]
+    return torch.arange(seq_len).expand(batch, seq_len)
+
+
+def _lengths(subject: Subject, x: Tensor, keep: Tensor | None) -> list[tuple[int, int]]:
+    """(tokens fed so far, the cache's own length) after each call of prefill then steps."""
+    seen: list[tuple[int, int]] = []
+    cache_box: list[object] = []
+
+    def new_cache() -> object:
+        cache_box.append(subject.new_cache())
+        return cache_box[-1]
+
+    def invoke(module: nn.Module, xs: Tensor, mask, positions, cache, start: int) -> object:
+        result = subject.invoke(module, xs, mask, positions, cache, start)
+        length = _cache_length(cache)
+        if length is not None:
+            seen.append((start + xs.shape[1], length))
+        return result
+
+    call = make_call(SCENARIOS["decode"], keep, subject.spec, None, new_cache, invoke)
+    with torch.no_grad():
+        call(subject.copy(), x.to(subject.device, subject.dtype))
+    return seen
+
+
+def _cache_length(cache: object) -> int | None:
+    """How many tokens a cache says it holds: ``len()`` or ``get_seq_length()``; None when it
+    does not say."""
+    for read in (lambda c: c.get_seq_length(), len):
+        try:
+            value = read(cache)
+        except Exception:
+            continue
+        if isinstance(value, int):
+            return value
+    return None
+
+
+@probe("cached decoding")
+def probe_decoding(subject: Subject) -> Outcome:
+    """Prefill then one-token steps, and chunked prefill, equal the full forward; the cache
+    grows by exactly the query length."""
+    why_not, x, keep = _setup(subject)
+    if why_not is not None:
+        return skipped(why_not)
+    found = _agreements(subject, x, keep, ("decode", "chunked"))
+    wrong = [a for a in found if not a.agrees]
+    if wrong and all(a.failure for a in wrong) and not _first_call_works(subject, x, keep):
+        return skipped(  # the detected convention is likely not its own
+            f"{subject.cache_source}, but a first call through it raises {wrong[0].failure}: "
+            "if it caches, say how with --call"
+        )
+    if wrong:
+        return failed("; ".join(str(a) for a in wrong) + _diagnose(subject, x, keep, wrong[0]))
+    unmasked = _without_mask(subject, x)
+    if unmasked is not None:
+        return unmasked
+    lengths = _lengths(subject, x, keep)
+    bad = [(fed, held) for fed, held in lengths if fed != held]
+    if bad:
+        fed, held = bad[0]
+        return failed(
+            f"the cache holds {held} tokens after {fed} were fed (stale_cache: appended twice "
+            "or never cleared)"
+        )
+    counted = "; cache length = tokens fed" if lengths else ""
+    return passed(f"{'; '.join(str(a) for a in found)} ({subject.cache_source}){counted}")
+
+
+def _first_call_works(subject: Subject, x: Tensor, keep: Tensor | None) -> bool:
+    """Whether one call with the whole prompt through a fresh cache runs: then the convention
+    is the module's, and later calls that raise are its bug."""
+    mask = subject.encode(keep, subject.dtype)
+    try:
+        with torch.no_grad():
+            subject.invoke(subject.copy(), x.to(subject.device, subject.dtype), mask, None,
+                           subject.new_cache(), 0)  # fmt: skip
+    except Exception:
+        return False
+    return True
+
+
+def _without_mask(subject: Subject, x: Tensor) -> Outcome | None:
+    """A causal module whose mask is optional is also decoded without one, as callers that
+    trust its own causality do: a failure when that differs from its full forward."""
+    cfg = subject.config
+    if not (cfg.causal and subject.takes_mask and subject.plan.mask_optional):
+        return None
+    wrong = [a for a in _agreements(subject, x, None, ("decode", "chunked")) if not a.agrees]
+    if not wrong:
+        return None
+    words = (
+        "without a mask (its own causal masking, as callers that pass none rely on): "
+        + "; ".join(str(a) for a in wrong)
+        + " (cache_causal_alignment: is_causal=True anchors the mask at the top-left when "
+        "fewer queries than keys are fed)"
+    )
+    if any(a.scenario == "decode" for a in wrong):
+        return failed(words)  # even one new token at a time: no caller can use it so
+    return warned(  # transformers' layers do this too: their model passes a mask then
+        f"{words}; a caller must pass a mask whenever it feeds several tokens through a cache"
+    )
+
+
+def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement) -> str:
+    """The catalogue trap a decode mismatch matches: positions that restart on each cached call
+    (fixed by passing positions explicitly), else a causal mask anchored top-left."""
+    explicit = _explicit_positions(subject, x)
+    if explicit is not None:
+        retried = _agreements(subject, x, keep, (wrong.scenario,), explicit)[0]
+        if retried.agrees:
+            return (
+                "; with positions passed explicitly it agrees: the module's default positions "
+                "restart at 0 on each cached call (rope_cache_offset)"
+            )
+    beyond = [] if wrong.steps is None else (wrong.steps > wrong.threshold).nonzero().flatten()
+    first = f" from position {int(beyond[0])} on" if len(beyond) else ""
+    return (
+        f"; wrong{first}: the cached calls do not compute what the full forward does. Known "
+        "causes: cache_causal_alignment (a causal mask anchored top-left, e.g. is_causal=True "
+        "with fewer queries than keys), rope_cache_offset (positions restarting at 0 on each "
+        "call), stale_cache (keys written to or read from the wrong slots)"
+    )
+
+
+@probe("cache reuse")
+def probe_reuse(subject: Subject) -> Outcome:
+    """A cache reset after another prompt gives what a fresh one gives."""
+    why_not, x, keep = _setup(subject)
+    if why_not is not None:
+        return skipped(why_not)
+    if not callable(getattr(subject.new_cache(), "reset", None)):
+        return skipped("its cache has no reset(): a new cache per prompt is the only use")
+    reused, fresh = _agreements(subject, x, keep, ("reuse", "decode"))
+    if fresh.agrees and not reused.agrees:
+        return failed(
+            f"after another prompt and reset(): {reused} while a fresh cache agrees "
+            "(stale_cache: the reset keeps the previous prompt's keys and values)"
+        )
+    if not fresh.agrees:
+        return skipped("decoding with a fresh cache already differs (see cached decoding)")
+    return passed(f"reset after another prompt: {reused}")

@@ -1,0 +1,113 @@
+"""Grouped-query heads: each K/V head serves exactly its own block of query heads.
+
+Followed through the module's own layers: the values of one K/V head are doubled (a hook on the
+value projection) and the query heads whose part of the output projection's input moves are
+the ones that read it. Query head i must read K/V head i // n_rep (``repeat_interleave``, as
+every grouped checkpoint is laid out); tiling (``repeat``) makes it read i % n_kv_heads.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.probes.registry import probe
+from harness.doctor.subject import Subject
+from harness.reference import OUTPUT, SEPARATE, head_count
+
+MOVED = 1e-9  # relative change that is not rounding (float64)
+
+
+def _linear(module: nn.Module, names: tuple[str, ...]) -> tuple[str, nn.Linear] | None:
+    for name in names:
+        child = getattr(module, name, None)
+        if isinstance(child, nn.Linear):
+            return name, child
+    return None
+
+
+def _projections(module: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear] | None:
+    """The query, value and output projections as nn.Linear layers, or None."""
+    for q_name, _, v_name in SEPARATE:
+        q, v = _linear(module, (q_name,)), _linear(module, (v_name,))
+        out = _linear(module, OUTPUT)
+        if q and v and out:
+            return q[1], v[1], out[1]
+    return None
+
+
+def reached(module: nn.Module, call, v_proj: nn.Linear, out_proj: nn.Linear, heads: int,
+            kv_head: int, d_head: int) -> set[int]:  # fmt: skip
+    """The query heads whose output moves when K/V head ``kv_head``'s values are doubled."""
+    seen: list[Tensor] = []
+
+    def capture(_module: nn.Module, args: tuple) -> None:
+        seen.append(args[0].detach().double())
+
+    def double(_module: nn.Module, _args: tuple, output: Tensor) -> Tensor:
+        output = output.clone()
+        output[..., kv_head * d_head : (kv_head + 1) * d_head] *= 2.0
+        return output
+
+    hooks = [out_proj.register_forward_pre_hook(capture)]
+    try:
+        call()
+        hooks.append(v_proj.register_forward_hook(double))
+        call()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    before, after = (t.reshape(*t.shape[:-1], heads, -1) for t in seen)  # (B, T, h, d)
+    change = (after - before).abs().flatten(0, 1).amax(dim=(0, 2))  # (h,)
+    scale = max(1.0, before.abs().max().item())
+    return set((change > MOVED * scale).nonzero().flatten().tolist())
+
+
+@probe("grouped heads")
+def probe_grouped(subject: Subject) -> Outcome:
+    """Each K/V head reaches exactly its own block of query heads."""
+    module = subject.copy()
+    found = _projections(module)
+    if found is None:
+        return skipped("no separate query, value and output projections to follow heads through")
+    q_proj, v_proj, out_proj = found
+    heads = head_count(module)
+    d_head = q_proj.out_features // heads
+    kv_heads = subject.config.kv_heads or v_proj.out_features // max(1, d_head)
+    if kv_heads >= heads or heads % kv_heads:
+        return skipped(f"{heads} query heads, {kv_heads} K/V heads: nothing is grouped")
+    cfg = subject.config
+    x = subject.x(cfg.batch, cfg.seq_len, 41)
+    keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
+
+    def call() -> None:
+        with torch.no_grad():
+            subject.call(module, x, keep)
+
+    n_rep = heads // kv_heads
+    found = [reached(module, call, v_proj, out_proj, heads, j, d_head) for j in range(kv_heads)]
+    blocks = [set(range(j * n_rep, (j + 1) * n_rep)) for j in range(kv_heads)]
+    strided = [set(range(j, heads, kv_heads)) for j in range(kv_heads)]
+    declared = subject.config.kv_grouping
+    if found == blocks and declared != "strided":
+        return passed(f"each of {kv_heads} K/V heads reaches its own block of {n_rep} query heads")
+    if found == strided and declared != "blocks":
+        words = (
+            f"K/V head j reaches query heads j, j + {kv_heads}, ... (strided: repeat, not "
+            "repeat_interleave)"
+        )
+        if declared == "strided":
+            return passed(words)
+        return warned(
+            f"{words}: sound for weights trained so (x-transformers lays heads out this way), "
+            "wrong for checkpoints laid out in blocks (Llama, Mistral, Qwen: gqa_kv_grouping); "
+            "declare --kv-grouping blocks or strided"
+        )
+    expected = strided if declared == "strided" else blocks
+    j = next(j for j in range(kv_heads) if found[j] != expected[j])
+    want = expected[j]
+    why = " (gqa_kv_grouping: K/V heads tiled with repeat)" if found == strided else ""
+    return failed(
+        f"K/V head {j} reaches query heads {sorted(found[j])} instead of {sorted(want)}{why}"
+    )

@@ -1,0 +1,216 @@
+"""Positions: a relative scheme (rotary, ALiBi) ignores a shift of every position, also in
+bfloat16 far from 0; any positional module tells two swapped tokens apart; left padding, with
+positions counted from the mask, leaves the real tokens' outputs as they were.
+
+The scheme is declared (``--positions``) or detected (``harness.doctor.subject.position_scheme``),
+and each finding says which. A shift is judged against what position does to the module: moving
+half of the tokens one position further. A module whose rotary tables are float32 (as most are)
+is off by about position x 2^-24 radians after a shift, far below that; rotary applied to values,
+or absolute positions, move outputs by as much as moving the tokens does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from harness import metrics
+from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.probes.registry import probe
+from harness.doctor.subject import Subject
+
+OFFSETS = (4096, 100_000)  # position shifts probed
+SHIFT_SHARE = 0.1  # a shift may move outputs by at most this share of what moving tokens does
+# Rounding, not position: reordered float32 sums differ by a few ulps of the output's scale.
+ORDER_ULPS = 64
+PAD = 3  # padding tokens put on the left
+
+
+def _positions(batch: int, seq_len: int, offset: int = 0) -> Tensor:
+    return offset + torch.arange(seq_len).expand(batch, seq_len)  # (B, T)
+
+
+def _outputs(subject: Subject, dtype: torch.dtype, x: Tensor, keep: Tensor | None,
+             positions: list[Tensor]) -> list[Tensor]:  # fmt: skip
+    """The module's output (float64) for each set of positions, in ``dtype``."""
+    module = subject.copy(dtype)
+    with torch.no_grad():
+        return [subject.call(module, x.to(dtype), keep, p)[0].double() for p in positions]
+
+
+def _largest(diff: Tensor) -> float:
+    return diff.abs().nan_to_num(math.inf).max().item()
+
+
+@probe("position shift")
+def probe_shift(subject: Subject) -> Outcome:
+    """A relative scheme: shifting every position by 4096 or 100,000 leaves the output as it is
+    (against moving half of the tokens one position further), in float64 and bfloat16."""
+    if subject.position_scheme != "relative":
+        return skipped(f"not a relative position scheme ({subject.position_source})")
+    if not subject.plan.takes_positions:
+        return skipped("forward takes no positions to shift (only an offset into its cache)")
+    cfg = subject.config
+    batch, seq_len = cfg.batch, cfg.seq_len
+    x = subject.x(batch, seq_len, 31)
+    keep = subject.ordinary_keep(batch, seq_len)
+    base = _positions(batch, seq_len)
+    moved = base + (torch.arange(seq_len) >= seq_len // 2)  # half the tokens one further on
+    shifted = [_positions(batch, seq_len, offset) for offset in OFFSETS]
+    out, out_moved, *outs = _outputs(subject, subject.dtype, x, keep, [base, moved, *shifted])
+    scale = _largest(out_moved - out)
+    rounding = ORDER_ULPS * torch.finfo(torch.float32).eps * max(1.0, _largest(out))
+    if not scale > rounding:
+        return skipped(
+            "moving half of the positions one on changes nothing: it ignores the positions "
+            "passed (see token order)"
+        )
+    for offset, out_shifted in zip(OFFSETS, outs, strict=True):
+        change = _largest(out_shifted - out)
+        if not change <= SHIFT_SHARE * scale:
+            return failed(
+                f"shifting every position by {offset:,} moves the output by {change:.3g}, "
+                f"against {scale:.3g} for moving half of the tokens one position on: it "
+                "carries absolute positions (rope_on_value: rotary applied to V, or an absolute "
+                "embedding), or its angles lose precision far from 0 (rope_low_precision: "
+                f"tables built in a low precision) [{subject.position_source}]"
+            )
+    low = _low_precision(subject, x, keep, base, shifted)
+    if low is not None:
+        return low
+    return passed(
+        f"shifts of {', '.join(f'{o:,}' for o in OFFSETS)} move the output by at most "
+        f"{SHIFT_SHARE:g} of what moving tokens does, also in bfloat16 "
+        f"[{subject.position_source}]"
+    )
+
+
+def _low_precision(subject: Subject, x: Tensor, keep: Tensor | None, base: Tensor,
+                   shifted: list[Tensor]) -> Outcome | None:  # fmt: skip
+    """In bfloat16, the shifted output stays within the 2x rule of the unshifted one's error
+    (both against float64 at positions 0..T-1); a failure, or None when it does."""
+    (exact,) = _outputs(subject, torch.float64, x, keep, [base])
+    try:
+        low, *lows = _outputs(subject, torch.bfloat16, x, keep, [base, *shifted])
+    except Exception:  # a module that does not run in bfloat16 is the robustness probe's
+        return None
+    floor = metrics.error(low, exact)
+    tol = metrics.atol(exact.cpu(), torch.bfloat16)
+    limit = metrics.threshold(floor, tol, metrics.OUTPUT_FACTOR)
+    for offset, out in zip(OFFSETS, lows, strict=True):
+        error = metrics.error(out, exact)
+        if not error.max_abs <= limit:
+            return failed(
+                f"in bfloat16, shifting every position by {offset:,} gives error "
+                f"{error.max_abs:.3g} against {limit:.3g} (2x its error at positions 0..T-1, plus "
+                "atol): positions or "
+                "their angles computed in bfloat16 (rope_low_precision)"
+            )
+    return None
+
+
+@probe("token order")
+def probe_order(subject: Subject) -> Outcome:
+    """A module with positions tells two swapped tokens apart: later outputs change."""
+    found = subject.positions_found
+    if found.scheme == "none" and found.firm:
+        return skipped(f"no positions ({found.source})")
+    cfg = subject.config
+    batch, seq_len = cfg.batch, cfg.seq_len
+    x = subject.x(batch, seq_len, 33)
+    keep = subject.ordinary_keep(batch, seq_len)
+    order = torch.arange(seq_len)
+    order[0], order[1] = 1, 0
+    module = subject.copy()
+    with torch.no_grad():
+        out = subject.call(module, x, keep)[0].double()
+        swapped = subject.call(module, x[:, order], keep)[0].double()
+    if not (torch.isfinite(out).all() and torch.isfinite(swapped).all()):
+        return skipped("its output is not finite here (see the other probes)")
+    later = (swapped - out)[:, 2:]  # outputs after the two swapped tokens
+    change = _largest(later)
+    rounding = ORDER_ULPS * torch.finfo(torch.float32).eps * max(1.0, _largest(out))
+    if not change > rounding:
+        verdict = failed if found.firm else warned
+        return verdict(
+            f"swapping tokens 0 and 1 moves later outputs by {change:.3g} (rounding: "
+            f"{rounding:.2g}): position-blind [{found.source}]; if it is meant to be rotary, "
+            "that is rope_wrong_axis (rotation along the wrong axis; --positions relative "
+            "makes this a failure, --positions none silences it)"
+        )
+    return passed(f"swapping tokens 0 and 1 moves later outputs by {change:.3g}")
+
+
+@probe("left padding")
+def probe_left_padding(subject: Subject) -> Outcome:
+    """Left padding leaves real tokens' outputs as they are, with the module's own positions."""
+    if subject.position_scheme == "none":
+        return skipped(f"no positions ({subject.position_source}): the padding probe covers it")
+    if not subject.takes_mask:
+        return skipped("takes no mask: padding cannot be declared")
+    cfg = subject.config
+    batch, seq_len = cfg.batch, cfg.seq_len
+    x = subject.x(batch, seq_len, 35)
+    pad = subject.x(batch, PAD, 36)
+    padded = torch.cat([pad, x], dim=1)  # (B, PAD + T, d)
+    total = PAD + seq_len
+    causal = torch.ones(total, total, dtype=torch.bool).tril()
+    real = torch.arange(total) >= PAD  # (PAD + T,)
+    keep = (causal & real[None, :] & real[:, None]).expand(batch, total, total).clone()
+    plain = causal[:seq_len, :seq_len].expand(batch, seq_len, seq_len).clone()
+    from_mask = (real.long().cumsum(0) - 1).clamp(min=0).expand(batch, total)  # (B, PAD + T)
+    # positions the caller must pass are counted from the mask, as a caller does; a default is
+    # the module's own and is probed as it is
+    required = subject.plan.takes_positions and not subject.plan.optional_positions
+    module = subject.copy()
+    with torch.no_grad():
+        out = subject.call(module, x, plain, defaults=True)[0].double()
+        given = from_mask if required else None
+        out_padded = subject.call(module, padded, keep, given, defaults=True)[0].double()[:, PAD:]
+        explicit = None
+        if subject.plan.optional_positions:
+            explicit = subject.call(module, padded, keep, from_mask)[0].double()[:, PAD:]
+    change = _largest(out_padded - out)
+    rounding = ORDER_ULPS * torch.finfo(torch.float32).eps * max(1.0, _largest(out))
+    if change > rounding:
+        cure = ""
+        if explicit is not None and _largest(explicit - out) <= rounding:
+            cure = "; with positions counted from the mask passed explicitly they agree"
+        return failed(
+            f"{PAD} padding tokens on the left move the real tokens' outputs by {change:.3g}: "
+            f"their positions count the padding (left_pad_positions){cure}, or the padding "
+            "mask is not applied (see padding no-leak)"
+        )
+    return passed(f"{PAD} padding tokens on the left change real outputs by {change:.3g}")
+
+
+@probe("packed documents")
+def probe_packed(subject: Subject) -> Outcome:
+    """Declared packing (--packed): where positions restart at 0 a new document begins, and its
+    outputs do not depend on the document before it."""
+    if not subject.config.packed:
+        return skipped("packing not declared (--packed)")
+    if not subject.plan.takes_positions:
+        return skipped("forward takes no positions to mark where documents start")
+    cfg = subject.config
+    batch, seq_len = cfg.batch, cfg.seq_len
+    start = seq_len // 2
+    arange = torch.arange(seq_len)
+    positions = torch.where(arange >= start, arange - start, arange).expand(batch, seq_len)
+    x = subject.x(batch, seq_len, 37)
+    other = torch.cat([subject.x(batch, start, 38), x[:, start:]], dim=1)  # a new first document
+    keep = subject.ordinary_keep(batch, seq_len)
+    module = subject.copy()
+    with torch.no_grad():
+        out = subject.call(module, x, keep, positions)[0].double()
+        out_other = subject.call(module, other, keep, positions)[0].double()
+    change = _largest((out_other - out)[:, start:])
+    rounding = ORDER_ULPS * torch.finfo(torch.float32).eps * max(1.0, _largest(out))
+    if change > rounding:
+        return failed(
+            f"the second packed document's outputs move by {change:.3g} when the first "
+            "document changes: tokens attend across documents (packing_cross_document)"
+        )
+    return passed(f"the second packed document ignores the first (change {change:.3g})")

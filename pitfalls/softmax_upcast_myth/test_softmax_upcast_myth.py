@@ -1,0 +1,70 @@
+"""softmax_upcast_myth: the measured probability errors in float16 and bfloat16, and where the
+belief would hold."""
+
+import math
+import re
+
+import torch
+
+from harness.catalogue import registry
+from harness.catalogue.compare import build_pair
+from harness.testing import claimed
+from pitfalls.softmax_upcast_myth import (
+    CARD,
+    EQUAL,
+    HALVES,
+    LENGTHS,
+    SPREADS,
+    narrow_row_sum_error,
+    score_draws,
+    softmax_errors,
+)
+
+
+def rounds_to(value: float, written: str) -> bool:
+    """``value`` written with as many significant digits as ``written`` is ``written``."""
+    digits = len(re.sub(r"e.*|\D", "", written).lstrip("0"))
+    return math.isclose(float(f"{value:.{digits - 1}e}"), float(written))
+
+
+def test_the_draws_are_the_cards():
+    lengths, spreads = claimed(
+        CARD, r"rows each of ([\d, and]+) keys with logit spreads ([\d, and]+) its"
+    )
+    assert [int(n) for n in re.findall(r"\d+", lengths)] == list(LENGTHS)
+    assert [float(s) for s in re.findall(r"\d+", spreads)] == list(SPREADS)
+
+
+def test_softmax_in_the_dtype_is_the_upcast_one_within_the_cards_errors(device):
+    errors = claimed(CARD, r"at most (\S+) in float16 and (\S+) in\s+bfloat16")
+    sums = claimed(CARD, r"rows sum to 1 within (\S+) and (\S+) \(")
+    for dtype, error, row_sum in zip(HALVES, errors, sums, strict=True):
+        found = [softmax_errors(s, device, dtype) for n, _, s in score_draws() if n != EQUAL]
+        worst = max(f["max error, in dtype"] for f in found)
+        if device.type == "cpu":  # the card's figures are the CPU's
+            assert all(f["bit-identical"] for f in found), dtype
+            assert rounds_to(worst, error), (dtype, worst)
+            assert rounds_to(max(f["max |row sum - 1|, in dtype"] for f in found), row_sum)
+        assert max(f["max error, upcast"] for f in found) >= worst - 1e-12  # upcast: no better
+        assert worst <= 2 * float(error)
+
+
+def test_buggy_and_fixed_weights_are_bit_identical_on_the_cards_draw():
+    fixed, buggy = build_pair(registry.load("softmax_upcast_myth"), CARD.shape, 0)
+    x = CARD.inputs(CARD.shape, 0).x
+    with torch.no_grad():
+        for dtype in HALVES:
+            fix_out, fix_w = fixed.to(dtype)(x.to(dtype))
+            bug_out, bug_w = buggy.to(dtype)(x.to(dtype))
+            assert torch.equal(fix_w, bug_w) and torch.equal(fix_out, bug_out), dtype
+
+
+def test_an_accumulator_in_the_dtype_is_where_the_belief_holds():
+    half, bf16 = claimed(
+        CARD, rf"{EQUAL} equal logits sum to (\d+\.\d+) in float16 and (\d+\.\d+) in"
+    )
+    equal = torch.zeros(4, EQUAL, dtype=torch.float64)
+    cpu = torch.device("cpu")
+    assert narrow_row_sum_error(equal, cpu, torch.float16) == float(half) - 1
+    assert narrow_row_sum_error(equal, cpu, torch.bfloat16) == float(bf16) - 1
+    assert softmax_errors(equal, cpu, torch.bfloat16)["max |row sum - 1|, in dtype"] == 0

@@ -1,0 +1,121 @@
+"""Modules in the cache conventions of real code, correct and with bugs from real reports, for
+the doctor's generation and position probes."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class Projections(nn.Module):
+    """q/k/v/o projections and causal attention over (possibly cached) keys, anchored at the
+    bottom-right (query t of T new ones is token S - T + t)."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            nn.Linear(d_model, d_model, bias=False) for _ in range(4)
+        )
+
+    def heads(self, t: Tensor) -> Tensor:
+        B, T, _ = t.shape
+        return t.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, h, T, d)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, top_left: bool = False) -> Tensor:
+        T, S = q.shape[2], k.shape[2]
+        allowed = torch.ones(T, S, dtype=torch.bool).tril(0 if top_left else S - T)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        out = F.softmax(scores.masked_fill(~allowed, -math.inf), -1) @ v  # (B, h, T, d)
+        B = q.shape[0]
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class LayerPast(Projections):
+    """GPT-2's old convention: ``forward(x, layer_past=None, use_cache=False)`` returns
+    ``(output, present)``, present = (k, v) to give back next time. ``stale``: the bug of
+    returning the past without this call's keys and values (the current token missing from its
+    own cache)."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, stale: bool = False):
+        super().__init__(d_model, n_heads)
+        self.stale = stale
+
+    def forward(self, x: Tensor, layer_past=None, use_cache: bool = False):
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if layer_past is not None:
+            k_all = torch.cat([layer_past[0], k], dim=2)
+            v_all = torch.cat([layer_past[1], v], dim=2)
+        else:
+            k_all, v_all = k, v
+        present = (k_all, v_all) if not self.stale or layer_past is None else layer_past
+        out = self.attend(q, k_all, v_all)
+        return (out, present) if use_cache else (out, None)
+
+
+class StartPos(Projections):
+    """Meta's Llama convention: ``forward(x, start_pos)`` with the cache in buffers sized for
+    the longest sequence. ``top_left``: the causal mask anchored at the top-left, as
+    ``is_causal=True`` does with fewer queries than keys (pytorch/pytorch#108108)."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, top_left: bool = False):
+        super().__init__(d_model, n_heads)
+        self.top_left = top_left
+        self.register_buffer("cache_k", torch.zeros(8, n_heads, 64, d_model // n_heads))
+        self.register_buffer("cache_v", torch.zeros(8, n_heads, 64, d_model // n_heads))
+
+    def forward(self, x: Tensor, start_pos: int = 0):
+        B, T, _ = x.shape
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        self.cache_k = self.cache_k.to(k.dtype).detach()
+        self.cache_v = self.cache_v.to(v.dtype).detach()
+        self.cache_k[:B, :, start_pos : start_pos + T] = k.detach()
+        self.cache_v[:B, :, start_pos : start_pos + T] = v.detach()
+        keys = torch.cat([self.cache_k[:B, :, :start_pos], k], dim=2)
+        values = torch.cat([self.cache_v[:B, :, :start_pos], v], dim=2)
+        return self.attend(q, keys, values, self.top_left)
+
+
+class IgnoresPos(Projections):
+    """x-transformers' way: an optional ``pos`` that this configuration ignores, and rotary
+    named in its code for when it is configured; bidirectional. Correct as it is."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.rotary_pos_emb = None  # not configured
+
+    def forward(self, x: Tensor, mask=None, pos=None):
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        keep = None if mask is None else mask[:, None]  # (B, 1, T, T)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        B, T, _ = x.shape
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+def rope(t: Tensor, positions: Tensor) -> Tensor:
+    """Half-split rotary on (B, h, T, d) at ``positions`` (B, T), angles in float32."""
+    d = t.shape[-1]
+    inv_freq = 10000.0 ** -(torch.arange(0, d, 2, dtype=torch.float32) / d)
+    angles = positions[:, None, :, None].float() * inv_freq  # (B, 1, T, d/2)
+    cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)
+    a, b = t[..., : d // 2], t[..., d // 2 :]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+
+class Rotary(Projections):
+    """Causal rotary attention taking ``position_ids``. ``absolute``: the bug of adding the
+    rotated values (rope applied to V, lucidrains/x-transformers#182)."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, on_value: bool = False):
+        super().__init__(d_model, n_heads)
+        self.on_value = on_value
+
+    def forward(self, x: Tensor, position_ids: Tensor):
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = rope(q, position_ids), rope(k, position_ids)
+        if self.on_value:
+            v = rope(v, position_ids)
+        return self.attend(q, k, v)

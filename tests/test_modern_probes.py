@@ -1,0 +1,179 @@
+"""The doctor's probes for modern attention: caches in each convention real code uses, positions
+(declared or detected), grouped heads, windows, packing, and the --call adapter."""
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+
+from harness.doctor import FAIL, PASS, SKIP, WARN, Config, diagnose
+from harness.doctor.subject import Subject, code_names
+from harness.errors import UsageError
+from tests import generation_modules as gm
+from tests.test_probes import catalogue, make, probe
+
+CAUSAL = Config(causal=True)
+
+
+@pytest.mark.parametrize(
+    ("module", "convention"),
+    [(gm.LayerPast, "given back what the previous call returned"), (gm.StartPos, "its own cache")],
+)
+def test_each_cache_convention_is_detected_and_a_correct_module_decodes(module, convention):
+    subject = Subject(make(module), CAUSAL)
+    assert convention in subject.cache_source
+    found = probe(make(module), CAUSAL, "cached decoding")
+    assert found.status == PASS, found
+
+
+def test_a_returned_cache_without_the_current_token_fails_decoding():
+    found = probe(make(gm.LayerPast, stale=True), CAUSAL, "cached decoding")
+    assert found.status == FAIL and "decode: max error" in found.message, found
+
+
+def test_a_causal_mask_anchored_top_left_fails_decoding_and_is_named():
+    found = probe(make(gm.StartPos, top_left=True), CAUSAL, "cached decoding")
+    assert found.status == FAIL and "cache_causal_alignment" in found.message, found
+    assert "wrong from position" in found.message
+
+
+def test_a_module_without_a_cache_skips_the_generation_probes_and_says_why():
+    for name in ("cached decoding", "cache reuse"):
+        found = probe(make(gm.IgnoresPos), Config(), name)
+        assert found.status == SKIP and "takes no cache" in found.message, found
+
+
+def test_positions_the_output_ignores_are_not_positions_even_where_rotary_is_named():
+    """x-transformers' Attention takes ``pos`` and names rotary, and ignores both unless
+    configured: the permutation probe still runs, the position probes are not failures."""
+    module = make(gm.IgnoresPos)
+    subject = Subject(module, Config())
+    assert subject.position_scheme == "none" and "ignores `pos`" in subject.position_source
+    assert probe(module, Config(), "permutation equivariance").status == PASS
+    order = probe(module, Config(), "token order")
+    assert order.status == WARN and "rope_wrong_axis" in order.message, order
+    declared = probe(module, Config(positions="relative"), "token order")
+    assert declared.status == FAIL, declared
+
+
+def test_rotary_is_detected_from_behaviour_and_a_shift_is_judged():
+    assert Subject(make(gm.Rotary), CAUSAL).position_scheme == "relative"
+    assert probe(make(gm.Rotary), CAUSAL, "position shift").status == PASS
+    found = probe(make(gm.Rotary, on_value=True), CAUSAL, "position shift")
+    assert found.status == FAIL and "rope_on_value" in found.message, found
+
+
+def test_a_docstring_that_mentions_rotary_does_not_make_a_module_rotary():
+    """StartPos's docstring names ``is_causal`` and a bug report, IgnoresPos's code names
+    rotary: only code counts."""
+    assert "rotary_pos_emb" in code_names(make(gm.IgnoresPos))
+    gm.LayerPast.__doc__ += " Not rotary: no rope, no freqs_cis."
+    assert not any("rotary" in n or "rope" in n for n in code_names(make(gm.LayerPast)))
+    assert Subject(make(gm.LayerPast), CAUSAL).position_scheme == "none"
+
+
+@pytest.mark.parametrize(
+    ("pitfall", "probe_name", "trap"),
+    [
+        ("cache_causal_alignment", "cached decoding", "cache_causal_alignment"),
+        ("rope_cache_offset", "cached decoding", "rope_cache_offset"),
+        ("stale_cache", "cache reuse", "stale_cache"),
+        ("gqa_kv_grouping", "grouped heads", "gqa_kv_grouping"),
+        ("rope_low_precision", "position shift", "rope_low_precision"),
+        ("rope_on_value", "position shift", "rope_on_value"),
+        ("rope_wrong_axis", "token order", "rope_wrong_axis"),
+        ("left_pad_positions", "left padding", "left_pad_positions"),
+        ("packing_cross_document", "packed documents", "packing_cross_document"),
+        ("sliding_window_off_by_one", "sliding window", "sliding_window_off_by_one"),
+        ("rope_pairing_mismatch", "agrees with SDPA", "rope_pairing_mismatch"),
+        ("double_scale", "agrees with SDPA", "double_scale"),
+        ("naive_exp_softmax", "float16 robustness", "naive_exp_softmax"),
+    ],
+)
+def test_each_modern_trap_fails_its_own_probe_naming_it_and_its_fix_passes(
+    pitfall, probe_name, trap
+):
+    module, config = catalogue(pitfall)
+    found = probe(module, config, probe_name)
+    assert found.status == FAIL and trap in found.message, found
+    fixed, config = catalogue(pitfall, "fixed")
+    assert probe(fixed, config, probe_name).status != FAIL  # a warning is not a failure
+
+
+def test_a_call_adapter_feeds_the_module_and_its_make_cache_gives_the_cache():
+    calls = []
+
+    def adapter(module, x, *, positions, mask, cache):
+        calls.append(positions)
+        return module(x, positions)
+
+    module = make(gm.Rotary)
+    found = probe(module, Config(causal=True, call=adapter), "position shift")
+    assert found.status == PASS and calls, found
+    skipped = probe(module, Config(causal=True, call=adapter), "cached decoding")
+    assert skipped.status == SKIP and "make_cache" in skipped.message
+
+
+def test_the_json_names_the_adapter():
+    def adapter(module, x, *, positions, mask, cache):
+        return module(x, positions)
+
+    d = diagnose(make(gm.Rotary), Config(causal=True, call=adapter), "rotary")
+    assert json.loads(d.to_json())["config"]["call"].endswith(":" + adapter.__qualname__)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"positions": "rotary"}, "--positions must be one of"),
+        ({"kv_heads": 0}, "--kv-heads"),
+        ({"window": 0}, "--window"),
+        ({"rope_pairing": "neox"}, "--rope-pairing"),
+    ],
+)
+def test_bad_modern_options_are_one_clear_line(options, message):
+    with pytest.raises(UsageError, match=message):
+        Config(**options)
+
+
+def test_a_window_read_off_the_module_is_probed_exactly():
+    module, config = catalogue("sliding_window_off_by_one", "fixed")
+    found = probe(module, config, "sliding window")
+    assert found.status == PASS and "read off the module" in found.message, found
+    narrower = probe(module, replace(config, window=2), "sliding window")
+    assert narrower.status == FAIL, narrower
+
+
+def test_the_doctor_builds_grouped_heads_by_default_and_kv_heads_can_be_set():
+    from harness.doctor.target import Sizes, value_for
+
+    assert value_for("num_key_value_heads", Sizes(64, 4)) == 2
+    assert value_for("num_key_value_heads", Sizes(64, 4, kv_heads=4)) == 4
+    assert value_for("num_key_value_groups", Sizes(64, 4)) == 2
+    with pytest.raises(UsageError, match="--kv-heads must divide --heads"):
+        Sizes(64, 4, kv_heads=3)
+
+
+def test_strided_k_v_heads_are_a_warning_unless_a_grouping_is_declared():
+    """x-transformers tiles its K/V heads: sound when trained so, wrong for Llama's layout."""
+    module, config = catalogue("gqa_kv_grouping")  # its user declares blocks: a failure
+    assert probe(module, config, "grouped heads").status == FAIL
+    auto = probe(module, replace(config, kv_grouping="auto"), "grouped heads")
+    assert auto.status == WARN and "gqa_kv_grouping" in auto.message, auto
+    assert probe(module, replace(config, kv_grouping="strided"), "grouped heads").status == PASS
+    fixed, config = catalogue("gqa_kv_grouping", "fixed")
+    assert probe(fixed, replace(config, kv_grouping="strided"), "grouped heads").status == FAIL
+    sdpa = probe(module, replace(config, kv_grouping="auto"), "agrees with SDPA")
+    assert sdpa.status == PASS and "strided grouping" in sdpa.message, sdpa
+
+
+def test_the_transformers_adapter_names_a_missing_rotary_class_in_one_line():
+    transformers = pytest.importorskip("transformers")
+    from harness.doctor import adapters
+
+    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2)
+    llama = transformers.models.llama.modeling_llama.LlamaAttention
+    mine = type("MyLlamaAttention", (llama,), {"__module__": __name__})  # no rotary class here
+    with pytest.raises(UsageError, match=re.escape("no ...RotaryEmbedding class in tests.")):
+        diagnose(make(mine, config, layer_idx=0), Config(call=adapters.transformers))
