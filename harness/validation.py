@@ -90,7 +90,10 @@ def detection_markdown(table: pd.DataFrame) -> str:
         "",
         "Every buggy.py is a hand-written mutant of its fixed.py. `python -m harness doctor` "
         "ran its black-box probes on each (d_model 64, 4 heads where the module has heads, "
-        "the mask convention the trap's modules use) and on two reference modules. A mutant is "
+        "the mask convention the trap's modules use; for the modern pairs what their user knows "
+        "and declares: relative positions, `--rope-pairing half`, `--kv-grouping blocks`, and "
+        "`--packed` for packing; caches, windows and grouped heads are detected) and on two "
+        "reference modules. A mutant is "
         "*killed* when a probe fails or warns; a fixed or reference module *passes* when no "
         "probe fails (warnings allowed, as the doctor's default). *should*: flag (a non-BENIGN "
         "buggy.py), pass (fixed.py, a reference) or either (a BENIGN buggy.py); *ok*: the "
