@@ -170,7 +170,7 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
         choices=GROUPINGS,
         default="auto",
         help="which query heads share a K/V head: blocks (head i reads K/V head i // n_rep, "
-        "repeat_interleave: Llama, Mistral, Qwen checkpoints) or strided (i % n_kv, repeat)",
+        "repeat_interleave: Llama, Mistral, Qwen checkpoints) or strided (i %% n_kv, repeat)",
     )
     doctor.add_argument(
         "--window", type=int, metavar="W", help="a sliding window of W keys (default: read off it)"

@@ -90,8 +90,18 @@ def plain_call(mask: Tensor | None) -> Callable[[nn.Module, Tensor], object]:
 
 
 def as_dtype(module: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """A copy of ``module`` on ``device`` in ``dtype``; the original is left alone."""
-    return copy.deepcopy(module).to(device=device, dtype=dtype)
+    """A copy of ``module`` on ``device`` in ``dtype``; the original is left alone.
+
+    Complex parameters and buffers (Meta's rotary ``freqs_cis``) become the matching complex
+    dtype, not ``dtype``: ``Module.to(float64)`` would drop their imaginary part."""
+    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+
+    def cast(t: Tensor) -> Tensor:
+        if t.is_complex():
+            return t.to(device, complex_dtype)
+        return t.to(device, dtype) if t.is_floating_point() else t.to(device)
+
+    return copy.deepcopy(module)._apply(cast)
 
 
 def run(

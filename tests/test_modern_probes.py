@@ -6,11 +6,15 @@ import re
 from dataclasses import replace
 
 import pytest
+import torch
 
 from harness.doctor import FAIL, PASS, SKIP, WARN, Config, diagnose
 from harness.doctor.subject import Subject, code_names
 from harness.errors import UsageError
+from harness.masks import MaskSpec
+from harness.scenarios import SCENARIOS, make_call
 from tests import generation_modules as gm
+from tests import object_cache_modules as ocm
 from tests.test_probes import catalogue, make, probe
 
 CAUSAL = Config(causal=True)
@@ -177,3 +181,51 @@ def test_the_transformers_adapter_names_a_missing_rotary_class_in_one_line():
     mine = type("MyLlamaAttention", (llama,), {"__module__": __name__})  # no rotary class here
     with pytest.raises(UsageError, match=re.escape("no ...RotaryEmbedding class in tests.")):
         diagnose(make(mine, config, layer_idx=0), Config(call=adapters.transformers))
+
+
+def test_a_cache_whose_length_is_not_the_tokens_fed_fails_even_with_right_outputs():
+    found = probe(make(ocm.ObjectCache), CAUSAL, "cached decoding")
+    assert found.status == FAIL and "the cache holds 8 tokens after 4 were fed" in found.message
+
+
+def test_each_cached_call_gets_its_rows_of_the_mask_and_every_key_seen_so_far():
+    seen = []
+
+    def invoke(module, x, mask, positions, cache, start):
+        seen.append((start, tuple(mask.shape)))
+        return x
+
+    keep = torch.ones(2, 8, 8, dtype=torch.bool).tril()
+    call = make_call(SCENARIOS["chunked"], keep, MaskSpec("keep"), None, ocm.TwiceCountedCache,
+                     invoke)  # fmt: skip
+    call(None, torch.zeros(2, 8, 4))
+    assert seen == [(0, (2, 3, 3)), (3, (2, 3, 6)), (6, (2, 2, 8))]
+
+
+@pytest.mark.parametrize("command", [["doctor", "-h"], ["report", "-h"], ["-h"]])
+def test_every_help_prints(command, capsys):
+    from harness import cli
+
+    assert cli.main(command) == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_a_copy_in_another_dtype_keeps_complex_tables_complex():
+    from torch import nn
+
+    from harness.runner import as_dtype
+
+    module = nn.Module()
+    module.register_buffer("freqs_cis", torch.polar(torch.ones(4, 2), torch.rand(4, 2)))
+    copied = as_dtype(module, torch.device("cpu"), torch.float64)
+    assert copied.freqs_cis.dtype == torch.complex128
+    assert torch.equal(copied.freqs_cis.imag.float(), module.freqs_cis.imag)
+
+
+def test_a_cache_attribute_that_is_none_is_not_a_cache():
+    """torchtune's kv_cache is None until setup_cache(): no cache to probe then."""
+    module = make(gm.StartPos)
+    module.cache_k = module.cache_v = None  # as before a setup call
+    del module._buffers["cache_k"], module._buffers["cache_v"]
+    module.kv_cache = None
+    assert Subject(module, CAUSAL).new_cache is None

@@ -70,6 +70,7 @@ def make_cache() -> object:
 
 
 transformers.make_cache = make_cache  # type: ignore[attr-defined]
+transformers.kv_grouping = "blocks"  # type: ignore[attr-defined]  # repeat_kv: blocks
 
 
 class XCache:
@@ -108,3 +109,4 @@ def x_transformers(
 
 
 x_transformers.make_cache = XCache  # type: ignore[attr-defined]
+x_transformers.kv_grouping = "strided"  # type: ignore[attr-defined]  # it tiles with (r h)

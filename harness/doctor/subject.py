@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 import io
 import re
@@ -31,7 +30,7 @@ from harness.masks import (
     keep_mask,
 )
 from harness.reference import HEAD_DIM_ATTRS, head_count, int_attribute
-from harness.runner import seeded, split_output
+from harness.runner import as_dtype, seeded, split_output
 
 
 @contextmanager
@@ -238,7 +237,7 @@ class Subject:
     def copy(self, dtype: torch.dtype | None = None) -> nn.Module:
         """A copy in eval mode, in ``dtype`` (default: float64, or float32 for a module that
         runs only in float32)."""
-        return copy.deepcopy(self.module).to(self.device, dtype or self.dtype).eval()
+        return as_dtype(self.module, self.device, dtype or self.dtype).eval()
 
     @cached_property
     def positions_found(self) -> Positions:
@@ -252,6 +251,13 @@ class Subject:
     @property
     def position_source(self) -> str:
         return self.positions_found.source
+
+    @property
+    def kv_grouping(self) -> str:
+        """The declared K/V grouping, else the one the adapter's library lays out, else auto."""
+        if self.config.kv_grouping != "auto":
+            return self.config.kv_grouping
+        return getattr(self.config.call, "kv_grouping", "auto")
 
     @property
     def positional(self) -> bool:
@@ -414,6 +420,11 @@ def _cache_class(module: nn.Module) -> type | None:
     return None
 
 
+# Buffers that hold cached keys or values (Meta's cache_k, torchtune's k_cache, ...), not a rotary
+# table's "cache".
+KV_BUFFER = re.compile(r"(cache_?(k|v|keys?|values?)|(k|v|kv|keys?|values?)_?cache)", re.I)
+
+
 def cache_convention(module: nn.Module, plan: CallPlan) -> tuple[Callable[[], object] | None, str]:
     """How to make the module an empty cache, and how that was found; (None, why not) when the
     forward takes no cache the doctor can make."""
@@ -433,8 +444,10 @@ def cache_convention(module: nn.Module, plan: CallPlan) -> tuple[Callable[[], ob
             return Returned, f"`{plan.cache}` given back what the previous call returned"
         return None, f"`{plan.cache}` takes a cache the doctor cannot make: pass --call"
     internal = [n for n in plan.positions if n in (*OFFSET_NAMES, "input_pos")]
-    held = [n for n, _ in module.named_buffers() if "cache" in n.lower()]
-    held += [n for n in vars(module) if "cache" in n.lower() and not n.startswith("_")]
+    held = [n for n, _ in module.named_buffers() if KV_BUFFER.fullmatch(n.split(".")[-1])]
+    held += [n for n, v in vars(module).items()  # a cache object, set up (not None or a flag)
+             if "cache" in n.lower() and not n.startswith("_")
+             and v is not None and not isinstance(v, bool | int | float | str)]  # fmt: skip
     if internal and held:
         return Internal, f"its own cache ({held[0]}), addressed by `{internal[0]}`"
     return None, "forward takes no cache (cache, past_key_value(s), layer_past, start_pos, ...)"
@@ -503,6 +516,10 @@ def position_scheme(subject: Subject) -> Positions:
         return Positions("absolute", f"its output follows `{given}`")
     if config.positional:
         return Positions("absolute", "declared (--positional)")
+    embedding = next((n for n, m in subject.original.named_modules()
+                      if isinstance(m, nn.Embedding) and "pos" in n.lower()), None)  # fmt: skip
+    if embedding is not None:
+        return Positions("absolute", f"it holds a position embedding, `{embedding}`")
     if given is not None:
         why = f"{named}, but " if named else ""
         return Positions("none", f"{why}its output ignores `{given}`", firm=not named)
@@ -584,6 +601,7 @@ class CallPlan:
     optional_positions: tuple[str, ...] = ()  # position parameters with a default
     cache: str | None = None  # the parameter given the cache
     use_cache: str | None = None  # the flag that makes the module return its cache
+    optional_offsets: tuple[str, ...] = ()  # offsets (start_pos) with a default
 
     @property
     def rotary(self) -> bool:
@@ -618,6 +636,8 @@ class CallPlan:
         if positions is None:
             positions = start + torch.arange(seq_len, device=x.device).expand(batch, seq_len)
         for name in self.positions:
+            if name in self.optional_offsets and cache is None:
+                continue  # no cache in play: the module's own default (no cached prefix)
             if name in OFFSET_NAMES:
                 kwargs[name] = start
             elif defaults and given is None and name in self.optional_positions:
@@ -728,6 +748,9 @@ def plan_call(module: nn.Module, takes_mask: bool, mask_arg: str | None = None) 
             if named[n].default is not empty and n in POSITION_NAMES  # tables are never optional
         ),
         cache=cache, use_cache=next((n for n in USE_CACHE_NAMES if n in named), None),
+        optional_offsets=tuple(
+            n for n in positions if n in OFFSET_NAMES and named[n].default is not empty
+        ),
     )  # fmt: skip
     others = [
         n for n, p in named.items()
@@ -738,6 +761,6 @@ def plan_call(module: nn.Module, takes_mask: bool, mask_arg: str | None = None) 
         hint = "" if takes_mask else "; if it takes a mask, say which with --mask"
         raise UsageError(
             f"{signature} cannot be called as forward(x): it needs {', '.join(others)}, which "
-            f"the doctor cannot make{hint}"
+            f"the doctor cannot make{hint}; or call it the way your model does, --call FILE.py:FN"
         )
     return plan

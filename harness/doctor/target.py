@@ -135,17 +135,19 @@ HEAD_DIM_NAMES = (
 )  # fmt: skip
 # Sizes are set even where they have defaults, so the module has the doctor's widths; flags,
 # rates and indices keep the module's own defaults.
-SIZE_NAMES = frozenset((*D_MODEL_NAMES, *HEADS_NAMES, *HEAD_DIM_NAMES))
+KV_HEADS_NAMES = ("num_key_value_heads", "n_kv_heads", "kv_heads", "num_kv_heads", "n_kv_head",
+                  "n_query_groups")  # fmt: skip
+SIZE_NAMES = frozenset(
+    (*D_MODEL_NAMES, *HEADS_NAMES, *HEAD_DIM_NAMES, *KV_HEADS_NAMES, "query_pre_attn_scalar")
+)
 NAMES: dict[str, Callable[[Sizes], object]] = {
     **dict.fromkeys(D_MODEL_NAMES, lambda s: s.d_model),
     **dict.fromkeys(HEADS_NAMES, lambda s: s.heads),
-    **dict.fromkeys(
-        ("num_key_value_heads", "n_kv_heads", "kv_heads", "num_kv_heads", "n_kv_head",
-         "n_query_groups"),
-        lambda s: s.groups,
-    ),
+    **dict.fromkeys(KV_HEADS_NAMES, lambda s: s.groups),
     "num_key_value_groups": lambda s: s.heads // s.groups,  # query heads per K/V head
     **dict.fromkeys(HEAD_DIM_NAMES, lambda s: s.d_model // s.heads),
+    # Gemma scales scores by query_pre_attn_scalar ** -0.5, by default the head width's
+    "query_pre_attn_scalar": lambda s: s.d_model // s.heads,
     **dict.fromkeys(
         ("d_out", "dim_out", "out_dim", "output_dim", "out_features"), lambda s: s.d_model
     ),

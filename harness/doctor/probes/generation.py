@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from harness.consistency import Agreement, agreements
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import Subject
+from harness.doctor.subject import AdapterPlan, Subject
 from harness.masks import causal_keep
 from harness.scenarios import SCENARIOS, make_call
 
@@ -97,26 +97,42 @@ def probe_decoding(subject: Subject) -> Outcome:
         return skipped(why_not)
     found = _agreements(subject, x, keep, ("decode", "chunked"))
     wrong = [a for a in found if not a.agrees]
-    if wrong and all(a.failure for a in wrong) and not _first_call_works(subject, x, keep):
+    declared = isinstance(subject.plan, AdapterPlan)  # the user's own calls: raising is a bug
+    if (wrong and all(a.failure for a in wrong) and not declared
+            and not _first_call_works(subject, x, keep)):  # fmt: skip
         return skipped(  # the detected convention is likely not its own
             f"{subject.cache_source}, but a first call through it raises {wrong[0].failure}: "
             "if it caches, say how with --call"
         )
     if wrong:
-        return failed("; ".join(str(a) for a in wrong) + _diagnose(subject, x, keep, wrong[0]))
+        return failed(
+            "; ".join(str(a) for a in wrong)
+            + _length_evidence(subject, x, keep)
+            + _diagnose(subject, x, keep, wrong[0])
+        )
     unmasked = _without_mask(subject, x)
     if unmasked is not None:
         return unmasked
     lengths = _lengths(subject, x, keep)
-    bad = [(fed, held) for fed, held in lengths if fed != held]
-    if bad:
-        fed, held = bad[0]
-        return failed(
-            f"the cache holds {held} tokens after {fed} were fed (stale_cache: appended twice "
-            "or never cleared)"
-        )
+    if off := _length_off(lengths):
+        return failed(f"{off} (stale_cache: appended twice or never cleared)")
     counted = "; cache length = tokens fed" if lengths else ""
     return passed(f"{'; '.join(str(a) for a in found)} ({subject.cache_source}){counted}")
+
+
+def _length_evidence(subject: Subject, x: Tensor, keep: Tensor | None) -> str:
+    """``; the cache holds N tokens after M were fed`` when its length is off, else ``""``."""
+    try:
+        off = _length_off(_lengths(subject, x, keep))
+    except Exception:
+        return ""
+    return f"; {off}" if off else ""
+
+
+def _length_off(lengths: list[tuple[int, int]]) -> str:
+    """``the cache holds N tokens after M were fed`` for the first call where they differ."""
+    bad = [(fed, held) for fed, held in lengths if fed != held]
+    return f"the cache holds {bad[0][1]} tokens after {bad[0][0]} were fed" if bad else ""
 
 
 def _first_call_works(subject: Subject, x: Tensor, keep: Tensor | None) -> bool:

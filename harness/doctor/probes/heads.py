@@ -89,7 +89,7 @@ def probe_grouped(subject: Subject) -> Outcome:
     found = [reached(module, call, v_proj, out_proj, heads, j, d_head) for j in range(kv_heads)]
     blocks = [set(range(j * n_rep, (j + 1) * n_rep)) for j in range(kv_heads)]
     strided = [set(range(j, heads, kv_heads)) for j in range(kv_heads)]
-    declared = subject.config.kv_grouping
+    declared = subject.kv_grouping
     if found == blocks and declared != "strided":
         return passed(f"each of {kv_heads} K/V heads reaches its own block of {n_rep} query heads")
     if found == strided and declared != "blocks":

@@ -130,7 +130,7 @@ def _tiled(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Ten
            styles: tuple[str | None, ...]) -> Outcome | None:  # fmt: skip
     """When the module matches SDPA only with its grouped K/V heads tiled (``repeat``): a pass
     noting the strided grouping, or a failure when blocks were declared; None otherwise."""
-    declared = subject.config.kv_grouping
+    declared = subject.kv_grouping
     if declared == "strided":
         return None  # already compared tiled
     tiled = _references(readings, x, allowed, styles, tile_kv=True)
@@ -203,7 +203,7 @@ def probe_sdpa(subject: Subject) -> Outcome:
         out = subject.call(module, x, keep)[0].double()
     x = x.double()
     styles = _styles(subject) if rotary else (None,)
-    strided = cfg.kv_grouping == "strided"
+    strided = subject.kv_grouping == "strided"
     refs = _references(readings, x, allowed, styles, tile_kv=strided)
     if not refs:
         return skipped("projections recognized, but no reading of them runs on this input")
