@@ -45,6 +45,14 @@ class Agreement:
         )
 
 
+def position_errors(out: Tensor | None, ref: Tensor) -> Tensor | None:
+    """(T,) the largest |out - ref| at each position of (B, T, d) outputs; None when ``out`` is
+    missing or of another shape."""
+    if out is None or out.shape != ref.shape:
+        return None
+    return (out - ref).abs().amax(dim=(0, 2))
+
+
 def agreements(
     module: nn.Module,
     new_cache: Callable[[], object] | None,
@@ -85,8 +93,7 @@ def agreements(
             nan = metrics.Error(float("nan"), float("nan"))
             found.append(Agreement(scenario, nan, floor, limit, None, got.error))
             continue
-        diff = (got.output - ref.output).abs()  # (B, T, d)
-        steps = diff.amax(dim=(0, 2)) if diff.shape == ref.output.shape else None
+        steps = position_errors(got.output, ref.output)
         err = metrics.error(got.output, ref.output)
         found.append(Agreement(scenario, err, floor, limit, steps))
     return found

@@ -24,6 +24,7 @@ from harness.catalogue.card import CATEGORIES, NOT_NAMED, Card, Pair
 from harness.catalogue.diffing import unified_diff
 from harness.catalogue.judge import EDGE_NAMES, Measurement
 from harness.catalogue.verdicts import FULL_PRECISION, Verdict, combine
+from harness.consistency import position_errors
 from harness.devices import device_description, dtype_name
 from harness.files import IMAGES, REPORT, TIMINGS, ensure_writable
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
@@ -451,10 +452,8 @@ def generation_steps(m: Measurement, card: Card) -> pd.DataFrame:
     ref = m.outputs["ref"]
     table = pd.DataFrame({"position": range(ref.shape[1])})
     for name, label in (("fix", "fixed.py"), ("bug", "buggy.py")):
-        out = m.outputs.get(name)
-        same = out is not None and out.shape == ref.shape
-        error = (out - ref).abs().amax(dim=(0, 2)).tolist() if same else float("nan")
-        table[f"max error ({label})"] = error
+        errors = position_errors(m.outputs.get(name), ref)
+        table[f"max error ({label})"] = float("nan") if errors is None else errors.tolist()
     prefill = bounds(card.how.steps, ref.shape[1])[0][1]
     table["call"] = ["prefill" if t < prefill else "step" for t in table["position"]]
     table.attrs["caption"] = f"Error per position against the full forward ({card.scenario})"

@@ -13,15 +13,12 @@ from harness import metrics
 from harness.dependency import future_leak
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import Subject
+from harness.doctor.subject import Subject, float32_rounding
 from harness.inputs import generator
 from harness.reference import head_count
 from harness.runner import describe
 
 EXACT = 1e-9  # float64: differences below this are rounding
-# Permuted positions reorder a module's sums: in float32 (a module may compute anything in it)
-# that rounds differently by a few ulps; a dependence on position moves outputs by far more.
-ORDER_ULPS = 64
 
 
 def _shape_cases(subject: Subject) -> list[tuple[str, int, int]]:
@@ -133,8 +130,7 @@ def probe_permutation(subject: Subject) -> Outcome:
         out, _ = subject.call(module, x, keep)
         out_perm, _ = subject.call(module, x[:, perm], keep_perm)
     diff = (out[:, perm] - out_perm).abs().nan_to_num(math.inf).max().item()
-    scale = max(1.0, out.abs().nan_to_num(0).max().item())
-    if diff > ORDER_ULPS * torch.finfo(torch.float32).eps * scale:
+    if diff > float32_rounding(out.abs().nan_to_num(0).max().item()):
         return failed(
             f"permuting the positions changes more than their order: max |diff| {diff:.3g}; "
             + _order_hint(subject)

@@ -17,7 +17,7 @@ from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import AdapterPlan, Subject
 from harness.masks import causal_keep
-from harness.scenarios import SCENARIOS, make_call
+from harness.scenarios import Invoke
 
 PROMPT_SEED = 21  # the prompt decoded
 
@@ -36,12 +36,13 @@ def _setup(subject: Subject) -> tuple[str | None, Tensor, Tensor | None]:
 
 
 def _agreements(subject: Subject, x: Tensor, keep: Tensor | None, scenarios: tuple[str, ...],
-                positions: Tensor | None = None) -> list[Agreement]:  # fmt: skip
+                positions: Tensor | None = None,
+                invoke: Invoke | None = None) -> list[Agreement]:  # fmt: skip
     """The scenarios in float32 against the full forward (float64 unless the module runs only
-    in float32)."""
+    in float32), each call made by ``invoke`` (default: the subject's)."""
     return agreements(
         subject.copy(), subject.new_cache, x, keep, subject.spec, positions, subject.device,
-        torch.float32, scenarios, subject.config.seed, subject.invoke, subject.dtype,
+        torch.float32, scenarios, subject.config.seed, invoke or subject.invoke, subject.dtype,
     )  # fmt: skip
 
 
@@ -53,26 +54,18 @@ def _explicit_positions(subject: Subject, x: Tensor) -> Tensor | None:
     return torch.arange(seq_len).expand(batch, seq_len)
 
 
-def _lengths(subject: Subject, x: Tensor, keep: Tensor | None) -> list[tuple[int, int]]:
-    """(tokens fed so far, the cache's own length) after each call of prefill then steps."""
-    seen: list[tuple[int, int]] = []
-    cache_box: list[object] = []
-
-    def new_cache() -> object:
-        cache_box.append(subject.new_cache())
-        return cache_box[-1]
+def _recording(subject: Subject, seen: list[tuple[int, int]]) -> Invoke:
+    """The subject's calls, noting (tokens fed so far, the cache's own length) after each
+    cached call whose cache says its length."""
 
     def invoke(module: nn.Module, xs: Tensor, mask, positions, cache, start: int) -> object:
         result = subject.invoke(module, xs, mask, positions, cache, start)
-        length = _cache_length(cache)
+        length = None if cache is None else _cache_length(cache)
         if length is not None:
             seen.append((start + xs.shape[1], length))
         return result
 
-    call = make_call(SCENARIOS["decode"], keep, subject.spec, None, new_cache, invoke)
-    with torch.no_grad():
-        call(subject.copy(), x.to(subject.device, subject.dtype))
-    return seen
+    return invoke
 
 
 def _cache_length(cache: object) -> int | None:
@@ -95,7 +88,9 @@ def probe_decoding(subject: Subject) -> Outcome:
     why_not, x, keep = _setup(subject)
     if why_not is not None:
         return skipped(why_not)
-    found = _agreements(subject, x, keep, ("decode", "chunked"))
+    lengths: list[tuple[int, int]] = []  # noted during the cached calls themselves
+    recording = _recording(subject, lengths)
+    found = _agreements(subject, x, keep, ("decode", "chunked"), invoke=recording)
     wrong = [a for a in found if not a.agrees]
     declared = isinstance(subject.plan, AdapterPlan)  # the user's own calls: raising is a bug
     if (wrong and all(a.failure for a in wrong) and not declared
@@ -107,26 +102,16 @@ def probe_decoding(subject: Subject) -> Outcome:
     if wrong:
         return failed(
             "; ".join(str(a) for a in wrong)
-            + _length_evidence(subject, x, keep)
+            + (f"; {off}" if (off := _length_off(lengths)) else "")
             + _diagnose(subject, x, keep, wrong[0])
         )
     unmasked = _without_mask(subject, x)
     if unmasked is not None:
         return unmasked
-    lengths = _lengths(subject, x, keep)
     if off := _length_off(lengths):
         return failed(f"{off} (stale_cache: appended twice or never cleared)")
     counted = "; cache length = tokens fed" if lengths else ""
     return passed(f"{'; '.join(str(a) for a in found)} ({subject.cache_source}){counted}")
-
-
-def _length_evidence(subject: Subject, x: Tensor, keep: Tensor | None) -> str:
-    """``; the cache holds N tokens after M were fed`` when its length is off, else ``""``."""
-    try:
-        off = _length_off(_lengths(subject, x, keep))
-    except Exception:
-        return ""
-    return f"; {off}" if off else ""
 
 
 def _length_off(lengths: list[tuple[int, int]]) -> str:

@@ -19,13 +19,11 @@ from torch import Tensor
 from harness import metrics
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import Subject
+from harness.doctor.subject import Subject, float32_rounding
 from harness.runner import describe
 
 OFFSETS = (4096, 100_000)  # position shifts probed
 SHIFT_SHARE = 0.1  # a shift may move outputs by at most this share of what moving tokens does
-# Rounding, not position: reordered float32 sums differ by a few ulps of the output's scale.
-ORDER_ULPS = 64
 PAD = 3  # padding tokens put on the left
 
 
@@ -69,7 +67,7 @@ def probe_shift(subject: Subject) -> Outcome:
     except Exception as exc:  # position tables sized for less than it declares
         return skipped(f"positions from {offsets[0]:,} on raise {describe(exc)}: not probed")
     scale = _largest(out_moved - out)
-    rounding = ORDER_ULPS * torch.finfo(torch.float32).eps * max(1.0, _largest(out))
+    rounding = float32_rounding(_largest(out))
     if not scale > rounding:
         return skipped(
             "moving half of the positions one on changes nothing: it ignores the positions "
@@ -148,7 +146,7 @@ def probe_order(subject: Subject) -> Outcome:
         return skipped("its output is not finite here (see the other probes)")
     later = (swapped - out)[:, 2:]  # outputs after the two swapped tokens
     change = _largest(later)
-    rounding = ORDER_ULPS * torch.finfo(torch.float32).eps * max(1.0, _largest(out))
+    rounding = float32_rounding(_largest(out))
     if not change > rounding:
         verdict = failed if found.firm else warned
         return verdict(
@@ -190,7 +188,7 @@ def probe_left_padding(subject: Subject) -> Outcome:
         if subject.plan.optional_positions:
             explicit = subject.call(module, padded, keep, from_mask)[0].double()[:, PAD:]
     change = _largest(out_padded - out)
-    rounding = ORDER_ULPS * torch.finfo(torch.float32).eps * max(1.0, _largest(out))
+    rounding = float32_rounding(_largest(out))
     if change > rounding:
         cure = ""
         if explicit is not None and _largest(explicit - out) <= rounding:
@@ -224,7 +222,7 @@ def probe_packed(subject: Subject) -> Outcome:
         out = subject.call(module, x, keep, positions)[0].double()
         out_other = subject.call(module, other, keep, positions)[0].double()
     change = _largest((out_other - out)[:, start:])
-    rounding = ORDER_ULPS * torch.finfo(torch.float32).eps * max(1.0, _largest(out))
+    rounding = float32_rounding(_largest(out))
     if change > rounding:
         return failed(
             f"the second packed document's outputs move by {change:.3g} when the first "
