@@ -1,4 +1,5 @@
-"""The command line: list, show, diff, run and report the catalogue; doctor your own module.
+"""The command line: list, show, diff, run, learn and report the catalogue; doctor your own
+module.
 
 Bad input (an unknown id, an absent device, a dtype the device cannot run) is reported as one
 line on stderr with exit status 2, before any work is done and without writing anything.
@@ -27,6 +28,7 @@ from harness.catalogue import registry
 from harness.catalogue.card import Card, Pair
 from harness.catalogue.diffing import unified_diff
 from harness.catalogue.judge import Measurement, measure
+from harness.catalogue.learn import learn
 from harness.devices import (
     DEVICE_KINDS,
     DTYPES,
@@ -52,6 +54,9 @@ from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
 from harness.errors import Interrupted, UsageError, shorten
 from harness.files import check_file_destination, ensure_writable, write_atomically
+from harness.learning import STEPS as LEARN_STEPS
+from harness.learning import Learning
+from harness.pictures import learning_plot
 from harness.progress import Progress
 from harness.realmodules import real_markdown, real_table
 from harness.report import collect, write_report
@@ -102,9 +107,28 @@ def build_parser() -> Parser:
     run.add_argument("ids", nargs="*", metavar="ID", help="trap ids (default: all)")
     add_grid_options(run)
     run.add_argument("--format", choices=["md", "csv", "json"], default="md")
+    learn = sub.add_parser(
+        "learn",
+        help="train fixed.py and buggy.py on a tiny task and say what the bug does to learning",
+    )
+    learn.add_argument("ids", nargs="*", metavar="ID", help="trap ids (default: all)")
+    learn.add_argument(
+        "--steps", type=positive, default=LEARN_STEPS, help=f"training steps ({LEARN_STEPS})"
+    )
+    learn.add_argument("--seed", type=int, default=0, help="seed for weights and batches (0)")
+    learn.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
+    learn.add_argument(
+        "--out",
+        type=Path,
+        default=Path("reports/learning"),
+        help="folder for each trap's curves, ID.csv and ID.png (default: reports/learning/)",
+    )
     report = sub.add_parser("report", help="write the markdown diagnosis report")
     add_grid_options(report)
     report.add_argument("--out", type=Path, default=Path("reports"), help="default: reports/")
+    report.add_argument(
+        "--no-learn", action="store_true", help="skip the learning probe (its column and curves)"
+    )
     add_doctor_parser(sub)
     return parser
 
@@ -399,12 +423,66 @@ def load_adapter(target: str) -> Callable[..., object]:
     return adapter
 
 
+def positive(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {shorten(text, quote=True)}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def learning_text(pair: Pair, learning: Learning, steps: int, seed: int) -> str:
+    """One trap's learning probe: the task, the table, what the bug does, and any caveat."""
+    d = learning.diagnosis
+    lines = [
+        f"{pair.card.id}: {learning.task.describe()}; {steps} steps, seed {seed}",
+        "",
+        learning.table().to_markdown(index=False, floatfmt=".3g"),
+        "",
+        f"buggy.py: {d.label}: {d.evidence}",
+    ]
+    return "\n".join(lines + ([learning.note] if learning.note else []))
+
+
+def cmd_learn(args: argparse.Namespace) -> str:
+    pairs = resolve_pairs(args.ids)
+    device = resolve_device(args.device)
+    ensure_writable(args.out)
+    texts, written = [], []
+    with Progress(len(pairs)) as bar:
+        for pair in pairs:
+            bar.step(f"training {pair.card.id}")
+            learning = learn(pair, seed=args.seed, device=device, steps=args.steps)
+            texts.append(learning_text(pair, learning, args.steps, args.seed))
+            written += write_curves(args.out, pair.card.id, learning)
+    return "\n\n".join(texts) + "\n\nwrote " + ", ".join(str(p) for p in written)
+
+
+def write_curves(out: Path, trap: str, learning: Learning) -> list[Path]:
+    """``out/<trap>.csv`` (loss and accuracy per step) and ``out/<trap>.png``, each written
+    whole or not at all."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv, png = out / f"{trap}.csv", out / f"{trap}.png"
+    write_atomically(csv, learning.curves().to_csv(index=False))
+    partial = out / f".{trap}.png.partial"
+    try:
+        learning_plot(partial, trap, learning)
+        os.replace(partial, png)
+    finally:
+        partial.unlink(missing_ok=True)
+    return [csv, png]
+
+
 def cmd_report(args: argparse.Namespace) -> str:
     grid = resolve_grid(args)
     ensure_writable(args.out)
     unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
     pairs = registry.load_all()
-    steps = len(pairs) * len(grid) + 2 * len(pairs) + 3  # measure, extras, doctor x2, draw, write
+    learns = 0 if args.no_learn else len(pairs)
+    steps = len(pairs) * len(grid) + 2 * len(pairs) + learns + 3  # + doctor x2, writing
     with Progress(steps) as bar:
 
         def step(label: str) -> None:
@@ -412,7 +490,8 @@ def cmd_report(args: argparse.Namespace) -> str:
             bar.step(label)
 
         measure_all = functools.partial(measure_grid, step=step)
-        results, timed = collect(pairs, grid, measure_all, progress=step)
+        train = None if args.no_learn else lambda pair, device: learn(pair, device=device)
+        results, timed = collect(pairs, grid, measure_all, progress=step, learn=train)
         step("the doctor on the catalogue")
         doctor = detection_markdown(detection_table())
         step("the doctor on real modules")
@@ -430,6 +509,7 @@ COMMANDS = {
     "show": cmd_show,
     "diff": cmd_diff,
     "run": cmd_run,
+    "learn": cmd_learn,
     "report": cmd_report,
     "doctor": cmd_doctor,
 }

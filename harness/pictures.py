@@ -23,6 +23,7 @@ from harness.catalogue.card import Card
 from harness.catalogue.judge import EDGE_NAMES, Measurement
 from harness.catalogue.verdicts import Verdict
 from harness.files import IMAGES
+from harness.learning import Learning
 from harness.plots import DECIMALS, Panel, heatmaps, legend, line_plot, rounded
 
 if TYPE_CHECKING:
@@ -192,7 +193,8 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
     """Write a trap's pictures under ``folder/img``; their paths relative to ``folder``.
 
     ``img/<id>.png``: the heatmap ``choose`` picks (none when neither module returns weights
-    or an output); ``img/<id>-<n>.png``: the line plots its extra tables ask for.
+    or an output); ``img/<id>-learning.png``: its learning curves, when it was trained;
+    ``img/<id>-<n>.png``: the line plots its extra tables ask for.
     """
     card = r.pair.card
     names = []
@@ -202,9 +204,32 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
         name = f"{IMAGES}/{card.id}.png"
         heatmaps(folder / name, title(choice, card, r.primary, panels), panels)
         names.append(name)
+    if r.learning is not None:
+        name = f"{IMAGES}/{card.id}-learning.png"
+        learning_plot(folder / name, card.id, r.learning)
+        names.append(name)
     specs = [(extra, spec) for extra in r.extras for spec in extra.attrs.get("plots", [])]
     for i, (extra, spec) in enumerate(specs, start=1):
         plot_name = f"{IMAGES}/{card.id}-{i}.png"
         line_plot(folder / plot_name, extra, **spec)
         names.append(plot_name)
     return names
+
+
+def learning_plot(path: Path, trap: str, learning: Learning) -> None:
+    """Both modules' training loss per step on one log axis, the diagnosis in the title."""
+    title = textwrap.fill(
+        f"{trap}: training loss on {learning.task.describe()}; buggy.py: "
+        f"{learning.diagnosis.label}",
+        TITLE_WIDTH - 40,
+    )
+    line_plot(
+        path,
+        learning.curves(),
+        x="step",
+        y=["fixed.py loss", "buggy.py loss"],
+        title=title,
+        ylabel="training loss (cross-entropy)",
+        logy=True,
+        marker=None,
+    )

@@ -54,7 +54,7 @@ def rounded(data: np.ndarray) -> np.ndarray:
 
 def significant(values: pd.Series) -> list[float]:
     """``values`` rounded to ``DIGITS`` significant digits (small numbers keep their size)."""
-    return [float(f"{v:.{DIGITS}g}") for v in values]
+    return [float(f"{v:.{DIGITS}g}") for v in values]  # nan and inf stay as they are
 
 
 def integer_ticks(ax: Axes, rows: int, cols: int) -> None:
@@ -158,10 +158,12 @@ def line_plot(
     ylabel: str = "",
     logy: bool = False,
     xlabel: str = "",
+    marker: str | None = "o",
 ) -> None:
     """Write a PNG of columns ``y`` of ``data`` against column ``x``, rounded (``significant``).
 
-    With ``logy`` values of 0 are left out (a log axis has no 0); the legend says so.
+    With ``logy`` values of 0 are left out (a log axis has no 0); the legend says so. NaN
+    values are not drawn (a run that ended early).
     """
     fig, ax = plt.subplots(figsize=(6, 3.6))
     xs = significant(data[x])
@@ -170,7 +172,7 @@ def line_plot(
         label = column
         if logy and any(v == 0 for v in ys):
             ys, label = [math.nan if v == 0 else v for v in ys], f"{column} (0 not drawn)"
-        ax.plot(xs, ys, marker="o", label=label)
+        ax.plot(xs, ys, marker=marker, label=label)
     if logx:
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(data[x]), [str(v) for v in data[x]])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from harness import __version__, publish, reportdiff, symptoms
+from harness import __version__, learnreport, publish, reportdiff, symptoms
 from harness.catalogue.card import CATEGORIES, NOT_NAMED, Card, Pair
 from harness.catalogue.diffing import unified_diff
 from harness.catalogue.judge import EDGE_NAMES, Measurement
@@ -27,8 +27,10 @@ from harness.catalogue.verdicts import FULL_PRECISION, Verdict, combine
 from harness.consistency import position_errors
 from harness.devices import device_description, dtype_name
 from harness.files import IMAGES, REPORT, TIMINGS, ensure_writable
+from harness.learning import Learning
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
 from harness.pictures import draw
+from harness.reportdiff import LEARNED_COLUMN
 from harness.scenarios import bounds
 from harness.symptoms import bug_nonfinite
 
@@ -45,6 +47,7 @@ class TrapResult:
     cells: list[Measurement]  # one per (device, dtype)
     extras: list[pd.DataFrame] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    learning: Learning | None = None  # the learning probe, unless the report skips it
 
     @property
     def primary(self) -> Measurement:
@@ -140,17 +143,23 @@ never queries, `softmax(dim=-1)`, `tril(diagonal=0)` for causality, dropout only
 `self.training` — or call SDPA, whose conventions the sections name."""
 
 
-def opening(grid: Grid, unavailable: list[str], cards: list[Card]) -> str:
+def opening(grid: Grid, unavailable: list[str], cards: list[Card], learned: bool) -> str:
     devices = list(dict.fromkeys(d for d, _ in grid))
     dtypes = list(dict.fromkeys(dtype_name(t) for _, t in grid))
     has_cuda = any(d.type == "cuda" for d in devices)
+    command = reproduce_command(grid) + ("" if learned else " --no-learn")
+    learning = (
+        "`python -m harness learn ID` trains one trap's pair again and writes its curves."
+        if learned
+        else "The learning probe was skipped (`--no-learn`)."
+    )
     lines = [
         OPENING,
+        *(["", learnreport.INTRO] if learned else []),
         "",
         "## Reproduce",
         "",
-        f"`{reproduce_command(grid)}` writes this file to `reports/{REPORT}` (`--out DIR` "
-        "elsewhere).",
+        f"`{command}` writes this file to `reports/{REPORT}` (`--out DIR` elsewhere). {learning}",
         "",
         f"- Versions: attention-pitfalls {__version__}, torch {torch.__version__}, "
         f"Python {platform.python_version()}, {platform.machine()}.",
@@ -232,6 +241,8 @@ def summary(results: list[TrapResult]) -> str:
             "entropy fix → bug": entropy_cell(r.primary),
             "grad cosine": cosine_cell(r.primary),
         }
+        if r.learning is not None:
+            row[LEARNED_COLUMN] = learnreport.learns_cell(r.learning)
         rows.append(row)
     table = pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)  # cells are text
     differing = [
@@ -246,6 +257,9 @@ def summary(results: list[TrapResult]) -> str:
         if differing
         else "Every trap gets the same verdict in every dtype measured."
     )
+    learned = [(r.pair.card, r.overall(r.primary.device), r.learning) for r in results]
+    if rows_learned := [(c, v, lr) for c, v, lr in learned if lr is not None]:
+        note += "\n\n" + learnreport.findings_note(rows_learned)
     return "## Summary\n\n" + table + "\n\n" + note
 
 
@@ -255,8 +269,14 @@ def symptom_index(results: list[TrapResult], timed: set[str]) -> str:
         "## From a symptom to its traps",
         "",
         "Each trap is listed under a symptom only when its own measurement shows it; the "
-        "evidence follows its name. One forward and backward pass is measured, not training, "
-        "so the training symptoms are read off what that pass shows.",
+        "evidence follows its name. "
+        + (
+            "Evidence that starts with *training:* comes from the learning probe (both "
+            "modules trained on a tiny task); the rest from one forward and backward pass."
+            if any(r.learning is not None for r in results)
+            else "One forward and backward pass is measured, not training (the learning probe "
+            "was skipped), so the training symptoms are read off what that pass shows."
+        ),
     ]
     for name, measured_as, hits in symptoms.index(results, timed):
         lines += ["", f"**{name}** ({measured_as}):", ""]
@@ -372,9 +392,15 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
     for extra in filter(is_short, r.extras):
         out += [f"{caption(extra)} ({m.cell}):", "", table(extra), ""]
     out += r.notes
+    learned = [i for i in images if i.startswith(f"{IMAGES}/{card.id}-learning")]
+    images = [i for i in images if i not in learned]
     if not images:
         out += ["No picture: neither module returns attention weights or an output.", ""]
     out += [f"![{card.id}]({image})\n" for image in images]
+    if r.learning is not None:
+        verdict = r.overall(m.device)
+        image = learned[0] if learned else None
+        out += [*learnreport.learning_block(card, verdict, r.learning, image), ""]
     out += [
         prose(f"**Why it matters.** {card.why}"),
         "",
@@ -521,7 +547,7 @@ def render(
     """The whole report.md."""
     cards = [r.pair.card for r in results]
     sections = [
-        opening(grid, unavailable, cards),
+        opening(grid, unavailable, cards, any(r.learning is not None for r in results)),
         symptom_index(results, timed),
         summary(results),
         category_sections(results, images),
@@ -589,8 +615,10 @@ def collect(
     grid: Grid,
     measure_all: Callable[[list[Pair], Grid], list[Measurement]],
     progress: Callable[[str], None] = lambda label: None,
+    learn: Callable[[Pair, torch.device], Learning] | None = None,
 ) -> tuple[list[TrapResult], dict[str, pd.DataFrame]]:
-    """Measure everything, then each trap's extra on the first device in float32."""
+    """Measure everything, then each trap's extra on the first device in float32, and (with
+    ``learn``) its learning probe on that device."""
     cells = measure_all(pairs, grid)
     device = grid[0][0]
     results, timed = [], {}
@@ -606,5 +634,8 @@ def collect(
                 r.notes.append(f"Wall-clock timing: `{TIMINGS}` beside the report (uncommitted).\n")
             else:
                 r.extras.append(extra)
+        if learn is not None:
+            progress(f"{pair.card.id}: training")
+            r.learning = learn(pair, device)
         results.append(r)
     return results, timed

@@ -36,6 +36,11 @@ LISTED = re.compile(r"^- \[`[\w-]+`\]\(#([\w-]+)\): ")  # a symptom's evidence f
 VERDICT_LINE = re.compile(r"^- [^:,]+: \*\*[A-Z]+(?:, NaN)?\*\*: ")  # - cpu float16: **LOUD**: why
 PRINTED_THRESHOLD = re.compile(rf"(?:threshold|>) ({NUMBER})")  # "> threshold 2.13e-07"
 NUMERIC_COLUMNS = {"output error (floor)", "entropy fix → bug", "grad cosine"}
+# Training amplifies rounding, so the learning probe's numbers drift from CPU to CPU: in its
+# blocks, its summary column and its symptom evidence only the words are compared.
+LEARNING_START, LEARNING_END = "<!-- learning -->", "<!-- /learning -->"
+LEARNED_COLUMN = "learns? fix / bug"
+LEARNED_EVIDENCE = re.compile(r"^- \[`[\w-]+`\]\(#[\w-]+\): training: ")
 # A trap whose tables print no threshold (compared over seeds, or raising) measures no floor;
 # its numbers (attention rows and their sums) are of order one, in the primary cell's float32.
 FLOAT32_EPS = Decimal(2) ** -23
@@ -53,6 +58,7 @@ class Line:
     trap: str | None  # None: outside every trap (header, doctor): nothing but display steps
     threshold: Decimal | None  # its table row's "threshold" column, or its verdict's
     in_table: bool
+    learned: bool = False  # from the learning probe: its numbers are not compared
 
 
 def quantum(x: Decimal) -> Decimal:
@@ -114,9 +120,10 @@ def printed_threshold(text: str, header: list[str]) -> Decimal | None:
 def parse(report: str) -> list[Line]:
     """Every line of ``report``, normalised and masked, with its trap and printed threshold."""
     lines: list[Line] = []
-    trap, header = None, []
+    trap, header, learning = None, [], False
     for lineno, raw in enumerate(report.splitlines(), start=1):
         text = normalise(raw)
+        learning = (learning or text == LEARNING_START) and text != LEARNING_END
         if anchor := ANCHOR.match(text):
             trap = anchor.group(1)
         elif text.startswith("## "):
@@ -125,14 +132,20 @@ def parse(report: str) -> list[Line]:
         if in_table and not (lines and lines[-1].in_table):
             header = cells(text)
         row = SUMMARY_ROW.match(text) or LISTED.match(text)
+        compared = text
+        if in_table and LEARNED_COLUMN in header and len(cells(text)) == len(header):
+            kept = cells(text)
+            del kept[header.index(LEARNED_COLUMN)]  # the learning probe's numbers drift
+            compared = "|".join(kept)
         lines.append(
             Line(
                 lineno=lineno,
                 words=NUMBERS.sub(MASK, text),
-                numbers=NUMBERS.findall(text),
+                numbers=NUMBERS.findall(compared),
                 trap=row.group(1) if row else trap,
                 threshold=printed_threshold(text, header),
                 in_table=in_table,
+                learned=learning or bool(LEARNED_EVIDENCE.match(text)),
             )
         )
     return lines
@@ -177,15 +190,23 @@ def compare_sections(committed: str, fresh: str) -> list[str]:
 
 
 def compare_summary(committed: str, fresh: str) -> list[str]:
-    """The summary's words (trap, §, every verdict, expected, trigger) must match exactly."""
+    """The summary's words (trap, §, every verdict, expected, trigger; the learning column with
+    its numbers masked) must match exactly."""
     problems = []
     old, new = summary_rows(committed), summary_rows(fresh)
     for a, b in zip_longest(old, new, fillvalue={}):
         keys = [k for k in dict.fromkeys([*a, *b]) if k not in NUMERIC_COLUMNS]
-        for k in (k for k in keys if a.get(k) != b.get(k)):
+        for k in (k for k in keys if words_of(k, a.get(k)) != words_of(k, b.get(k))):
             trap = a.get("trap") or b.get("trap")
             problems.append(f"summary, {trap}, {k}: committed {a.get(k)!r}, fresh {b.get(k)!r}")
     return problems
+
+
+def words_of(column: str, cell: str | None) -> str | None:
+    """A summary cell as compared: the learning column without its numbers."""
+    if cell is None or column != LEARNED_COLUMN:
+        return cell
+    return NUMBERS.sub(MASK, cell)
 
 
 def compare_words(old: list[Line], new: list[Line]) -> list[str]:
@@ -201,6 +222,8 @@ def compare_numbers(old: list[Line], new: list[Line]) -> list[str]:
     problems = []
     old_primary, new_primary = primary_thresholds(old), primary_thresholds(new)
     for a, b in zip(old, new, strict=True):
+        if a.learned or b.learned:
+            continue
         threshold = threshold_of(a, old_primary) + threshold_of(b, new_primary)
         for x, y in zip(a.numbers, b.numbers, strict=True):
             if not agree(x, y, threshold):

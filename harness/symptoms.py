@@ -1,9 +1,10 @@
 """The report's way in from a symptom: which traps cause what a student sees, by measurement.
 
 Each symptom is a rule over a trap's measurements; a trap is listed under a symptom only when its
-own numbers show it, with the number as evidence. One forward and backward pass is measured, not
-training: the training symptoms are read off what the pass shows (NaN, a gradient far larger or
-smaller than fixed.py's, saturated attention), and say so.
+own numbers show it, with the number as evidence. The training symptoms (NaN, a flat or slow
+loss, great in training and wrong in generation) come from the learning probe, whose evidence
+starts "training:"; when the report skips it, they are read off what one forward and backward
+pass shows (NaN, a gradient far smaller than fixed.py's), and say so.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from harness import learning
 from harness.catalogue.judge import Measurement
 from harness.catalogue.verdicts import Verdict
 
@@ -41,11 +43,19 @@ def bug_nonfinite(m: Measurement) -> bool:
     return fix_ok and (not math.isfinite(out.loc["bug", "max_abs"]) or bool((grads > 0).any()))
 
 
+def trained(r: TrapResult, labels: tuple[str, ...]) -> str | None:
+    """The learning probe's evidence when its diagnosis starts with one of ``labels``."""
+    if r.learning is None or not r.learning.diagnosis.label.startswith(labels):
+        return None
+    d = r.learning.diagnosis
+    return f"training: {d.label}: {d.evidence}"
+
+
 def nan_loss(r: TrapResult) -> str | None:
     for m in r.cells:
         if bug_nonfinite(m):
             return f"{m.cell}: {m.reason}"
-    return None
+    return trained(r, (learning.NAN,))
 
 
 def _ratios(m: Measurement) -> Iterator[tuple[str, float]]:
@@ -90,8 +100,11 @@ def _entropy_sweep(r: TrapResult) -> tuple[float, float, str] | None:
 
 
 def flat_loss(r: TrapResult) -> str | None:
-    """A weight's gradient starved on the trap's own measurement shape (a trigger shape's
-    one-wide weights say nothing of training)."""
+    """Training that does not reach the threshold or needs more steps than fixed.py; without
+    the learning probe, a weight's gradient starved on the trap's own measurement shape (a
+    trigger shape's one-wide weights say nothing of training)."""
+    if r.learning is not None and r.learning.diagnosis.label != learning.NO_BASELINE:
+        return trained(r, (learning.FLAT_LABEL, learning.NOT_REACHED, learning.SLOWER_LABEL))
     m = r.primary
     if m.trigger is not None:
         return None
@@ -140,6 +153,8 @@ def raises(r: TrapResult) -> str | None:
 
 
 def inference(r: TrapResult) -> str | None:
+    if evidence := trained(r, (learning.TOO_GOOD, learning.GENERATION, learning.EVALUATION)):
+        return evidence
     card, m = r.pair.card, r.primary
     if card.how.cached and r.overall(m.device) is not Verdict.BENIGN:
         return f"{card.scenario} through the cache differs from the full forward: {m.reason}"
@@ -172,7 +187,11 @@ class Symptom:
 
 
 SYMPTOMS = (
-    Symptom("The loss is NaN", "NaN or Inf in buggy.py's output or gradients", nan_loss),
+    Symptom(
+        "The loss is NaN",
+        "NaN or Inf in buggy.py's output or gradients, or a training loss that turns NaN",
+        nan_loss,
+    ),
     Symptom(
         "The loss explodes or training is unstable",
         f"a weight's gradient at least {GRAD_RATIO:g}x fixed.py's",
@@ -180,8 +199,9 @@ SYMPTOMS = (
     ),
     Symptom(
         "The loss stays flat or falls slowly",
-        f"a weight's gradient at most 1/{GRAD_RATIO:g} of fixed.py's; whether training stalls "
-        "takes training to tell, which this report does not do",
+        f"trained on a tiny task, buggy.py never reaches {learning.THRESHOLD:.0%} accuracy or "
+        f"needs {learning.SLOWER:g}x fixed.py's steps; without the learning probe, a weight's "
+        f"gradient at most 1/{GRAD_RATIO:g} of fixed.py's",
         flat_loss,
     ),
     Symptom(
@@ -198,8 +218,10 @@ SYMPTOMS = (
     Symptom("It raises an error", "buggy.py raises on the shape measured", raises),
     Symptom(
         "Great in training, wrong in generation or at inference",
-        "an output that depends on later inputs, two identical calls in eval mode that differ, "
-        "or generation through the cache that differs from the full forward",
+        "trained on a tiny task: it predicts tokens no causal model can know, answers right "
+        "teacher-forced and wrong by generation, or worse in eval mode; else an output that "
+        "depends on later inputs, two identical calls in eval mode that differ, or generation "
+        "through the cache that differs from the full forward",
         inference,
     ),
     Symptom(

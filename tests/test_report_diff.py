@@ -228,3 +228,35 @@ def test_a_report_made_with_other_versions_is_not_equivalent() -> None:
         "- Versions: attention-pitfalls", "- Versions: attention-pitfalls 9", 1
     )
     assert other != COMMITTED and not reportdiff.equivalent(COMMITTED, other)
+
+
+def learned(steps: int, label: str = "learns slower") -> str:
+    """A report piece with a learning block, a learned symptom line and the summary column."""
+    return "\n".join(
+        [
+            "## Summary",
+            "",
+            "| trap | combined | learns? fix / bug |",
+            "|:--|:--|:--|",
+            f"| [`demo`](#demo) | SILENT | yes ({steps}) / {label} (×{steps / 20:.2g}) |",
+            "",
+            f"- [`demo`](#demo): training: {label}: {steps} steps to threshold against 20",
+            "",
+            '<a id="demo"></a>',
+            "<!-- learning -->",
+            f"**What it does to learning.** fixed.py reaches 90% in {steps} steps.",
+            "<!-- /learning -->",
+            "- cpu float32: **SILENT**: output error 0.75 > threshold 0.001 at step 40",
+        ]
+    )
+
+
+def test_learning_numbers_may_drift_but_its_words_may_not() -> None:
+    assert compare(learned(40), learned(41)) == []
+    problems = compare(learned(40), learned(40, label="learns normally"))
+    assert any("learns normally" in p for p in problems), problems
+
+
+def test_numbers_after_a_learning_block_are_compared_again() -> None:
+    here, there = learned(40), learned(40).replace("at step 40", "at step 41")
+    assert any("committed 40, fresh 41" in p for p in compare(here, there))

@@ -1,5 +1,6 @@
 """The symptom index: each trap is listed under what its own measurements show, and nowhere else."""
 
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 
 from harness import symptoms
 from harness.catalogue.judge import measure
+from harness.catalogue.learn import learn
 from harness.catalogue.registry import load
 from harness.report import TrapResult
 
@@ -114,3 +116,31 @@ def test_entropy_above_one_is_called_a_leak_not_uniform():
     assert listed("mask_bool")["The attention map looks uniform, one-hot or wrong"].endswith(
         "(toward one-hot)"
     )
+
+
+def with_learning(pitfall: str) -> TrapResult:
+    """The trap's one-pass result with its learning probe."""
+    return replace(result(pitfall), learning=learn(load(pitfall)))
+
+
+def trained_listing(pitfall: str) -> dict[str, str]:
+    found = symptoms.index([with_learning(pitfall)], set())
+    return {name: hits[0][1] for name, _, hits in found if hits}
+
+
+def test_training_symptoms_come_from_the_learning_probe():
+    stalled = trained_listing("head_split_view")["The loss stays flat or falls slowly"]
+    assert stalled.startswith("training: learns slower (never reaches the threshold)")
+    leak = trained_listing("causal_leak")["Great in training, wrong in generation or at inference"]
+    assert leak.startswith("training: too good to be true")
+    cache = trained_listing("cache_causal_alignment")
+    assert cache["Great in training, wrong in generation or at inference"].startswith(
+        "training: wrong in generation"
+    )
+
+
+def test_with_the_learning_probe_a_trap_that_trains_normally_is_not_called_slow():
+    """softmax_upcast_myth learns as fixed.py does: no training symptom, whatever one pass says."""
+    found = trained_listing("softmax_upcast_myth")
+    assert "The loss stays flat or falls slowly" not in found
+    assert "Great in training, wrong in generation or at inference" not in found

@@ -1,0 +1,563 @@
+"""The learning probe: train an attention module inside a tiny model on a task that needs it.
+
+One forward and backward pass says how far a buggy module is from a fixed one; it does not say
+whether the bug stops a model from learning. This module trains. The model is as small as a model
+with attention can be: a token embedding plus an embedding of the token before it (so that one
+attention layer can find "the position after the one that matched", an induction step), the
+attention module, and a linear read-out to the vocabulary. No residual path: every answer has to
+come through attention.
+
+Two tasks, both solvable only by looking at other positions:
+
+- ``recall`` (bidirectional): key-value pairs, then queries ``? k``; the answer at each query is
+  the value stored under ``k``. With ``padded`` some rows hold fewer pairs and padding after them.
+- ``copy`` (causal): a prompt of distinct tokens, then the prompt again; from the second copy on
+  each next token is predicted by finding where the current token appeared before. ``period`` is
+  the prompt length (a sliding window needs it short), ``left_pad`` pads rows on the left, as a
+  batch is padded for generation, and ``packed`` puts two documents in each row, positions
+  restarting at the second.
+
+A run trains for ``STEPS`` steps of seeded batches and records loss and answer accuracy per step
+(each step's batch is new, so its accuracy, taken before the update, is a held-out one). Causal
+modules are then evaluated twice on a fixed batch: teacher-forced (the whole sequence in one call,
+as in training) and by generation (each answer from the tokens before it only, through the
+module's own cache where it has one). A module that reads the answer from the future is perfect
+the first way and lost the second.
+
+``diagnose`` names what a bug does to learning by comparing the buggy run with the fixed one.
+Everything is seeded and runs on one thread (tiny tensors are fastest there), so the same call
+gives the same numbers on the same machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness.inputs import generator
+from harness.runner import split_output
+
+VOCAB = 16  # token ids 0..15
+SEQ_LEN = 16
+D_MODEL = 32
+BATCH = 32
+EVAL_BATCH = 256  # the fixed batch a trained model is evaluated on
+STEPS = 120
+LR = 2e-2
+THRESHOLD = 0.9  # answer accuracy that counts as "learned"
+SMOOTH = 10  # steps to threshold: the first step whose mean accuracy over this many reaches it
+SLOWER = 1.5  # a bug that needs this many times the fixed steps (or more) learns slower
+FASTER = 1 / SLOWER
+FLAT_GAIN = 0.15  # accuracy that rose less than this over a run did not learn
+GAP = 0.3  # teacher-forced accuracy this far above generation accuracy: it read the future
+WORSE = 0.03  # eval-mode accuracy this far below the fixed module's
+EMBED_STD = 0.5**0.5
+IGNORE = -100  # target of a position that is not scored
+
+# recall: keys 0..7, values 8..14, 15 marks a query (and pads)
+KEYS, VALUES, MARK = 8, 7, 15
+PAIRS, QUERIES = 6, 2
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of a task: tokens, what to predict where, and which keys each query may see."""
+
+    tokens: Tensor  # (B, T) int64
+    targets: Tensor  # (B, T) int64: the next token (copy) or the value (recall); else IGNORE
+    answers: Tensor  # (B, T) bool: the targets a model can know: trained and scored
+    keep: Tensor | None  # (B, T, T) bool, True = may attend; None: no mask
+    positions: Tensor | None = None  # (B, T) int64; None: the module's own
+
+    def prefix(self, length: int) -> Batch:
+        """The first ``length`` tokens, as generation sees them."""
+        keep = None if self.keep is None else self.keep[:, :length, :length]
+        positions = None if self.positions is None else self.positions[:, :length]
+        cut = self.tokens[:, :length], self.targets[:, :length], self.answers[:, :length]
+        return Batch(*cut, keep, positions)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A synthetic task attention is needed for."""
+
+    name: str  # "recall" or "copy"
+    period: int = SEQ_LEN // 2  # copy: the prompt's length
+    padded: bool = False  # recall: some rows are shorter, padded on the right
+    left_pad: bool = False  # copy: some rows are padded on the left
+    packed: bool = False  # copy: two documents per row, positions restarting
+    seq_len: int = SEQ_LEN
+
+    def __post_init__(self) -> None:
+        if self.name not in ("recall", "copy"):
+            raise ValueError(f"unknown task {self.name!r}")
+        if not 3 <= self.period <= self.seq_len // 2:
+            raise ValueError(f"period {self.period} not in 3..{self.seq_len // 2}")
+
+    @property
+    def causal(self) -> bool:
+        return self.name == "copy"
+
+    def describe(self) -> str:
+        """One line for tables and the report."""
+        if self.name == "recall":
+            text = f"associative recall: {PAIRS} key-value pairs, then {QUERIES} queries"
+            return text + (", some rows padded" if self.padded else "")
+        text = f"copy: a prompt of {self.period} distinct tokens, repeated"
+        if self.left_pad:
+            text += ", some rows left-padded"
+        if self.packed:
+            text += ", two documents per row"
+        return text
+
+    def draw(self, batch: int, gen: torch.Generator) -> Batch:
+        """A seeded batch."""
+        return (
+            recall_batch(self, batch, gen)
+            if self.name == "recall"
+            else copy_batch(self, batch, gen)
+        )
+
+
+def distinct(batch: int, n: int, high: int, gen: torch.Generator) -> Tensor:
+    """(B, n) rows of n distinct tokens from 0..high-1."""
+    return torch.rand(batch, high, generator=gen).argsort(dim=-1)[:, :n]
+
+
+def recall_batch(task: Task, batch: int, gen: torch.Generator) -> Batch:
+    """``k1 v1 ... kn vn ? q1 ? q2`` (padding after the pairs in shorter rows); answers at q."""
+    keys = distinct(batch, PAIRS, KEYS, gen)  # (B, n)
+    values = torch.randint(KEYS, KEYS + VALUES, (batch, PAIRS), generator=gen)  # (B, n)
+    n_pairs = torch.full((batch,), PAIRS)
+    if task.padded:
+        n_pairs = torch.randint(QUERIES, PAIRS + 1, (batch,), generator=gen)
+        n_pairs[0] = PAIRS  # one full row in every batch
+    order = torch.rand(batch, PAIRS, generator=gen).masked_fill(
+        torch.arange(PAIRS) >= n_pairs[:, None], 2.0
+    )
+    asked = order.argsort(dim=-1)[:, :QUERIES]  # (B, QUERIES): distinct pairs among the real ones
+    pairs = torch.stack([keys, values], dim=-1).reshape(batch, 2 * PAIRS)  # (B, 2n)
+    queries = torch.stack([torch.full_like(asked, MARK), keys.gather(1, asked)], dim=-1)
+    body = torch.arange(2 * PAIRS) < 2 * n_pairs[:, None]  # (B, 2n): real pairs
+    pairs = pairs.masked_fill(~body, MARK)
+    tokens = torch.cat([pairs, queries.reshape(batch, 2 * QUERIES)], dim=1)  # (B, T)
+    tokens = pad_to(tokens, task.seq_len, MARK)
+    targets = torch.full_like(tokens, IGNORE)
+    answer_at = 2 * PAIRS + 1 + 2 * torch.arange(QUERIES)  # the query keys' positions
+    targets[:, answer_at] = values.gather(1, asked)
+    keep = None
+    if task.padded:
+        real = torch.cat([body, torch.ones(batch, tokens.size(1) - 2 * PAIRS, dtype=torch.bool)], 1)
+        real[:, 2 * PAIRS + 2 * QUERIES :] = False
+        keep = real[:, None, :].expand(batch, tokens.size(1), tokens.size(1)).clone()  # (B, T, T)
+    return Batch(tokens, targets, targets != IGNORE, keep)
+
+
+def pad_to(tokens: Tensor, length: int, pad: int) -> Tensor:
+    """``tokens`` (B, n) padded on the right with ``pad`` to ``length``."""
+    if tokens.size(1) > length:
+        raise ValueError(f"the task needs {tokens.size(1)} positions, more than {length}")
+    return F.pad(tokens, (0, length - tokens.size(1)), value=pad)
+
+
+def copy_batch(task: Task, batch: int, gen: torch.Generator) -> Batch:
+    """A prompt of ``period`` distinct tokens repeated to the end of the row. Every next token
+    is a target; those of the copies can be known from the tokens before them (the answers,
+    which are trained), those of the prompt cannot (a module that predicts them reads the
+    future). Left padding and packing as ``task`` says."""
+    T, P = task.seq_len, task.period
+    tokens = distinct(batch, P, VOCAB, gen).repeat(1, T // P + 1)[:, :T]  # (B, T)
+    targets = torch.full_like(tokens, IGNORE)
+    targets[:, :-1] = tokens[:, 1:]
+    answers = torch.zeros_like(tokens, dtype=torch.bool)
+    answers[:, P:-1] = True
+    causal = torch.ones(T, T, dtype=torch.bool).tril().expand(batch, T, T)  # (B, T, T)
+    if task.packed:
+        return packed(tokens, P, gen)
+    if not task.left_pad:
+        return Batch(tokens, targets, answers, causal.clone())
+    pads = torch.randint(0, T - 2 * P, (batch,), generator=gen)  # room for two copies
+    pads[0] = 0
+    real = torch.arange(T) >= pads[:, None]  # (B, T)
+    tokens, targets, answers = (
+        torch.stack([row.roll(int(p)) for row, p in zip(rows, pads, strict=True)])
+        for rows in (tokens, targets, answers)
+    )
+    tokens, targets = tokens.masked_fill(~real, 0), targets.masked_fill(~real, IGNORE)
+    keep = causal & real[:, None, :] & real[:, :, None]  # (B, T, T)
+    return Batch(tokens, targets, answers & real, keep)
+
+
+def packed(tokens: Tensor, period: int, gen: torch.Generator) -> Batch:
+    """Two documents per row: the second, with a prompt of its own, starts at a drawn position
+    (room for two copies in each); positions restart there. The first document's last token
+    has no target: the next document cannot be known from it."""
+    batch, T = tokens.shape
+    starts = torch.randint(2 * period + 1, T - 2 * period + 1, (batch,), generator=gen)  # (B,)
+    second = distinct(batch, period, VOCAB, gen).repeat(1, T // period + 2)  # (B, > T)
+    arange = torch.arange(T).expand(batch, T)  # (B, T)
+    in_second = arange >= starts[:, None]  # (B, T)
+    position = torch.where(in_second, arange - starts[:, None], arange)  # (B, T)
+    tokens = torch.where(in_second, second.gather(1, position), tokens)
+    targets = torch.full_like(tokens, IGNORE)
+    targets[:, :-1] = tokens[:, 1:]
+    targets = targets.masked_fill(arange == starts[:, None] - 1, IGNORE)
+    answers = (position >= period) & (targets != IGNORE)  # (B, T): the copies
+    causal = torch.ones(T, T, dtype=torch.bool).tril().expand(batch, T, T).clone()
+    return Batch(tokens, targets, answers, causal, position)
+
+
+# How one teacher-forced call reaches the attention module: (module, x, batch) -> forward's
+# return; x is the embedded (B, T, D_MODEL) batch.
+Attend = Callable[[nn.Module, Tensor, Batch], object]
+# How generation reaches it: (module, x, batch) -> (B, T, d) outputs, each position computed
+# from the positions before it only.
+Generate = Callable[[nn.Module, Tensor, Batch], Tensor]
+
+
+class TinyModel(nn.Module):
+    """Token and previous-token embeddings, the attention module, a linear read-out."""
+
+    def __init__(self, attention: nn.Module, d_out: int, d_model: int = D_MODEL) -> None:
+        super().__init__()
+        self.token = nn.Embedding(VOCAB, d_model)
+        self.previous = nn.Embedding(VOCAB + 1, d_model)  # VOCAB: no token before the first
+        self.attention = attention
+        self.readout = nn.Linear(d_out, VOCAB)
+        for table in (self.token, self.previous):  # their sum x has unit variance, as the
+            nn.init.normal_(table.weight, std=EMBED_STD)  # catalogue's inputs do
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        """(B, T) tokens -> (B, T, d_model): each position's token and the one before it."""
+        first = torch.full_like(tokens[:, :1], VOCAB)
+        before = torch.cat([first, tokens[:, :-1]], dim=1)  # (B, T)
+        return self.token(tokens) + self.previous(before)
+
+    def forward(self, batch: Batch, attend: Attend) -> tuple[Tensor, Tensor | None]:
+        """Logits (B, T, VOCAB) and the attention weights the module returns."""
+        out, weights = split_output(attend(self.attention, self.embed(batch.tokens), batch))
+        return self.readout(out), weights
+
+
+@dataclass
+class Run:
+    """One module's training: its curve and its evaluation."""
+
+    curve: pd.DataFrame  # step, loss, accuracy
+    error: str | None = None  # what training raised
+    eval_error: str | None = None  # what evaluation (or generation) raised
+    # On the fixed batch in eval mode: accuracy on the answers, teacher-forced and (causal
+    # tasks) by generation; and on the targets no causal model can know (a copy's prompt).
+    eval_accuracy: float = math.nan
+    generation_accuracy: float | None = None
+    unknowable_accuracy: float | None = None
+    unknowable_by_generation: float | None = None
+    attention: Tensor | None = None  # (T, T) weights on the fixed example, heads averaged
+
+    @property
+    def trained(self) -> bool:
+        return self.error is None and len(self.curve) > 0
+
+    @property
+    def steps_to_threshold(self) -> int | None:
+        """The first step whose mean accuracy over the last ``SMOOTH`` steps reaches THRESHOLD."""
+        if not self.trained:
+            return None
+        smooth = self.curve["accuracy"].rolling(SMOOTH, min_periods=SMOOTH).mean()
+        reached = self.curve["step"][smooth >= THRESHOLD]
+        return int(reached.iloc[0]) if len(reached) else None
+
+    @property
+    def nonfinite_step(self) -> int | None:
+        """The first step whose loss is NaN or Inf."""
+        if not self.trained:
+            return None
+        bad = self.curve["step"][~self.curve["loss"].map(math.isfinite)]
+        return int(bad.iloc[0]) if len(bad) else None
+
+    def loss_at(self, start: bool) -> float:
+        """Mean loss over the first (``start``) or last SMOOTH steps."""
+        return self._mean("loss", start)
+
+    def accuracy_at(self, start: bool) -> float:
+        """Mean answer accuracy over the first (``start``) or last SMOOTH steps."""
+        return self._mean("accuracy", start)
+
+    def _mean(self, column: str, start: bool) -> float:
+        values = self.curve[column]
+        return float((values.head(SMOOTH) if start else values.tail(SMOOTH)).mean())
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run on one intra-op thread (tiny tensors are fastest there), then restore the setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def accuracy(logits: Tensor, targets: Tensor, where: Tensor) -> float:
+    """Fraction of the positions ``where`` whose most likely token is the target."""
+    return float((logits.argmax(-1)[where] == targets[where]).float().mean())
+
+
+def head_mean(weights: Tensor | None, row: int = 0) -> Tensor | None:
+    """Row ``row``'s (T, S) weights, averaged over heads when there are several."""
+    if weights is None or weights.dim() < 3:
+        return None
+    picked = weights[row].detach().float()
+    return picked.mean(0) if picked.dim() == 3 else picked
+
+
+def train(
+    model: TinyModel,
+    task: Task,
+    attend: Attend,
+    seed: int,
+    steps: int = STEPS,
+    device: torch.device | None = None,
+) -> Run:
+    """Train ``model`` with Adam on ``steps`` seeded batches; the curve of loss and accuracy.
+
+    The batches depend on ``seed`` and the step only, so two models trained with the same seed
+    see the same data; dropout draws from the global generator, seeded here with ``seed``.
+    A forward that raises or a NaN loss ends the run; the curve keeps the steps before it.
+    """
+    device = device or torch.device("cpu")
+    model.to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR, foreach=True)
+    torch.manual_seed(seed)
+    rows = []
+    for step in range(steps):
+        batch = on(task.draw(BATCH, generator(seed * 100_003 + step)), device)
+        answers_only = batch.targets.masked_fill(~batch.answers, IGNORE)  # what can be learned
+        try:
+            logits, _ = model(batch, attend)
+        except Exception as error:  # the buggy module may raise: that is the finding
+            return Run(pd.DataFrame(rows, columns=["step", "loss", "accuracy"]), describe(error))
+        loss = F.cross_entropy(logits.flatten(0, 1), answers_only.flatten(), ignore_index=IGNORE)
+        rows.append((step, loss.item(), accuracy(logits, batch.targets, batch.answers)))
+        if not math.isfinite(rows[-1][1]):
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return Run(pd.DataFrame(rows, columns=["step", "loss", "accuracy"]))
+
+
+def on(batch: Batch, device: torch.device) -> Batch:
+    """``batch`` with every tensor on ``device``."""
+    moved = {
+        name: None if value is None else value.to(device) for name, value in vars(batch).items()
+    }
+    return replace(batch, **moved)
+
+
+def describe(error: BaseException) -> str:
+    """``Type: first line of the message``."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def evaluate(
+    run: Run,
+    model: TinyModel,
+    task: Task,
+    attend: Attend,
+    generate: Generate | None,
+    seed: int,
+    device: torch.device | None = None,
+) -> Run:
+    """``run`` with its evaluation on a fixed batch in eval mode: teacher-forced accuracy, the
+    attention map of its first row, and (``generate``) accuracy by generation."""
+    if not run.trained:
+        return run
+    device = device or torch.device("cpu")
+    batch = on(task.draw(EVAL_BATCH, generator(seed * 100_003 + 99_991)), device)
+    unknowable = (batch.targets != IGNORE) & ~batch.answers  # (B, T)
+    model.eval()
+    with torch.no_grad():
+        try:
+            logits, weights = model(batch, attend)
+            if generate is not None:
+                generated = model.readout(
+                    generate(model.attention, model.embed(batch.tokens), batch)
+                )
+        except Exception as error:
+            return replace(run, eval_error=describe(error))
+    run = replace(
+        run,
+        eval_accuracy=accuracy(logits, batch.targets, batch.answers),
+        attention=head_mean(weights),
+    )
+    if generate is None:
+        return run
+    return replace(
+        run,
+        generation_accuracy=accuracy(generated, batch.targets, batch.answers),
+        unknowable_accuracy=accuracy(logits, batch.targets, unknowable),
+        unknowable_by_generation=accuracy(generated, batch.targets, unknowable),
+    )
+
+
+def prefix_generation(attend: Attend) -> Generate:
+    """Generation for a module without a cache: position t is computed from a call on the first
+    t + 1 tokens alone, as a model without a cache generates."""
+
+    def generate(module: nn.Module, x: Tensor, batch: Batch) -> Tensor:
+        outputs = []
+        for t in range(x.size(1)):
+            out, _ = split_output(attend(module, x[:, : t + 1], batch.prefix(t + 1)))
+            outputs.append(out[:, -1:])
+        return torch.cat(outputs, dim=1)  # (B, T, d)
+
+    return generate
+
+
+# What a bug does to learning, from its run against the fixed module's.
+LEARNS = "learns normally"
+FASTER_LABEL = "learns faster"
+SLOWER_LABEL = "learns slower"
+FLAT_LABEL = "does not learn"
+NOT_REACHED = "learns slower (never reaches the threshold)"
+NAN = "diverges or NaN"
+TOO_GOOD = "too good to be true"
+GENERATION = "wrong in generation"
+EVALUATION = "worse in evaluation"
+RAISES = "raises"
+NO_BASELINE = "no conclusion: fixed.py does not learn this task"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the bug does to learning: a label and the numbers behind it."""
+
+    label: str
+    evidence: str
+    ratio: float | None = None  # steps to threshold, buggy / fixed
+
+
+def diagnose(fix: Run, bug: Run) -> Diagnosis:
+    """Name the bug's effect on learning, by comparing its run with the fixed one.
+
+    In order: a bug that raises, or whose loss turns NaN; then the fixed module must learn
+    (else nothing more can be said); a bug that predicts what no causal model can know (too
+    good to be true); one right teacher-forced and wrong by generation; one that never reaches
+    the threshold (flat: its accuracy barely moved); one worse in eval mode; then the ratio of
+    steps.
+    """
+    if not bug.trained:
+        return Diagnosis(RAISES, bug.error or "no step ran")
+    if (step := bug.nonfinite_step) is not None:
+        return Diagnosis(NAN, f"loss is not finite from step {step}")
+    if bug.eval_error is not None:
+        return Diagnosis(RAISES, f"in evaluation: {bug.eval_error}")
+    if not fix.trained or fix.eval_error or fix.steps_to_threshold is None:
+        reached = f"it does not reach {THRESHOLD:.0%} accuracy in {len(fix.curve)} steps"
+        return Diagnosis(NO_BASELINE, fix.error or fix.eval_error or reached)
+    fixed_steps, steps = fix.steps_to_threshold, bug.steps_to_threshold
+    ratio = None if steps is None else (steps + 1) / (fixed_steps + 1)
+    if leak := reads_the_future(bug, fix):
+        return Diagnosis(TOO_GOOD, leak, ratio)
+    if gap := generation_gap(bug, fix):
+        return Diagnosis(GENERATION, gap, ratio)
+    fixed = f"fixed.py: {fixed_steps} steps to threshold"
+    if steps is None:
+        first, last = bug.accuracy_at(start=True), bug.accuracy_at(start=False)
+        moved = f"accuracy {first:.2f} → {last:.2f} in {len(bug.curve)} steps ({fixed})"
+        return Diagnosis(FLAT_LABEL if last - first < FLAT_GAIN else NOT_REACHED, moved)
+    versus = f"{steps} steps to threshold against {fixed_steps}"
+    if fix.eval_accuracy - bug.eval_accuracy >= WORSE:
+        evaluated = f"eval-mode accuracy {bug.eval_accuracy:.3f} against {fix.eval_accuracy:.3f}"
+        return Diagnosis(EVALUATION, f"{evaluated}; {versus}", ratio)
+    if ratio >= SLOWER:
+        return Diagnosis(f"{SLOWER_LABEL} (×{ratio:.2g})", versus, ratio)
+    if ratio <= FASTER:
+        return Diagnosis(f"{FASTER_LABEL} (×{ratio:.2g})", versus, ratio)
+    return Diagnosis(LEARNS, versus, ratio)
+
+
+def reads_the_future(bug: Run, fix: Run) -> str | None:
+    """Evidence that the bug predicts, teacher-forced, tokens no causal model can know, and
+    loses them by generation."""
+    if bug.unknowable_accuracy is None or fix.unknowable_accuracy is None:
+        return None
+    assert bug.unknowable_by_generation is not None
+    if bug.unknowable_accuracy - fix.unknowable_accuracy < GAP:
+        return None
+    if bug.unknowable_accuracy - bug.unknowable_by_generation < GAP:
+        return None
+    return (
+        f"teacher-forced it predicts {bug.unknowable_accuracy:.0%} of the prompt's next tokens, "
+        f"which no causal model can know (fixed.py: {fix.unknowable_accuracy:.0%}); by "
+        f"generation {bug.unknowable_by_generation:.0%}; training loss "
+        f"{bug.loss_at(start=False):.3g} against {fix.loss_at(start=False):.3g}"
+    )
+
+
+def generation_gap(bug: Run, fix: Run) -> str | None:
+    """Evidence that the bug answers right teacher-forced and wrong by generation, where the
+    fixed module answers alike both ways."""
+    if bug.generation_accuracy is None or fix.generation_accuracy is None:
+        return None
+    bug_gap = bug.eval_accuracy - bug.generation_accuracy
+    fix_gap = fix.eval_accuracy - fix.generation_accuracy
+    if bug_gap < GAP or fix_gap >= GAP:
+        return None
+    return (
+        f"answers {bug.eval_accuracy:.0%} right teacher-forced, {bug.generation_accuracy:.0%} "
+        f"by generation (fixed.py: {fix.eval_accuracy:.0%}, {fix.generation_accuracy:.0%})"
+    )
+
+
+@dataclass
+class Learning:
+    """A pair's learning probe: the task, both runs, and what the bug does."""
+
+    task: Task
+    fix: Run
+    bug: Run
+    diagnosis: Diagnosis
+    note: str = ""  # what the probe cannot show for this trap (a numeric or shape-only harm)
+
+    def curves(self) -> pd.DataFrame:
+        """Loss and accuracy per step, fixed beside buggy (NaN after a run ended)."""
+        fix = self.fix.curve.set_index("step").add_prefix("fixed.py ")
+        bug = self.bug.curve.set_index("step").add_prefix("buggy.py ")
+        return fix.join(bug, how="outer").reset_index()
+
+    def table(self) -> pd.DataFrame:
+        """One row per module: steps to threshold, mean loss over the first and last SMOOTH
+        steps, and accuracies on the fixed batch: the answers teacher-forced and by generation,
+        and (causal tasks) the prompt's tokens no causal model can know."""
+        rows = []
+        for name, run in (("fixed.py", self.fix), ("buggy.py", self.bug)):
+            rows.append(
+                {
+                    "module": name,
+                    f"steps to {THRESHOLD:.0%}": run.steps_to_threshold,
+                    "first loss": run.loss_at(start=True) if run.trained else math.nan,
+                    "last loss": run.loss_at(start=False) if run.trained else math.nan,
+                    "eval accuracy": run.eval_accuracy,
+                    "by generation": run.generation_accuracy,
+                    "unknowable hit": run.unknowable_accuracy,
+                    "unknowable by generation": run.unknowable_by_generation,
+                    "raised": run.error or run.eval_error or "",
+                }
+            )
+        df = pd.DataFrame(rows)
+        if not self.task.causal:
+            df = df.drop(columns=["by generation", "unknowable hit", "unknowable by generation"])
+        if not df["raised"].any():
+            df = df.drop(columns="raised")
+        return df

@@ -1,0 +1,149 @@
+"""The learning probe in the report: the summary's "learns?" cell, each trap's paragraph and
+table, and the findings where learning and the one-pass verdict disagree.
+
+Training amplifies rounding: a curve made on another CPU drifts from this one over the steps, so
+a trap's learning block sits between ``reportdiff.LEARNING_START`` and ``LEARNING_END``, whose
+numbers are compared across machines only in their words (reproducible on one machine, as the
+rest of the report is).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from harness.catalogue.card import Card
+from harness.catalogue.verdicts import Verdict
+from harness.learning import (
+    BATCH,
+    D_MODEL,
+    EVAL_BATCH,
+    LEARNS,
+    LR,
+    NO_BASELINE,
+    SEQ_LEN,
+    SLOWER,
+    STEPS,
+    THRESHOLD,
+    VOCAB,
+    Learning,
+)
+from harness.reportdiff import LEARNING_END, LEARNING_START
+
+WIDTH = 100
+
+INTRO = f"""\
+**The learning probe** (the summary's *learns? fix / bug* and each trap's "What it does to
+learning"): one pass does not say whether a bug stops a model from learning, so both modules are
+trained, from the same initial weights on the same seeded batches, inside a tiny model (a token
+embedding plus an embedding of the token before, the attention module, a linear read-out; vocab
+{VOCAB}, {SEQ_LEN} tokens, d_model {D_MODEL}, batch {BATCH}, Adam at {LR:g}, {STEPS} steps, float32
+on the CPU). Bidirectional modules learn associative recall (key-value pairs, then queries);
+causal ones learn to copy a prompt of distinct tokens (the second copy is predictable by finding
+where the current token appeared before). *Steps to {THRESHOLD:.0%}*: the first step whose
+accuracy on the answers, averaged over the last 10 steps, reaches {THRESHOLD:.0%} (each step's
+batch is new, so that accuracy is a held-out one). Causal modules are then evaluated on {EVAL_BATCH}
+fixed rows twice: teacher-forced, as in training, and by generation (each token from the tokens
+before it only, through the module's own cache where it has one). *Unknowable*: the prompt's
+next tokens, which no causal model can know; a module that predicts them reads the future. The
+bug's effect is named from the curves: learns normally; learns faster or slower (ratio of steps
+to threshold, {SLOWER:g}x or more); does not learn (accuracy barely moves); diverges or NaN; too
+good to be true (it predicts the unknowable teacher-forced and loses it by generation); wrong in
+generation (right teacher-forced, wrong by generation); worse in evaluation (eval-mode accuracy
+below fixed.py's); raises. These numbers come from training, which amplifies rounding: they are
+the same on this machine run after run, and drift on another CPU."""
+
+
+def fixed_cell(learning: Learning) -> str:
+    """Whether fixed.py learns the task, and in how many steps."""
+    steps = learning.fix.steps_to_threshold
+    return "no" if steps is None else f"yes ({steps})"
+
+
+def learns_cell(learning: Learning) -> str:
+    """The summary's cell: fixed.py's outcome / what the bug does."""
+    return f"{fixed_cell(learning)} / {learning.diagnosis.label}"
+
+
+def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:
+    """A sentence where learning and the one-pass verdict disagree: a SILENT trap that learns
+    normally here, or a BENIGN one that learns differently."""
+    label = learning.diagnosis.label
+    if label == NO_BASELINE:
+        return None
+    harmless = label == LEARNS
+    if verdict is Verdict.SILENT and harmless:
+        return (
+            "**A finding.** One pass measures this trap as SILENT, yet on this task buggy.py "
+            "learns as fixed.py does: trained from scratch, the model adapts to the bug. "
+            "The harm is in what the section measures (weights made for the correct code, "
+            "inputs this task does not have), not in learning itself."
+        )
+    if verdict is Verdict.BENIGN and not harmless:
+        return (
+            f"**A finding.** One pass measures this trap as BENIGN, yet in training buggy.py "
+            f"{label}."
+        )
+    return None
+
+
+def learning_block(
+    card: Card, verdict: Verdict, learning: Learning, image: str | None
+) -> list[str]:
+    """A trap's paragraph on learning, its table and its curves, between the block markers."""
+    d = learning.diagnosis
+    text = (
+        f"**What it does to learning.** On {learning.task.describe()} fixed.py "
+        + (
+            f"reaches {THRESHOLD:.0%} in {learning.fix.steps_to_threshold} steps; "
+            if learning.fix.steps_to_threshold is not None
+            else f"does not reach {THRESHOLD:.0%}; "
+        )
+        + f"buggy.py **{d.label}**: {d.evidence}."
+    )
+    lines = [LEARNING_START, fill(text), ""]
+    if learning.note:
+        lines += [fill(learning.note), ""]
+    if said := finding(card, verdict, learning):
+        lines += [fill(said), ""]
+    table = learning.table().to_markdown(index=False, floatfmt=".3g", missingval="n/a")
+    lines += [table, ""]
+    if image is not None:
+        lines += [f"![{card.id}: learning curves]({image})", ""]
+    return [*lines, LEARNING_END]
+
+
+def fill(text: str) -> str:
+    return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
+def findings_note(rows: list[tuple[Card, Verdict, Learning]]) -> str:
+    """Under the summary: the traps whose learning and one-pass verdict disagree."""
+    silent = [c.id for c, v, lr in rows if v is Verdict.SILENT and lr.diagnosis.label == LEARNS]
+    benign = [
+        c.id for c, v, lr in rows
+        if v is Verdict.BENIGN and lr.diagnosis.label not in (LEARNS, NO_BASELINE)
+    ]  # fmt: skip
+    untrained = [c.id for c, _, lr in rows if lr.diagnosis.label == NO_BASELINE]
+    parts = []
+    if silent:
+        parts.append(
+            "SILENT by one pass, yet learning normally on these tasks: "
+            + ", ".join(f"`{t}`" for t in silent)
+            + " (their sections say where the harm is instead)"
+        )
+    if benign:
+        parts.append(
+            "BENIGN by one pass, yet learning differently: " + ", ".join(f"`{t}`" for t in benign)
+        )
+    if untrained:
+        parts.append(
+            "no conclusion, as fixed.py does not learn the task: "
+            + ", ".join(f"`{t}`" for t in untrained)
+        )
+    if not parts:
+        return "Learning agrees with every one-pass verdict: no SILENT trap learns normally here."
+    return "Where learning and the one-pass verdict disagree: " + "; ".join(parts) + "."
+
+
+def ids(traps: list[str]) -> str:
+    return ", ".join(f"`{t}`" for t in traps)
