@@ -110,6 +110,12 @@ def build_parser() -> Parser:
     learn = sub.add_parser(
         "learn",
         help="train fixed.py and buggy.py on a tiny task and say what the bug does to learning",
+        description=(
+            "Train a trap's fixed.py and buggy.py from the same weights on the same batches "
+            "inside a tiny model (recall for bidirectional modules, copying for causal ones), "
+            "print steps to 90%%, losses and accuracies (teacher-forced and by generation), and "
+            "name what the bug does to learning; write each trap's curves as ID.csv and ID.png."
+        ),
     )
     learn.add_argument("ids", nargs="*", metavar="ID", help="trap ids (default: all)")
     learn.add_argument(
@@ -440,7 +446,7 @@ def learning_text(pair: Pair, learning: Learning, steps: int, seed: int) -> str:
     lines = [
         f"{pair.card.id}: {learning.task.describe()}; {steps} steps, seed {seed}",
         "",
-        learning.table().to_markdown(index=False, floatfmt=".3g"),
+        learning.table().to_markdown(index=False, floatfmt=".3g", missingval="n/a"),
         "",
         f"buggy.py: {d.label}: {d.evidence}",
     ]

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from harness.inputs import generator
 from harness.runner import split_output
+from harness.scenarios import lay_out
 
 VOCAB = 16  # token ids 0..15
 SEQ_LEN = 16
@@ -55,9 +56,12 @@ THRESHOLD = 0.9  # answer accuracy that counts as "learned"
 SMOOTH = 10  # steps to threshold: the first step whose mean accuracy over this many reaches it
 SLOWER = 1.5  # a bug that needs this many times the fixed steps (or more) learns slower
 FASTER = 1 / SLOWER
-FLAT_GAIN = 0.15  # accuracy that rose less than this over a run did not learn
-GAP = 0.3  # teacher-forced accuracy this far above generation accuracy: it read the future
-WORSE = 0.03  # eval-mode accuracy this far below the fixed module's
+FLAT_GAIN = 0.15  # a run whose accuracy rose by less than this did not learn
+ENDS_BELOW = (
+    0.05  # ending this far below fixed.py's accuracy is learning slower, whatever the ratio
+)
+GAP = 0.1  # teacher-forced accuracy this far above generation accuracy: it read the future
+WORSE = 0.03  # eval mode loses this much more accuracy (against training's) than fixed.py's
 EMBED_STD = 0.5**0.5
 IGNORE = -100  # target of a position that is not scored
 
@@ -75,13 +79,15 @@ class Batch:
     answers: Tensor  # (B, T) bool: the targets a model can know: trained and scored
     keep: Tensor | None  # (B, T, T) bool, True = may attend; None: no mask
     positions: Tensor | None = None  # (B, T) int64; None: the module's own
+    unknowable: Tensor | None = None  # (B, T) bool: targets no causal model can know
 
     def prefix(self, length: int) -> Batch:
         """The first ``length`` tokens, as generation sees them."""
         keep = None if self.keep is None else self.keep[:, :length, :length]
         positions = None if self.positions is None else self.positions[:, :length]
+        unknowable = None if self.unknowable is None else self.unknowable[:, :length]
         cut = self.tokens[:, :length], self.targets[:, :length], self.answers[:, :length]
-        return Batch(*cut, keep, positions)
+        return Batch(*cut, keep, positions, unknowable)
 
 
 @dataclass(frozen=True)
@@ -169,30 +175,32 @@ def pad_to(tokens: Tensor, length: int, pad: int) -> Tensor:
 
 def copy_batch(task: Task, batch: int, gen: torch.Generator) -> Batch:
     """A prompt of ``period`` distinct tokens repeated to the end of the row. Every next token
-    is a target; those of the copies can be known from the tokens before them (the answers,
-    which are trained), those of the prompt cannot (a module that predicts them reads the
-    future). Left padding and packing as ``task`` says."""
+    is a target. From the second copy on it can be known from the tokens before it: the
+    answers, which are trained and scored. Within the prompt it cannot: a module that predicts
+    those (the unknowable targets) reads the future. (The prompt's last token, followed by the
+    first again, is neither: a module with positions can know it.) Left padding and packing as
+    ``task`` says."""
     T, P = task.seq_len, task.period
     tokens = distinct(batch, P, VOCAB, gen).repeat(1, T // P + 1)[:, :T]  # (B, T)
     targets = torch.full_like(tokens, IGNORE)
     targets[:, :-1] = tokens[:, 1:]
-    answers = torch.zeros_like(tokens, dtype=torch.bool)
-    answers[:, P:-1] = True
+    position = torch.arange(T).expand(batch, T)  # (B, T)
     causal = torch.ones(T, T, dtype=torch.bool).tril().expand(batch, T, T)  # (B, T, T)
     if task.packed:
         return packed(tokens, P, gen)
+    answers, unknowable = (position >= P) & (position < T - 1), position < P - 1
     if not task.left_pad:
-        return Batch(tokens, targets, answers, causal.clone())
+        return Batch(tokens, targets, answers, causal.clone(), None, unknowable)
     pads = torch.randint(0, T - 2 * P, (batch,), generator=gen)  # room for two copies
     pads[0] = 0
     real = torch.arange(T) >= pads[:, None]  # (B, T)
-    tokens, targets, answers = (
+    tokens, targets, answers, unknowable = (
         torch.stack([row.roll(int(p)) for row, p in zip(rows, pads, strict=True)])
-        for rows in (tokens, targets, answers)
+        for rows in (tokens, targets, answers, unknowable)
     )
     tokens, targets = tokens.masked_fill(~real, 0), targets.masked_fill(~real, IGNORE)
     keep = causal & real[:, None, :] & real[:, :, None]  # (B, T, T)
-    return Batch(tokens, targets, answers & real, keep)
+    return Batch(tokens, targets, answers & real, keep, None, unknowable & real)
 
 
 def packed(tokens: Tensor, period: int, gen: torch.Generator) -> Batch:
@@ -210,16 +218,18 @@ def packed(tokens: Tensor, period: int, gen: torch.Generator) -> Batch:
     targets[:, :-1] = tokens[:, 1:]
     targets = targets.masked_fill(arange == starts[:, None] - 1, IGNORE)
     answers = (position >= period) & (targets != IGNORE)  # (B, T): the copies
+    unknowable = (position < period - 1) & (targets != IGNORE)  # (B, T): within a prompt
     causal = torch.ones(T, T, dtype=torch.bool).tril().expand(batch, T, T).clone()
-    return Batch(tokens, targets, answers, causal, position)
+    return Batch(tokens, targets, answers, causal, position, unknowable)
 
 
 # How one teacher-forced call reaches the attention module: (module, x, batch) -> forward's
 # return; x is the embedded (B, T, D_MODEL) batch.
 Attend = Callable[[nn.Module, Tensor, Batch], object]
 # How generation reaches it: (module, x, batch) -> (B, T, d) outputs, each position computed
-# from the positions before it only.
-Generate = Callable[[nn.Module, Tensor, Batch], Tensor]
+# from the positions before it only, and the weights of those calls laid out as (..., T, T)
+# (None when the module returns none).
+Generate = Callable[[nn.Module, Tensor, Batch], tuple[Tensor, Tensor | None]]
 
 
 class TinyModel(nn.Module):
@@ -259,7 +269,9 @@ class Run:
     generation_accuracy: float | None = None
     unknowable_accuracy: float | None = None
     unknowable_by_generation: float | None = None
-    attention: Tensor | None = None  # (T, T) weights on the fixed example, heads averaged
+    attention: Tensor | None = None  # (T, T) weights on the fixed batch's row 0, heads averaged
+    attention_blocked: Tensor | None = None  # (T, T) bool: the keys row 0 must not see
+    generation_attention: Tensor | None = None  # (T, T) the same row's weights by generation
 
     @property
     def trained(self) -> bool:
@@ -291,8 +303,10 @@ class Run:
         return self._mean("accuracy", start)
 
     def _mean(self, column: str, start: bool) -> float:
-        values = self.curve[column]
-        return float((values.head(SMOOTH) if start else values.tail(SMOOTH)).mean())
+        values = self.curve[column].head(SMOOTH) if start else self.curve[column].tail(SMOOTH)
+        if not values.map(math.isfinite).all():
+            return math.nan  # a run that turned NaN has no mean to speak of
+        return float(values.mean())
 
 
 @contextmanager
@@ -338,7 +352,7 @@ def train(
     optimizer = torch.optim.Adam(model.parameters(), lr=LR, foreach=True)
     torch.manual_seed(seed)
     rows = []
-    for step in range(steps):
+    for step in range(1, steps + 1):  # step s: the s-th batch, before its update
         batch = on(task.draw(BATCH, generator(seed * 100_003 + step)), device)
         answers_only = batch.targets.masked_fill(~batch.answers, IGNORE)  # what can be learned
         try:
@@ -380,33 +394,34 @@ def evaluate(
 ) -> Run:
     """``run`` with its evaluation on a fixed batch in eval mode: teacher-forced accuracy, the
     attention map of its first row, and (``generate``) accuracy by generation."""
-    if not run.trained:
-        return run
+    if not run.trained or run.nonfinite_step is not None:
+        return run  # a NaN model answers nothing: its accuracies stay NaN
     device = device or torch.device("cpu")
     batch = on(task.draw(EVAL_BATCH, generator(seed * 100_003 + 99_991)), device)
-    unknowable = (batch.targets != IGNORE) & ~batch.answers  # (B, T)
     model.eval()
     with torch.no_grad():
         try:
             logits, weights = model(batch, attend)
             if generate is not None:
-                generated = model.readout(
-                    generate(model.attention, model.embed(batch.tokens), batch)
-                )
+                x = model.embed(batch.tokens)  # (B, T, d_model)
+                outputs, generated_weights = generate(model.attention, x, batch)
+                generated = model.readout(outputs)
         except Exception as error:
             return replace(run, eval_error=describe(error))
     run = replace(
         run,
         eval_accuracy=accuracy(logits, batch.targets, batch.answers),
         attention=head_mean(weights),
+        attention_blocked=None if batch.keep is None else ~batch.keep[0].cpu(),
     )
-    if generate is None:
+    if generate is None or batch.unknowable is None:
         return run
     return replace(
         run,
         generation_accuracy=accuracy(generated, batch.targets, batch.answers),
-        unknowable_accuracy=accuracy(logits, batch.targets, unknowable),
-        unknowable_by_generation=accuracy(generated, batch.targets, unknowable),
+        unknowable_accuracy=accuracy(logits, batch.targets, batch.unknowable),
+        unknowable_by_generation=accuracy(generated, batch.targets, batch.unknowable),
+        generation_attention=head_mean(generated_weights),
     )
 
 
@@ -414,12 +429,13 @@ def prefix_generation(attend: Attend) -> Generate:
     """Generation for a module without a cache: position t is computed from a call on the first
     t + 1 tokens alone, as a model without a cache generates."""
 
-    def generate(module: nn.Module, x: Tensor, batch: Batch) -> Tensor:
-        outputs = []
+    def generate(module: nn.Module, x: Tensor, batch: Batch) -> tuple[Tensor, Tensor | None]:
+        outputs, rows = [], []
         for t in range(x.size(1)):
-            out, _ = split_output(attend(module, x[:, : t + 1], batch.prefix(t + 1)))
+            out, w = split_output(attend(module, x[:, : t + 1], batch.prefix(t + 1)))
             outputs.append(out[:, -1:])
-        return torch.cat(outputs, dim=1)  # (B, T, d)
+            rows.append((t, t + 1, None if w is None else w[..., -1:, :]))
+        return torch.cat(outputs, dim=1), lay_out(rows, x.size(1))  # (B, T, d), (..., T, T)
 
     return generate
 
@@ -429,13 +445,13 @@ LEARNS = "learns normally"
 FASTER_LABEL = "learns faster"
 SLOWER_LABEL = "learns slower"
 FLAT_LABEL = "does not learn"
-NOT_REACHED = "learns slower (never reaches the threshold)"
 NAN = "diverges or NaN"
 TOO_GOOD = "too good to be true"
 GENERATION = "wrong in generation"
 EVALUATION = "worse in evaluation"
 RAISES = "raises"
 NO_BASELINE = "no conclusion: fixed.py does not learn this task"
+SAME_RUN = 1e-6  # loss curves this close (relative) are one run: the bug never fired
 
 
 @dataclass(frozen=True)
@@ -445,6 +461,11 @@ class Diagnosis:
     label: str
     evidence: str
     ratio: float | None = None  # steps to threshold, buggy / fixed
+    identical: bool = False  # both modules trained alike to the last digit
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def diagnose(fix: Run, bug: Run) -> Diagnosis:
@@ -453,38 +474,75 @@ def diagnose(fix: Run, bug: Run) -> Diagnosis:
     In order: a bug that raises, or whose loss turns NaN; then the fixed module must learn
     (else nothing more can be said); a bug that predicts what no causal model can know (too
     good to be true); one right teacher-forced and wrong by generation; one that never reaches
-    the threshold (flat: its accuracy barely moved); one worse in eval mode; then the ratio of
-    steps.
+    the threshold (flat when its accuracy rose by less than FLAT_GAIN); one that loses more in
+    eval mode than fixed.py does; then the ratio of steps to threshold (slower, too, when it
+    ends ENDS_BELOW under fixed.py's accuracy).
     """
     if not bug.trained:
         return Diagnosis(RAISES, bug.error or "no step ran")
     if (step := bug.nonfinite_step) is not None:
-        return Diagnosis(NAN, f"loss is not finite from step {step}")
+        return Diagnosis(NAN, f"the loss is NaN or Inf at step {step}; training stops there")
     if bug.eval_error is not None:
         return Diagnosis(RAISES, f"in evaluation: {bug.eval_error}")
     if not fix.trained or fix.eval_error or fix.steps_to_threshold is None:
-        reached = f"it does not reach {THRESHOLD:.0%} accuracy in {len(fix.curve)} steps"
+        reached = f"it does not reach {THRESHOLD:.0%} in {plural(len(fix.curve), 'step')}"
         return Diagnosis(NO_BASELINE, fix.error or fix.eval_error or reached)
     fixed_steps, steps = fix.steps_to_threshold, bug.steps_to_threshold
-    ratio = None if steps is None else (steps + 1) / (fixed_steps + 1)
+    ratio = None if steps is None else steps / fixed_steps
     if leak := reads_the_future(bug, fix):
         return Diagnosis(TOO_GOOD, leak, ratio)
     if gap := generation_gap(bug, fix):
         return Diagnosis(GENERATION, gap, ratio)
-    fixed = f"fixed.py: {fixed_steps} steps to threshold"
+    fixed = f"fixed.py: {plural(fixed_steps, 'step')} to {THRESHOLD:.0%}"
     if steps is None:
         first, last = bug.accuracy_at(start=True), bug.accuracy_at(start=False)
-        moved = f"accuracy {first:.2f} → {last:.2f} in {len(bug.curve)} steps ({fixed})"
-        return Diagnosis(FLAT_LABEL if last - first < FLAT_GAIN else NOT_REACHED, moved)
-    versus = f"{steps} steps to threshold against {fixed_steps}"
-    if fix.eval_accuracy - bug.eval_accuracy >= WORSE:
-        evaluated = f"eval-mode accuracy {bug.eval_accuracy:.3f} against {fix.eval_accuracy:.3f}"
+        moved = f"accuracy {first:.2f} → {last:.2f} over {plural(len(bug.curve), 'step')}"
+        if last - first < FLAT_GAIN:
+            return Diagnosis(FLAT_LABEL, f"{moved}, a rise under {FLAT_GAIN:g} ({fixed})")
+        bound = len(bug.curve) / fixed_steps
+        never = f"{moved}, never {THRESHOLD:.0%} ({fixed})"
+        return Diagnosis(f"{SLOWER_LABEL} (×>{bound:.2g})", never, bound)
+    final = bug.accuracy_at(start=False), fix.accuracy_at(start=False)
+    versus = f"{plural(steps, 'step')} to {THRESHOLD:.0%} against {fixed_steps}; " + (
+        f"accuracy over the last {SMOOTH} steps {final[0]:.3f} against {final[1]:.3f}"
+    )
+    if eval_loss(bug) - eval_loss(fix) >= WORSE:
+        evaluated = "; ".join(
+            f"{name}: {run.eval_accuracy:.3f} in eval mode, {run.accuracy_at(start=False):.3f} "
+            "over its last training steps"
+            for name, run in (("buggy.py", bug), ("fixed.py", fix))
+        )
         return Diagnosis(EVALUATION, f"{evaluated}; {versus}", ratio)
-    if ratio >= SLOWER:
+    if ratio >= SLOWER or final[1] - final[0] >= ENDS_BELOW:
         return Diagnosis(f"{SLOWER_LABEL} (×{ratio:.2g})", versus, ratio)
     if ratio <= FASTER:
         return Diagnosis(f"{FASTER_LABEL} (×{ratio:.2g})", versus, ratio)
+    if same_run(fix, bug):
+        same = "identical training: the bug does not touch a full forward on this task"
+        if bug.generation_accuracy is not None and fix.generation_accuracy is not None:
+            same += (
+                f"; by generation {bug.generation_accuracy:.1%} of the answers against "
+                f"{fix.generation_accuracy:.1%}"
+            )
+        return Diagnosis(LEARNS, same, 1.0, True)
     return Diagnosis(LEARNS, versus, ratio)
+
+
+def eval_loss(run: Run) -> float:
+    """How much accuracy a run loses in eval mode against its last training steps."""
+    return run.accuracy_at(start=False) - run.eval_accuracy
+
+
+def same_run(fix: Run, bug: Run) -> bool:
+    """Whether the two curves (loss and accuracy) agree to SAME_RUN, relative: one run, the
+    bug idle."""
+    if len(fix.curve) != len(bug.curve):
+        return False
+    for column in ("loss", "accuracy"):
+        a, b = fix.curve[column], bug.curve[column]
+        if not ((a - b).abs() <= SAME_RUN * a.abs().max()).all():
+            return False
+    return True
 
 
 def reads_the_future(bug: Run, fix: Run) -> str | None:
@@ -500,8 +558,7 @@ def reads_the_future(bug: Run, fix: Run) -> str | None:
     return (
         f"teacher-forced it predicts {bug.unknowable_accuracy:.0%} of the prompt's next tokens, "
         f"which no causal model can know (fixed.py: {fix.unknowable_accuracy:.0%}); by "
-        f"generation {bug.unknowable_by_generation:.0%}; training loss "
-        f"{bug.loss_at(start=False):.3g} against {fix.loss_at(start=False):.3g}"
+        f"generation, where the future is not there, {bug.unknowable_by_generation:.0%} of them"
     )
 
 
@@ -538,26 +595,27 @@ class Learning:
 
     def table(self) -> pd.DataFrame:
         """One row per module: steps to threshold, mean loss over the first and last SMOOTH
-        steps, and accuracies on the fixed batch: the answers teacher-forced and by generation,
-        and (causal tasks) the prompt's tokens no causal model can know."""
+        steps, and accuracies on the fixed batch in eval mode: the answers teacher-forced and
+        (causal tasks) by generation, and the prompt's tokens no causal model can know."""
         rows = []
         for name, run in (("fixed.py", self.fix), ("buggy.py", self.bug)):
             rows.append(
                 {
                     "module": name,
                     f"steps to {THRESHOLD:.0%}": run.steps_to_threshold,
-                    "first loss": run.loss_at(start=True) if run.trained else math.nan,
-                    "last loss": run.loss_at(start=False) if run.trained else math.nan,
-                    "eval accuracy": run.eval_accuracy,
+                    "loss, first 10": run.loss_at(start=True) if run.trained else math.nan,
+                    "loss, last 10": run.loss_at(start=False) if run.trained else math.nan,
+                    "teacher-forced": run.eval_accuracy,
                     "by generation": run.generation_accuracy,
-                    "unknowable hit": run.unknowable_accuracy,
-                    "unknowable by generation": run.unknowable_by_generation,
+                    "unknowable, teacher-forced": run.unknowable_accuracy,
+                    "unknowable, by generation": run.unknowable_by_generation,
                     "raised": run.error or run.eval_error or "",
                 }
             )
         df = pd.DataFrame(rows)
         if not self.task.causal:
-            df = df.drop(columns=["by generation", "unknowable hit", "unknowable by generation"])
+            unknowable = ["unknowable, teacher-forced", "unknowable, by generation"]
+            df = df.drop(columns=["by generation", *unknowable])
         if not df["raised"].any():
             df = df.drop(columns="raised")
-        return df
+        return df.astype(object).where(df.notna(), None)  # missing (not measured): None

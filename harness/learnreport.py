@@ -16,7 +16,9 @@ from harness.catalogue.verdicts import Verdict
 from harness.learning import (
     BATCH,
     D_MODEL,
+    ENDS_BELOW,
     EVAL_BATCH,
+    FLAT_GAIN,
     LEARNS,
     LR,
     NO_BASELINE,
@@ -25,6 +27,7 @@ from harness.learning import (
     STEPS,
     THRESHOLD,
     VOCAB,
+    WORSE,
     Learning,
 )
 from harness.reportdiff import LEARNING_END, LEARNING_START
@@ -38,19 +41,29 @@ trained, from the same initial weights on the same seeded batches, inside a tiny
 embedding plus an embedding of the token before, the attention module, a linear read-out; vocab
 {VOCAB}, {SEQ_LEN} tokens, d_model {D_MODEL}, batch {BATCH}, Adam at {LR:g}, {STEPS} steps, float32
 on the CPU). Bidirectional modules learn associative recall (key-value pairs, then queries);
-causal ones learn to copy a prompt of distinct tokens (the second copy is predictable by finding
-where the current token appeared before). *Steps to {THRESHOLD:.0%}*: the first step whose
-accuracy on the answers, averaged over the last 10 steps, reaches {THRESHOLD:.0%} (each step's
-batch is new, so that accuracy is a held-out one). Causal modules are then evaluated on {EVAL_BATCH}
-fixed rows twice: teacher-forced, as in training, and by generation (each token from the tokens
-before it only, through the module's own cache where it has one). *Unknowable*: the prompt's
-next tokens, which no causal model can know; a module that predicts them reads the future. The
-bug's effect is named from the curves: learns normally; learns faster or slower (ratio of steps
-to threshold, {SLOWER:g}x or more); does not learn (accuracy barely moves); diverges or NaN; too
-good to be true (it predicts the unknowable teacher-forced and loses it by generation); wrong in
-generation (right teacher-forced, wrong by generation); worse in evaluation (eval-mode accuracy
-below fixed.py's); raises. These numbers come from training, which amplifies rounding: they are
-the same on this machine run after run, and drift on another CPU."""
+causal ones learn to copy a prompt of distinct tokens (from the second copy on, the next token
+is found where the current one appeared before). The loss and the accuracy are taken on these
+answers only. *Steps to {THRESHOLD:.0%}*: the first step at which the answer accuracy, averaged
+over the last 10 steps, reaches {THRESHOLD:.0%} (each step's batch is new, so it is a held-out
+accuracy); *loss, first 10* and *last 10*: the mean over those steps. A trained model is then
+evaluated in eval mode on {EVAL_BATCH} fixed rows: *teacher-forced*, the whole sequence in one call
+as in training, and, for causal modules, *by generation*: each token from the tokens before it
+only, through the module's own cache where it has one. *Unknowable*: the prompt's next tokens,
+which no causal model can know; a module that predicts them reads the future. In the summary,
+*learns? fix / bug* gives "yes (n)" when fixed.py reaches {THRESHOLD:.0%} in n steps, then what
+the bug does: *learns normally* (*identical training* where the bug never fires on the task);
+*learns faster* or *slower* (×ratio of steps to {THRESHOLD:.0%}, {SLOWER:g}x or more, or ending
+{ENDS_BELOW:g} below fixed.py's accuracy; ×>r when it never gets there, r the steps run over
+fixed.py's); *does not learn* (accuracy rises by less
+than {FLAT_GAIN:g}); *diverges or NaN*; *too good to be true* (it predicts the unknowable
+teacher-forced and loses it by generation); *wrong in generation* (right teacher-forced, wrong
+by generation); *worse in evaluation* (eval mode costs it {WORSE:g} more accuracy, against its
+last training steps, than it costs fixed.py);
+*raises*; *no conclusion* when fixed.py itself does not learn. Each picture shows both loss
+curves on a log axis, then the attention each module gives the first evaluation row after
+training (heads averaged, blocked keys hatched). These numbers come from training, which
+amplifies rounding: they are the same on this machine run after run, and drift on another
+CPU."""
 
 
 def fixed_cell(learning: Learning) -> str:
@@ -67,21 +80,28 @@ def learns_cell(learning: Learning) -> str:
 def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:
     """A sentence where learning and the one-pass verdict disagree: a SILENT trap that learns
     normally here, or a BENIGN one that learns differently."""
-    label = learning.diagnosis.label
-    if label == NO_BASELINE:
+    d = learning.diagnosis
+    if d.label == NO_BASELINE:
         return None
-    harmless = label == LEARNS
+    harmless = d.label == LEARNS
+    if verdict is Verdict.SILENT and harmless and d.identical:
+        return (
+            "**A finding.** One pass measures this trap as SILENT, yet on this task both modules "
+            "train identically, and where generation is measured they answer alike. The harm "
+            "needs what the section measures and this task lacks (other inputs, other shapes, "
+            "another way of calling, or weights that were not trained with the bug)."
+        )
     if verdict is Verdict.SILENT and harmless:
         return (
             "**A finding.** One pass measures this trap as SILENT, yet on this task buggy.py "
-            "learns as fixed.py does: trained from scratch, the model adapts to the bug. "
-            "The harm is in what the section measures (weights made for the correct code, "
-            "inputs this task does not have), not in learning itself."
+            "learns as fast as fixed.py: trained from scratch, the model adapts to the bug. "
+            "The harm is where the section measures it: weights made for the correct code (a "
+            "checkpoint), or inputs this task does not have."
         )
     if verdict is Verdict.BENIGN and not harmless:
         return (
             f"**A finding.** One pass measures this trap as BENIGN, yet in training buggy.py "
-            f"{label}."
+            f"{d.label}."
         )
     return None
 
@@ -92,13 +112,13 @@ def learning_block(
     """A trap's paragraph on learning, its table and its curves, between the block markers."""
     d = learning.diagnosis
     text = (
-        f"**What it does to learning.** On {learning.task.describe()} fixed.py "
+        f"**What it does to learning.** Trained on {learning.task.describe()}. fixed.py "
         + (
             f"reaches {THRESHOLD:.0%} in {learning.fix.steps_to_threshold} steps; "
             if learning.fix.steps_to_threshold is not None
             else f"does not reach {THRESHOLD:.0%}; "
         )
-        + f"buggy.py **{d.label}**: {d.evidence}."
+        + f"buggy.py **{d.label}**: {d.evidence.rstrip('.')}."
     )
     lines = [LEARNING_START, fill(text), ""]
     if learning.note:
@@ -118,13 +138,17 @@ def fill(text: str) -> str:
 
 def findings_note(rows: list[tuple[Card, Verdict, Learning]]) -> str:
     """Under the summary: the traps whose learning and one-pass verdict disagree."""
-    silent = [c.id for c, v, lr in rows if v is Verdict.SILENT and lr.diagnosis.label == LEARNS]
+    normal = [(c.id, lr.diagnosis) for c, v, lr in rows if v is Verdict.SILENT]
+    idle = [t for t, d in normal if d.label == LEARNS and d.identical]
+    silent = [t for t, d in normal if d.label == LEARNS and not d.identical]
     benign = [
         c.id for c, v, lr in rows
         if v is Verdict.BENIGN and lr.diagnosis.label not in (LEARNS, NO_BASELINE)
     ]  # fmt: skip
     untrained = [c.id for c, _, lr in rows if lr.diagnosis.label == NO_BASELINE]
     parts = []
+    if idle:
+        parts.append(f"SILENT by one pass, yet training identically on these tasks: {ids(idle)}")
     if silent:
         parts.append(
             "SILENT by one pass, yet learning normally on these tasks: "
@@ -141,7 +165,7 @@ def findings_note(rows: list[tuple[Card, Verdict, Learning]]) -> str:
             + ", ".join(f"`{t}`" for t in untrained)
         )
     if not parts:
-        return "Learning agrees with every one-pass verdict: no SILENT trap learns normally here."
+        return "Learning agrees with every one-pass verdict: no SILENT trap trains normally here."
     return "Where learning and the one-pass verdict disagree: " + "; ".join(parts) + "."
 
 

@@ -23,8 +23,16 @@ from harness.catalogue.card import Card
 from harness.catalogue.judge import EDGE_NAMES, Measurement
 from harness.catalogue.verdicts import Verdict
 from harness.files import IMAGES
-from harness.learning import Learning
-from harness.plots import DECIMALS, Panel, heatmaps, legend, line_plot, rounded
+from harness.learning import GENERATION, Learning, Run
+from harness.plots import (
+    DECIMALS,
+    Panel,
+    heatmaps,
+    legend,
+    line_plot,
+    lines_beside_heatmaps,
+    rounded,
+)
 
 if TYPE_CHECKING:
     from harness.report import TrapResult
@@ -216,20 +224,45 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
     return names
 
 
+def unevaluated(run: Run) -> str:
+    """Why a run has no attention map to draw."""
+    if run.error or run.eval_error:
+        return f"raises:\n{run.error or run.eval_error}"
+    if (step := run.nonfinite_step) is not None:
+        return f"not evaluated: its loss is NaN at step {step}"
+    return "returns no attention weights"
+
+
 def learning_plot(path: Path, trap: str, learning: Learning) -> None:
-    """Both modules' training loss per step on one log axis, the diagnosis in the title."""
+    """Both modules' training loss per step on one log axis, beside the attention each returns
+    after training on the first evaluation row (heads averaged; blocked cells hatched): by
+    generation where the bug is wrong only there, else teacher-forced."""
     title = textwrap.fill(
-        f"{trap}: training loss on {learning.task.describe()}; buggy.py: "
-        f"{learning.diagnosis.label}",
-        TITLE_WIDTH - 40,
+        f"{trap}: training on {learning.task.describe()}; buggy.py: {learning.diagnosis.label}",
+        TITLE_WIDTH,
     )
-    line_plot(
+    by_generation = learning.diagnosis.label == GENERATION  # where the bug shows
+    panels = [
+        Panel(
+            f"{name} after training" + (", by generation" if by_generation else ""),
+            as_array(run.generation_attention if by_generation else run.attention),
+            unevaluated(run),
+            blocked=None if run.attention_blocked is None else run.attention_blocked.numpy(),
+        )
+        for name, run in (("fixed.py", learning.fix), ("buggy.py", learning.bug))
+    ]
+    curves = learning.curves()
+    if (step := learning.bug.nonfinite_step) is not None:  # a run that ends on its first steps
+        curves = curves.rename(columns={"buggy.py loss": f"buggy.py loss (NaN at step {step})"})
+    marks = legend(panels)
+    if marks:
+        title += "\n" + "; ".join(marks)
+    lines_beside_heatmaps(
         path,
-        learning.curves(),
+        title,
+        curves,
         x="step",
-        y=["fixed.py loss", "buggy.py loss"],
-        title=title,
+        y=[c for c in curves.columns if c.endswith("loss") or "loss (" in c],
+        panels=panels,
         ylabel="training loss (cross-entropy)",
-        logy=True,
-        marker=None,
     )

@@ -29,6 +29,7 @@ NAN = "#d62728"  # NaN and Inf cells: red
 MAX_TICKS = 10  # at most this many tick labels per axis
 MAX_NAN_LABELS = 10  # write "NaN" in the cells only up to this many columns
 DPI = 80
+FEW_POINTS = 5  # a line with fewer finite points than this is drawn with markers
 
 
 @dataclass(frozen=True)
@@ -148,31 +149,31 @@ def heatmaps(path: Path, title: str, panels: list[Panel]) -> None:
     save(fig, path)
 
 
-def line_plot(
-    path: Path,
-    data,
+def draw_lines(
+    ax: Axes,
+    data: pd.DataFrame,
     x: str,
     y: list[str],
-    title: str,
     logx: bool = False,
-    ylabel: str = "",
     logy: bool = False,
-    xlabel: str = "",
     marker: str | None = "o",
+    xlabel: str = "",
+    ylabel: str = "",
 ) -> None:
-    """Write a PNG of columns ``y`` of ``data`` against column ``x``, rounded (``significant``).
+    """Columns ``y`` of ``data`` against column ``x`` on ``ax``, rounded (``significant``).
 
     With ``logy`` values of 0 are left out (a log axis has no 0); the legend says so. NaN
     values are not drawn (a run that ended early).
     """
-    fig, ax = plt.subplots(figsize=(6, 3.6))
     xs = significant(data[x])
-    for column in y:
+    for i, column in enumerate(y):
         ys = significant(data[column])
         label = column
         if logy and any(v == 0 for v in ys):
             ys, label = [math.nan if v == 0 else v for v in ys], f"{column} (0 not drawn)"
-        ax.plot(xs, ys, marker=marker, label=label)
+        few = sum(map(math.isfinite, ys)) < FEW_POINTS  # a run that ended at once: dots
+        style = "-" if i == 0 else "--"  # a second line that matches the first stays visible
+        ax.plot(xs, ys, marker=marker or ("o" if few else None), linestyle=style, label=label)
     if logx:
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(data[x]), [str(v) for v in data[x]])
@@ -180,8 +181,45 @@ def line_plot(
         ax.set_yscale("log")
     ax.set_xlabel(xlabel or x)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+
+
+def line_plot(
+    path: Path,
+    data: pd.DataFrame,
+    x: str,
+    y: list[str],
+    title: str,
+    logx: bool = False,
+    ylabel: str = "",
+    logy: bool = False,
+    xlabel: str = "",
+) -> None:
+    """Write a PNG of columns ``y`` of ``data`` against column ``x`` (``draw_lines``)."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    draw_lines(ax, data, x, y, logx=logx, logy=logy, xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
+    save(fig, path)
+
+
+def lines_beside_heatmaps(
+    path: Path,
+    title: str,
+    data: pd.DataFrame,
+    x: str,
+    y: list[str],
+    panels: list[Panel],
+    ylabel: str = "",
+) -> None:
+    """Write a PNG of a log-scale line plot (no markers) with heatmap ``panels`` beside it."""
+    n = len(panels)
+    size = (5.5 + 3.6 * n, 3.6 + 0.2 * (title.count("\n") + 1))
+    widths = [1.5] + [1.0] * n
+    fig, axes = plt.subplots(1, n + 1, figsize=size, layout="constrained", width_ratios=widths)
+    draw_lines(axes[0], data, x, y, logy=True, marker=None, ylabel=ylabel)
+    for ax, panel in zip(axes[1:], panels, strict=True):
+        draw_panel(ax, panel)
+    fig.suptitle(title, fontsize=10)
     save(fig, path)

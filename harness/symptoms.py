@@ -104,7 +104,7 @@ def flat_loss(r: TrapResult) -> str | None:
     the learning probe, a weight's gradient starved on the trap's own measurement shape (a
     trigger shape's one-wide weights say nothing of training)."""
     if r.learning is not None and r.learning.diagnosis.label != learning.NO_BASELINE:
-        return trained(r, (learning.FLAT_LABEL, learning.NOT_REACHED, learning.SLOWER_LABEL))
+        return trained(r, (learning.FLAT_LABEL, learning.SLOWER_LABEL))
     m = r.primary
     if m.trigger is not None:
         return None

@@ -83,12 +83,12 @@ def generate_for(card: Card, attend: Attend) -> Generate:
     scenario, else decoding), or on each prefix when it has none."""
     scenario = card.how if card.how.cached else SCENARIOS["decode"]
 
-    def generate(module: nn.Module, x: Tensor, batch: Batch) -> Tensor:
+    def generate(module: nn.Module, x: Tensor, batch: Batch) -> tuple[Tensor, Tensor | None]:
         new_cache = getattr(sys.modules[type(module).__module__], "KVCache", None)
         if new_cache is None:
             return prefix_generation(attend)(module, x, batch)
         call = make_call(scenario, batch.keep, card.spec, batch.positions, new_cache)
-        return call(module, x)[0]
+        return call(module, x)
 
     return generate
 
