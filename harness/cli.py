@@ -113,7 +113,7 @@ def build_parser() -> Parser:
         description=(
             "Train a trap's fixed.py and buggy.py from the same weights on the same batches "
             "inside a tiny model (recall for bidirectional modules, copying for causal ones), "
-            "print steps to 90%%, losses and accuracies (teacher-forced and by generation), and "
+            "print steps to 90%, losses and accuracies (teacher-forced and by generation), and "
             "name what the bug does to learning; write each trap's curves as ID.csv and ID.png."
         ),
     )

@@ -481,7 +481,8 @@ def diagnose(fix: Run, bug: Run) -> Diagnosis:
     if not bug.trained:
         return Diagnosis(RAISES, bug.error or "no step ran")
     if (step := bug.nonfinite_step) is not None:
-        return Diagnosis(NAN, f"the loss is NaN or Inf at step {step}; training stops there")
+        value = bug.curve["loss"][bug.curve["step"] == step].iloc[0]
+        return Diagnosis(NAN, f"the loss is {value} at step {step}; training stops there")
     if bug.eval_error is not None:
         return Diagnosis(RAISES, f"in evaluation: {bug.eval_error}")
     if not fix.trained or fix.eval_error or fix.steps_to_threshold is None:
@@ -501,22 +502,24 @@ def diagnose(fix: Run, bug: Run) -> Diagnosis:
             return Diagnosis(FLAT_LABEL, f"{moved}, a rise under {FLAT_GAIN:g} ({fixed})")
         bound = len(bug.curve) / fixed_steps
         never = f"{moved}, never {THRESHOLD:.0%} ({fixed})"
-        return Diagnosis(f"{SLOWER_LABEL} (×>{bound:.2g})", never, bound)
+        return Diagnosis(f"{SLOWER_LABEL} (never {THRESHOLD:.0%}: ×>{bound:.3g})", never, bound)
     final = bug.accuracy_at(start=False), fix.accuracy_at(start=False)
     versus = f"{plural(steps, 'step')} to {THRESHOLD:.0%} against {fixed_steps}; " + (
         f"accuracy over the last {SMOOTH} steps {final[0]:.3f} against {final[1]:.3f}"
     )
     if eval_loss(bug) - eval_loss(fix) >= WORSE:
-        evaluated = "; ".join(
-            f"{name}: {run.eval_accuracy:.3f} in eval mode, {run.accuracy_at(start=False):.3f} "
-            "over its last training steps"
-            for name, run in (("buggy.py", bug), ("fixed.py", fix))
+        evaluated = (
+            f"in eval mode {bug.eval_accuracy:.3f} against fixed.py's {fix.eval_accuracy:.3f}, "
+            f"where its last training steps had {final[0]:.3f} against {final[1]:.3f}"
         )
-        return Diagnosis(EVALUATION, f"{evaluated}; {versus}", ratio)
-    if ratio >= SLOWER or final[1] - final[0] >= ENDS_BELOW:
-        return Diagnosis(f"{SLOWER_LABEL} (×{ratio:.2g})", versus, ratio)
+        return Diagnosis(EVALUATION, f"{evaluated}; {plural(steps, 'step')} to 90%", ratio)
+    if ratio >= SLOWER:
+        return Diagnosis(f"{SLOWER_LABEL} (×{ratio:.3g})", versus, ratio)
+    if final[1] - final[0] >= ENDS_BELOW:
+        below = f"{SLOWER_LABEL} (×{ratio:.3g}, ends {final[1] - final[0]:.2f} lower)"
+        return Diagnosis(below, versus, ratio)
     if ratio <= FASTER:
-        return Diagnosis(f"{FASTER_LABEL} (×{ratio:.2g})", versus, ratio)
+        return Diagnosis(f"{FASTER_LABEL} (×{ratio:.3g})", versus, ratio)
     if same_run(fix, bug):
         same = "identical training: the bug does not touch a full forward on this task"
         if bug.generation_accuracy is not None and fix.generation_accuracy is not None:
@@ -524,8 +527,8 @@ def diagnose(fix: Run, bug: Run) -> Diagnosis:
                 f"; by generation {bug.generation_accuracy:.1%} of the answers against "
                 f"{fix.generation_accuracy:.1%}"
             )
-        return Diagnosis(LEARNS, same, 1.0, True)
-    return Diagnosis(LEARNS, versus, ratio)
+        return Diagnosis(f"{LEARNS} (identical training)", same, 1.0, True)
+    return Diagnosis(f"{LEARNS} (×{ratio:.3g})", versus, ratio)
 
 
 def eval_loss(run: Run) -> float:
@@ -555,10 +558,17 @@ def reads_the_future(bug: Run, fix: Run) -> str | None:
         return None
     if bug.unknowable_accuracy - bug.unknowable_by_generation < GAP:
         return None
+    answers = (
+        f"its answers: {bug.eval_accuracy:.0%} teacher-forced, {bug.generation_accuracy:.0%} by "
+        "generation"
+    )
+    if bug.eval_accuracy - bug.generation_accuracy < GAP:  # type: ignore[operator]
+        answers += " (here the copy can also be found from the tokens before: it survives)"
     return (
         f"teacher-forced it predicts {bug.unknowable_accuracy:.0%} of the prompt's next tokens, "
         f"which no causal model can know (fixed.py: {fix.unknowable_accuracy:.0%}); by "
-        f"generation, where the future is not there, {bug.unknowable_by_generation:.0%} of them"
+        f"generation, where the future is not there, {bug.unknowable_by_generation:.0%} of them; "
+        + answers
     )
 
 
@@ -605,6 +615,7 @@ class Learning:
                     f"steps to {THRESHOLD:.0%}": run.steps_to_threshold,
                     "loss, first 10": run.loss_at(start=True) if run.trained else math.nan,
                     "loss, last 10": run.loss_at(start=False) if run.trained else math.nan,
+                    "accuracy, last 10": run.accuracy_at(start=False) if run.trained else math.nan,
                     "teacher-forced": run.eval_accuracy,
                     "by generation": run.generation_accuracy,
                     "unknowable, teacher-forced": run.unknowable_accuracy,

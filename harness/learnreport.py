@@ -22,6 +22,7 @@ from harness.learning import (
     LEARNS,
     LR,
     NO_BASELINE,
+    RAISES,
     SEQ_LEN,
     SLOWER,
     STEPS,
@@ -34,36 +35,44 @@ from harness.reportdiff import LEARNING_END, LEARNING_START
 
 WIDTH = 100
 
-INTRO = f"""\
-**The learning probe** (the summary's *learns? fix / bug* and each trap's "What it does to
-learning"): one pass does not say whether a bug stops a model from learning, so both modules are
-trained, from the same initial weights on the same seeded batches, inside a tiny model (a token
-embedding plus an embedding of the token before, the attention module, a linear read-out; vocab
-{VOCAB}, {SEQ_LEN} tokens, d_model {D_MODEL}, batch {BATCH}, Adam at {LR:g}, {STEPS} steps, float32
-on the CPU). Bidirectional modules learn associative recall (key-value pairs, then queries);
-causal ones learn to copy a prompt of distinct tokens (from the second copy on, the next token
-is found where the current one appeared before). The loss and the accuracy are taken on these
-answers only. *Steps to {THRESHOLD:.0%}*: the first step at which the answer accuracy, averaged
-over the last 10 steps, reaches {THRESHOLD:.0%} (each step's batch is new, so it is a held-out
-accuracy); *loss, first 10* and *last 10*: the mean over those steps. A trained model is then
-evaluated in eval mode on {EVAL_BATCH} fixed rows: *teacher-forced*, the whole sequence in one call
-as in training, and, for causal modules, *by generation*: each token from the tokens before it
-only, through the module's own cache where it has one. *Unknowable*: the prompt's next tokens,
-which no causal model can know; a module that predicts them reads the future. In the summary,
-*learns? fix / bug* gives "yes (n)" when fixed.py reaches {THRESHOLD:.0%} in n steps, then what
-the bug does: *learns normally* (*identical training* where the bug never fires on the task);
-*learns faster* or *slower* (×ratio of steps to {THRESHOLD:.0%}, {SLOWER:g}x or more, or ending
-{ENDS_BELOW:g} below fixed.py's accuracy; ×>r when it never gets there, r the steps run over
-fixed.py's); *does not learn* (accuracy rises by less
-than {FLAT_GAIN:g}); *diverges or NaN*; *too good to be true* (it predicts the unknowable
-teacher-forced and loses it by generation); *wrong in generation* (right teacher-forced, wrong
-by generation); *worse in evaluation* (eval mode costs it {WORSE:g} more accuracy, against its
-last training steps, than it costs fixed.py);
-*raises*; *no conclusion* when fixed.py itself does not learn. Each picture shows both loss
-curves on a log axis, then the attention each module gives the first evaluation row after
-training (heads averaged, blocked keys hatched). These numbers come from training, which
-amplifies rounding: they are the same on this machine run after run, and drift on another
-CPU."""
+INTRO = textwrap.fill(
+    f"**The learning probe** (the summary's *learns? fix / bug* and each trap's \"What it does "
+    f'to learning"): one pass does not say whether a bug stops a model from learning, so both '
+    f"modules are trained, from the same initial weights on the same seeded batches, inside a "
+    f"tiny model (a token embedding plus an embedding of the token before, the attention "
+    f"module, a linear read-out; vocab {VOCAB}, {SEQ_LEN} tokens, d_model {D_MODEL}, batch "
+    f"{BATCH}, Adam at {LR:g}, {STEPS} steps, float32 on the CPU). Bidirectional modules learn "
+    f"associative recall (key-value pairs, then queries); causal ones learn to copy a prompt "
+    f"of distinct tokens (from the second copy on, the next token is found where the current "
+    f"one appeared before). The loss and the accuracy are taken on these answers only. *Steps "
+    f"to {THRESHOLD:.0%}*: the first step at which the answer accuracy, averaged over the last "
+    f"10 steps, reaches {THRESHOLD:.0%} (each step's batch is new, so it is a held-out "
+    f"accuracy); *loss, first 10*, *loss, last 10* and *accuracy, last 10*: means over those "
+    f"steps. A trained model is "
+    f"then evaluated in eval mode on {EVAL_BATCH} fixed rows: *teacher-forced*, the whole "
+    f"sequence in one call as in training, and, for causal modules, *by generation*: each "
+    f"token from the tokens before it only, through the module's own cache where it has one. "
+    f"*Unknowable*: the prompt's next tokens, which no causal model can know; a module that "
+    f'predicts them reads the future. In the summary, *learns? fix / bug* gives "yes (n)" when '
+    f"fixed.py reaches {THRESHOLD:.0%} in n steps, then what the bug does: *learns normally* "
+    f"(×ratio of steps; *identical training* where the bug does not touch a full forward of "
+    f"the task); *learns faster* or *slower* (×ratio of steps to {THRESHOLD:.0%}, {SLOWER:g}x "
+    f"or more, or ending {ENDS_BELOW:g} below fixed.py's accuracy; \"never {THRESHOLD:.0%}: "
+    f"×>r\" when it did not get there in the steps run, r times fixed.py's); *does not learn* "
+    f"(accuracy rises by less than {FLAT_GAIN:g}); *diverges or NaN*; *too good to be true* "
+    f"(it predicts the unknowable teacher-forced and loses it by generation); *wrong in "
+    f"generation* (right teacher-forced, wrong by generation); *worse in evaluation* (in eval "
+    f"mode it falls at least {WORSE:g} further behind fixed.py's accuracy than over its last "
+    f"training steps); *raises*; *no conclusion* when fixed.py itself does not learn. Each "
+    f"picture shows both loss curves on a log axis, then the attention each module gives the "
+    f"first evaluation row after training (heads averaged, blocked keys hatched; by generation "
+    f"where the bug is wrong only there). These "
+    f"numbers come from training, which amplifies rounding: they are the same on this machine "
+    f"run after run, and drift on another CPU.",
+    WIDTH,
+    break_long_words=False,
+    break_on_hyphens=False,
+)
 
 
 def fixed_cell(learning: Learning) -> str:
@@ -83,22 +92,24 @@ def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:
     d = learning.diagnosis
     if d.label == NO_BASELINE:
         return None
-    harmless = d.label == LEARNS
+    harmless = d.label.startswith(LEARNS)
     if verdict is Verdict.SILENT and harmless and d.identical:
         return (
             "**A finding.** One pass measures this trap as SILENT, yet on this task both modules "
-            "train identically, and where generation is measured they answer alike. The harm "
-            "needs what the section measures and this task lacks (other inputs, other shapes, "
-            "another way of calling, or weights that were not trained with the bug)."
+            "train identically: the bug does not touch a full forward of these inputs. What it "
+            "does elsewhere (other inputs or shapes, generation, weights not trained with it) "
+            "is what the section measures; the table shows how generation compares here."
         )
     if verdict is Verdict.SILENT and harmless:
         return (
-            "**A finding.** One pass measures this trap as SILENT, yet on this task buggy.py "
-            "learns as fast as fixed.py: trained from scratch, the model adapts to the bug. "
-            "The harm is where the section measures it: weights made for the correct code (a "
-            "checkpoint), or inputs this task does not have."
+            f"**A finding.** One pass measures this trap as SILENT, yet on this task buggy.py "
+            f"learns within this report's thresholds (×{d.ratio:.3g} the steps to 90%, less than "
+            f"×{SLOWER:g}, and ending within {ENDS_BELOW:g} of fixed.py's accuracy): trained "
+            "from scratch, the model largely adapts to the bug. The harm the section measures "
+            "needs what training from scratch on this task does not have: weights made for the "
+            "correct code, or other inputs."
         )
-    if verdict is Verdict.BENIGN and not harmless:
+    if verdict is Verdict.BENIGN and not harmless and d.label != RAISES:
         return (
             f"**A finding.** One pass measures this trap as BENIGN, yet in training buggy.py "
             f"{d.label}."
@@ -139,11 +150,11 @@ def fill(text: str) -> str:
 def findings_note(rows: list[tuple[Card, Verdict, Learning]]) -> str:
     """Under the summary: the traps whose learning and one-pass verdict disagree."""
     normal = [(c.id, lr.diagnosis) for c, v, lr in rows if v is Verdict.SILENT]
-    idle = [t for t, d in normal if d.label == LEARNS and d.identical]
-    silent = [t for t, d in normal if d.label == LEARNS and not d.identical]
+    idle = [t for t, d in normal if d.label.startswith(LEARNS) and d.identical]
+    silent = [t for t, d in normal if d.label.startswith(LEARNS) and not d.identical]
     benign = [
         c.id for c, v, lr in rows
-        if v is Verdict.BENIGN and lr.diagnosis.label not in (LEARNS, NO_BASELINE)
+        if v is Verdict.BENIGN and not lr.diagnosis.label.startswith((LEARNS, NO_BASELINE))
     ]  # fmt: skip
     untrained = [c.id for c, _, lr in rows if lr.diagnosis.label == NO_BASELINE]
     parts = []

@@ -237,10 +237,7 @@ def learning_plot(path: Path, trap: str, learning: Learning) -> None:
     """Both modules' training loss per step on one log axis, beside the attention each returns
     after training on the first evaluation row (heads averaged; blocked cells hatched): by
     generation where the bug is wrong only there, else teacher-forced."""
-    title = textwrap.fill(
-        f"{trap}: training on {learning.task.describe()}; buggy.py: {learning.diagnosis.label}",
-        TITLE_WIDTH,
-    )
+    title = f"{trap}: training on {learning.task.describe()}\nbuggy.py: {learning.diagnosis.label}"
     by_generation = learning.diagnosis.label == GENERATION  # where the bug shows
     panels = [
         Panel(

@@ -199,9 +199,10 @@ SYMPTOMS = (
     ),
     Symptom(
         "The loss stays flat or falls slowly",
-        f"trained on a tiny task, buggy.py never reaches {learning.THRESHOLD:.0%} accuracy or "
-        f"needs {learning.SLOWER:g}x fixed.py's steps; without the learning probe, a weight's "
-        f"gradient at most 1/{GRAD_RATIO:g} of fixed.py's",
+        f"trained on a tiny task, buggy.py never reaches {learning.THRESHOLD:.0%} accuracy, "
+        f"needs {learning.SLOWER:g}x fixed.py's steps, or ends {learning.ENDS_BELOW:g} below "
+        f"its accuracy; without the learning probe, a weight's gradient at most "
+        f"1/{GRAD_RATIO:g} of fixed.py's",
         flat_loss,
     ),
     Symptom(

@@ -299,13 +299,13 @@ def test_reading_the_future_is_too_good_and_a_broken_cache_is_wrong_in_generatio
     assert diagnose(causal(), causal(unknowable=1.0)).label == learning.TOO_GOOD
     assert diagnose(causal(), causal(generated=0.2)).label == learning.GENERATION
     # a gap the fixed module shares is the task's, not the bug's
-    assert diagnose(causal(generated=0.5), causal(generated=0.2)).label == learning.LEARNS
+    assert diagnose(causal(generated=0.5), causal(generated=0.2)).label.startswith(learning.LEARNS)
     # a leak the fixed module has as well is not the bug's
     leaky = causal(unknowable=1.0, unknowable_generated=0.0)
-    assert diagnose(leaky, leaky).label == learning.LEARNS
+    assert diagnose(leaky, leaky).label.startswith(learning.LEARNS)
     # predicting the unknowable by generation too would not be reading the future
     both = causal(unknowable=1.0, unknowable_generated=1.0)
-    assert diagnose(causal(), both).label == learning.LEARNS
+    assert diagnose(causal(), both).label.startswith(learning.LEARNS)
 
 
 def test_nothing_is_said_when_the_fixed_module_does_not_learn():

@@ -102,8 +102,8 @@ def note_for(card: Card, learning: Learning) -> str:
         )
     if card.expected is Verdict.CONDITIONAL and learning.bug.error:
         return (
-            "A CONDITIONAL trap: it raises at these sizes and runs silently only on the trigger "
-            "shapes the catalogue finds, so a model with it either crashes or runs on those."
+            "A CONDITIONAL trap: it raises at these sizes, so a model with it crashes unless its "
+            "shapes happen to be the trigger shapes the catalogue finds, where it runs silently."
         )
     if not card.shared_weights:
         return "The bug is the initialisation: each module starts from its own init."

@@ -11,7 +11,9 @@ CARD = Card(
     trap="torch.tril(ones(T, T), diagonal=1): each position also sees the next one.",
     truth=(
         "Position t attends to t + 1: the gradient-dependency check finds output t depending on"
-        " input t + 1. Training loss looks excellent because the model reads the answer."
+        " input t + 1. Teacher-forced, the model can read the next token instead of predicting"
+        " it: the learning probe's copy task shows it predicting prompt tokens no causal model"
+        " can know."
     ),
     why=(
         "Teacher-forced training cannot tell; generation fails because the future is not there "

@@ -17,7 +17,10 @@ CARD = Card(
         "The reshape reads head-major memory as position-major: positions are scrambled across "
         "the output. Invisible with one head."
     ),
-    why="Like the split bug, it trains and hides; single-head tests cannot see it.",
+    why=(
+        "Like the split bug, nothing raises and the loss still falls, so it hides; single-head "
+        "tests cannot see it, and the learning probe shows it learning more slowly."
+    ),
     avoid="out.transpose(1, 2).reshape(B, T, d_model), and test with h > 1.",
     expected=Verdict.SILENT,
     build=multi_head,

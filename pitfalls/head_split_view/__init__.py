@@ -14,7 +14,10 @@ CARD = Card(
         "The view reinterprets memory: each 'head' gets a slice mixing several positions' "
         "features. With one head the two are identical, so only multi-head tests see it."
     ),
-    why="The model still trains (a copy task can even pass), so the mixing stays hidden.",
+    why=(
+        "Nothing raises and the loss still falls, so the mixing is easy to miss; the learning "
+        "probe shows it learning recall far more slowly than fixed.py."
+    ),
     avoid=(
         "Split with view(B, T, h, d_k).transpose(1, 2) (or einops.rearrange) and test with h > 1."
     ),

@@ -22,7 +22,10 @@ CARD = Card(
         "it runs. Each head then has one rotation for every token, so the module is "
         "position-blind: swapping tokens 0 and 1 changes the outputs at t >= 2 by 4.5e-08 "
         "(float32 rounding), against 0.089 with fixed.py; on the full scenario the outputs "
-        "differ from fixed.py's by 0.067 (float32). CATALOGUE.md's 0.295 and 1.7e-16 are not "
+        "differ from fixed.py's by 0.067 (float32). A one-token decode step, though, rotates "
+        "every head by that token's real position: a model trained on full forwards meets "
+        "rotations in generation it never saw, which the learning probe's by-generation "
+        "accuracy shows. CATALOGUE.md's 0.295 and 1.7e-16 are not "
         "what this module gives (other weights and inputs; float32 here)."
     ),
     why=(
