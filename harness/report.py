@@ -25,7 +25,7 @@ from harness.catalogue.diffing import unified_diff
 from harness.catalogue.judge import EDGE_NAMES, Measurement
 from harness.catalogue.verdicts import FULL_PRECISION, Verdict, combine
 from harness.consistency import position_errors
-from harness.devices import device_description, dtype_name
+from harness.devices import cpu_name, device_description, dtype_name
 from harness.files import IMAGES, REPORT, TIMINGS, ensure_writable
 from harness.learning import Learning
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
@@ -163,6 +163,9 @@ def opening(grid: Grid, unavailable: list[str], cards: list[Card], learned: bool
         "",
         f"- Versions: attention-pitfalls {__version__}, torch {torch.__version__}, "
         f"Python {platform.python_version()}, {platform.machine()}.",
+        f"- CPU: {cpu_name()} (the learning probe's numbers are this CPU's)."
+        if learned
+        else None,
         f"- Devices: {', '.join(device_description(d) for d in devices)}."
         + (f" Not available here: {', '.join(unavailable)}." if unavailable else ""),
         f"- Dtypes: {', '.join(dtypes)}; the reference is always float64.",
@@ -177,7 +180,7 @@ def opening(grid: Grid, unavailable: list[str], cards: list[Card], learned: bool
         f"- Wall-clock numbers vary from run to run, so they are not in this file: the run writes "
         f"them to `{TIMINGS}` beside it (not committed).",
     ]  # fmt: skip
-    return "\n".join(lines)
+    return "\n".join(line for line in lines if line is not None)
 
 
 def verdict_label(verdict: Verdict, cells: list[Measurement]) -> str:

@@ -29,7 +29,9 @@ NUMBERS = re.compile(NUMBER)
 INTEGER = re.compile(r"[-+]?\d+")
 MASK = "<n>"
 # What may differ from machine to machine: library versions and which devices exist.
-ENVIRONMENT = re.compile(r"^(- Versions:).*$|^(- Devices: .*?)(?: Not available here: .*)?$")
+ENVIRONMENT = re.compile(
+    r"^(- Versions:).*$|^(- Devices: .*?)(?: Not available here: .*)?$|^(- CPU:).*$"
+)
 ANCHOR = re.compile(r'^<a id="(?:tables-)?([\w-]+)"></a>$')  # a trap's section or its tables
 SUMMARY_ROW = re.compile(r"^\|\s*\[`[\w-]+`\]\(#([\w-]+)\)")
 LISTED = re.compile(r"^- \[`[\w-]+`\]\(#([\w-]+)\): ")  # a symptom's evidence for one trap
@@ -98,7 +100,7 @@ def normalise(line: str) -> str:
     line = PICTURE_HASH.sub(r"\1.png", line)
     if line.startswith("|"):
         return "|" + "|".join(re.sub("-{3,}", "---", c) for c in cells(line)) + "|"
-    return ENVIRONMENT.sub(lambda m: m.group(1) or m.group(2), line)
+    return ENVIRONMENT.sub(lambda m: m.group(1) or m.group(2) or m.group(3), line)
 
 
 def finite(text: str) -> Decimal | None:
@@ -285,7 +287,24 @@ def versions(report: str) -> list[str]:
     return [line for line in report.splitlines() if line.startswith("- Versions:")]
 
 
+def cpus(report: str) -> list[str]:
+    return [line for line in report.splitlines() if line.startswith("- CPU:")]
+
+
+def learned(report: str) -> list[str]:
+    """The learning probe's lines and summary cells, as printed (padding aside)."""
+    pairs = zip(report.splitlines(), parse(report), strict=True)
+    lines = [normalise(line) for line, parsed in pairs if parsed.learned]
+    cells = [row.get(LEARNED_COLUMN, "") for row in summary_rows(report)]
+    return lines + cells
+
+
 def equivalent(old: str, new: str) -> bool:
     """Whether ``new`` says what ``old`` says, run with the same versions: only the CPU's
-    rounding (within the floor) or table padding differ. Then there is nothing to rewrite."""
-    return versions(old) == versions(new) and not compare(old, new, optional=False)
+    rounding (within the floor) or table padding differ. Then there is nothing to rewrite.
+
+    On the same CPU the learning probe repeats itself exactly, so there its numbers must be
+    the same too (a change in the code that moves them is a change)."""
+    if versions(old) != versions(new) or compare(old, new, optional=False):
+        return False
+    return cpus(old) != cpus(new) or learned(old) == learned(new)

@@ -260,3 +260,12 @@ def test_learning_numbers_may_drift_but_its_words_may_not() -> None:
 def test_numbers_after_a_learning_block_are_compared_again() -> None:
     here, there = learned(40), learned(40).replace("at step 40", "at step 41")
     assert any("committed 40, fresh 41" in p for p in compare(here, there))
+
+
+def test_on_the_same_cpu_learning_numbers_must_match_to_be_equivalent() -> None:
+    cpu = "- CPU: Some CPU (the learning probe's numbers are this CPU's).\n"
+    here = cpu + learned(40)
+    assert reportdiff.equivalent(here, here)
+    assert not reportdiff.equivalent(here, cpu + learned(41))  # the code moved them
+    elsewhere = "- CPU: Another CPU (the learning probe's numbers are this CPU's).\n"
+    assert reportdiff.equivalent(here, elsewhere + learned(41))  # rounding moved them
