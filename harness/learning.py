@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.inputs import generator
-from harness.runner import split_output
+from harness.runner import describe, split_output
 from harness.scenarios import lay_out
 
 VOCAB = 16  # token ids 0..15
@@ -375,12 +375,6 @@ def on(batch: Batch, device: torch.device) -> Batch:
         name: None if value is None else value.to(device) for name, value in vars(batch).items()
     }
     return replace(batch, **moved)
-
-
-def describe(error: BaseException) -> str:
-    """``Type: first line of the message``."""
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def evaluate(

@@ -37,7 +37,7 @@ from harness.learning import (
     train,
 )
 from harness.masks import CAUSAL_KINDS
-from harness.runner import split_output
+from harness.runner import seeded, split_output
 from harness.scenarios import SCENARIOS, make_call
 from harness.shapes import Shape
 
@@ -130,8 +130,7 @@ def learn(
     with one_thread():
         fixed, buggy = build_pair(pair, learning_shape(card), seed)
         task = task_for(card, fixed)
-        with torch.random.fork_rng():
-            torch.manual_seed(seed + 1)
+        with seeded(seed + 1):
             fix_model = TinyModel(fixed, output_width(fixed, task, attend))
             bug_model = TinyModel(buggy, fix_model.readout.in_features)
         bug_model.load_state_dict(shared(fix_model), strict=False)
