@@ -2,12 +2,16 @@
 
 ``--device`` chooses where the tests run (default: every available device), the ``device`` and
 ``dtype`` fixtures parametrize over them, and hypothesis loads its ``ci`` profile when ``CI`` is
-set and a ``dev`` profile (no deadline) otherwise.
+set and a ``dev`` profile (no deadline) otherwise. Every test of the catalogue (``pitfalls/``)
+is marked ``numbers``: it compares measured numbers with the ones its card states, so CI runs
+``-m numbers`` a second time with torch's portable CPU kernels (``ATEN_CPU_CAPABILITY=default``),
+where a number that only one CPU's kernels give fails.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,6 +36,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="device to test on; repeat for several (default: every available device)",
     )
+
+
+CATALOGUE = Path(__file__).resolve().parent / "pitfalls"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if CATALOGUE in item.path.parents:
+            item.add_marker(pytest.mark.numbers)
 
 
 def requested_devices(config: pytest.Config) -> list[str]:

@@ -2,6 +2,7 @@
 
     python .ci/mutants.py                 # every mutant in .ci/mutants/*.toml
     python .ci/mutants.py --only metrics  # mutants whose file name contains "metrics"
+    python .ci/mutants.py --set hostile   # the mutants of .ci/mutants/hostile.toml
     python .ci/mutants.py --markdown      # the closing table: fault, file, test that catches it
 
 Each mutant names a file, a snippet that must occur exactly once, its replacement, and the tests
@@ -42,9 +43,9 @@ class Mutant:
         return f"{self.file}: {self.fault}"
 
 
-def load(only: str | None) -> list[Mutant]:
+def load(only: str | None, group: str | None = None) -> list[Mutant]:
     mutants = []
-    for path in sorted(MUTANTS.glob("*.toml")):
+    for path in sorted(MUTANTS.glob(f"{group or '*'}.toml")):
         for entry in tomllib.loads(path.read_text())["mutant"]:
             tests = tuple(entry["tests"])
             mutant = Mutant(entry["file"], entry["find"], entry["replace"], tests, entry["fault"])
@@ -93,9 +94,10 @@ def markdown(mutants: list[Mutant], results: list[str] | None = None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="only mutants whose file path contains this")
+    parser.add_argument("--set", help="only the mutants of .ci/mutants/SET.toml")
     parser.add_argument("--markdown", action="store_true", help="print the table, run nothing")
     args = parser.parse_args()
-    mutants = load(args.only)
+    mutants = load(args.only, args.set)
     if args.markdown:
         print(markdown(mutants))
         return 0

@@ -8,7 +8,6 @@ line on stderr with exit status 2, before any work is done and without writing a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import math
 import os
@@ -16,14 +15,13 @@ import re
 import signal
 import sys
 import textwrap
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from harness import __version__
+from harness import __version__, interrupts, publish
 from harness.catalogue import registry
 from harness.catalogue.card import Card, Pair
 from harness.catalogue.diffing import unified_diff
@@ -53,7 +51,9 @@ from harness.doctor import (
 from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
 from harness.errors import Interrupted, UsageError, shorten
-from harness.files import check_file_destination, ensure_writable, write_atomically
+from harness.files import check_file_destination, created_by, ensure_writable, write_atomically
+from harness.inputs import check_seed
+from harness.interrupts import stop_signals, uninterrupted
 from harness.learning import STEPS as LEARN_STEPS
 from harness.learning import Learning
 from harness.pictures import learning_plot
@@ -121,7 +121,7 @@ def build_parser() -> Parser:
     learn.add_argument(
         "--steps", type=positive, default=LEARN_STEPS, help=f"training steps ({LEARN_STEPS})"
     )
-    learn.add_argument("--seed", type=int, default=0, help="seed for weights and batches (0)")
+    learn.add_argument("--seed", type=seed, default=0, help="seed for weights and batches (0)")
     learn.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
     learn.add_argument(
         "--out",
@@ -228,7 +228,7 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
         help="a constructor or config value the doctor cannot guess (a Python literal, else a "
         "string); repeatable",
     )
-    doctor.add_argument("--seed", type=int, default=0, help="seed for weights and inputs (0)")
+    doctor.add_argument("--seed", type=seed, default=0, help="seed for weights and inputs (0)")
     doctor.add_argument("--batch", type=int, default=4)
     doctor.add_argument("--seq-len", type=int, default=8)
     doctor.add_argument("--device", default="cpu")
@@ -398,7 +398,7 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
         seed=args.seed, positions=args.positions, rope_pairing=args.rope_pairing,
         kv_heads=args.kv_heads, window=args.window, packed=args.packed,
         kv_grouping=args.kv_grouping,
-        call=load_adapter(args.call) if args.call else None,
+        call=load_adapter(args.call, args.timeout) if args.call else None,
     )  # fmt: skip
     try:  # importing and building run the user's code too
         with guarded(args.timeout):
@@ -417,10 +417,11 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     return (diagnosis.to_json() if args.json else diagnosis.text()), diagnosis.exit_code
 
 
-def load_adapter(target: str) -> Callable[..., object]:
-    """The --call adapter: a function (module, x, *, positions, mask, cache)."""
+def load_adapter(target: str, timeout: float = TIMEOUT) -> Callable[..., object]:
+    """The --call adapter: a function (module, x, *, positions, mask, cache), imported within
+    ``timeout`` seconds (--timeout, as building the module)."""
     try:
-        with guarded(TIMEOUT):
+        with guarded(timeout):
             adapter = load_object(target)
     except UserCodeError as exc:
         raise UsageError(f"loading --call {shorten(target)} stopped: it {exc}") from None
@@ -440,6 +441,17 @@ def positive(text: str) -> int:
     return value
 
 
+def seed(text: str) -> int:
+    """argparse type: a seed, an integer in 0..2**32 - 1."""
+    try:
+        return check_seed(int(text))
+    except ValueError as exc:  # not an integer, or out of range (UsageError is a ValueError)
+        reason = (
+            exc if isinstance(exc, UsageError) else f"not an integer: {shorten(text, quote=True)}"
+        )
+        raise argparse.ArgumentTypeError(str(reason)) from None
+
+
 def learning_text(pair: Pair, learning: Learning, steps: int, seed: int) -> str:
     """One trap's learning probe: the task, the table, what the bug does, and any caveat."""
     d = learning.diagnosis
@@ -456,43 +468,48 @@ def learning_text(pair: Pair, learning: Learning, steps: int, seed: int) -> str:
 def cmd_learn(args: argparse.Namespace) -> str:
     pairs = resolve_pairs(args.ids)
     device = resolve_device(args.device)
-    ensure_writable(args.out)
-    texts, written = [], []
-    with Progress(len(pairs)) as bar:
-        for pair in pairs:
-            bar.step(f"training {pair.card.id}")
-            learning = learn(pair, seed=args.seed, device=device, steps=args.steps)
-            texts.append(learning_text(pair, learning, args.steps, args.seed))
-            written += write_curves(args.out, pair.card.id, learning)
+    names = [name for pair in pairs for name in curve_files(pair.card.id)]
+    created = ensure_writable(args.out, files=names, folders=())
+    texts = []
+    with created_by(created), publish.staging(args.out) as staged:
+        with Progress(len(pairs)) as bar:
+            for pair in pairs:
+                bar.step(f"training {pair.card.id}")
+                learning = learn(pair, seed=args.seed, device=device, steps=args.steps)
+                texts.append(learning_text(pair, learning, args.steps, args.seed))
+                write_curves(staged, pair.card.id, learning)
+        interrupts.ACTIVE.check()  # a Ctrl-C that matplotlib's clean-up swallowed stops here
+        written = [args.out / name for name in names]
+        with publish.locked(args.out), uninterrupted("wrote " + ", ".join(map(str, written))):
+            for name in names:  # a link in the way is replaced, never written through
+                os.replace(staged / name, args.out / name)
     return "\n\n".join(texts) + "\n\nwrote " + ", ".join(str(p) for p in written)
 
 
-def write_curves(out: Path, trap: str, learning: Learning) -> list[Path]:
-    """``out/<trap>.csv`` (loss and accuracy per step) and ``out/<trap>.png``, each written
-    whole or not at all."""
-    out.mkdir(parents=True, exist_ok=True)
-    csv, png = out / f"{trap}.csv", out / f"{trap}.png"
-    write_atomically(csv, learning.curves().to_csv(index=False))
-    partial = out / f".{trap}.png.partial"
-    try:
-        learning_plot(partial, trap, learning)
-        os.replace(partial, png)
-    finally:
-        partial.unlink(missing_ok=True)
-    return [csv, png]
+def curve_files(trap: str) -> tuple[str, str]:
+    """The files ``learn`` writes for a trap: its curves as a table and as a picture."""
+    return f"{trap}.csv", f"{trap}.png"
+
+
+def write_curves(folder: Path, trap: str, learning: Learning) -> None:
+    """``folder/<trap>.csv`` (loss and accuracy per step) and ``folder/<trap>.png``, into a
+    run's own staging folder (``publish.staging``), which nothing else writes."""
+    csv, png = curve_files(trap)
+    (folder / csv).write_text(learning.curves().to_csv(index=False))
+    learning_plot(folder / png, trap, learning)
 
 
 def cmd_report(args: argparse.Namespace) -> str:
     grid = resolve_grid(args)
-    ensure_writable(args.out)
+    created = ensure_writable(args.out)
     unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
     pairs = registry.load_all()
     learns = 0 if args.no_learn else len(pairs)
     steps = len(pairs) * len(grid) + 2 * len(pairs) + learns + 3  # + doctor x2, writing
-    with Progress(steps) as bar:
+    with created_by(created), Progress(steps) as bar:
 
         def step(label: str) -> None:
-            ACTIVE.check()  # a Ctrl-C that matplotlib's clean-up swallowed stops here
+            interrupts.ACTIVE.check()  # a Ctrl-C matplotlib's clean-up swallowed stops here
             bar.step(label)
 
         measure_all = functools.partial(measure_grid, step=step)
@@ -521,62 +538,13 @@ COMMANDS = {
 }
 
 
-# The signals that stop a command: each unwinds it as Ctrl-C does.
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
-
-
-class Signals:
-    """What ``stop_signals`` received, in order; ``quiet``: record, raise no more."""
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-        self.quiet = False
-
-    def handle(self, signum: int, frame: object) -> None:
-        self.received.append(signum)
-        if not self.quiet:
-            raise Interrupted(signum)
-
-    def check(self) -> None:
-        """Raise again a signal whose exception was swallowed, before work that cannot be undone
-        (publishing a report)."""
-        if self.received and not self.quiet:
-            raise Interrupted(self.received[0])
-
-
-ACTIVE = Signals()  # the signals of the command that is running (stop_signals sets it)
-
-
-@contextlib.contextmanager
-def stop_signals() -> Iterator[Signals]:
-    """In the block, SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` (a KeyboardInterrupt), so
-    a command stopped by any of them unwinds and its ``finally:`` blocks run; what it yields
-    records them, even when the exception is swallowed on the way (Python drops one raised in a
-    finalizer or weakref callback, as matplotlib's run during drawing). A signal that is
-    ignored (nohup, a background job) or has a handler of someone else's is left alone; the
-    previous handlers are back when the block ends. Off the main thread it changes nothing.
-    """
-    global ACTIVE
-    signals = ACTIVE = Signals()
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in STOP_SIGNALS:
-            if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
-                previous[signum] = signal.signal(signum, signals.handle)
-    try:
-        yield signals
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def interrupted(signum: int) -> int:
-    """Say so in one line; the exit status a shell gives a process stopped by ``signum``."""
+def interrupted(signum: int, done: Sequence[str] = ()) -> int:
+    """Say so in one line, with what the command had already changed for good (nothing, unless
+    ``done`` says); the exit status a shell gives a process stopped by ``signum``."""
     stop = Interrupted(signum)
     name = "" if signum == signal.SIGINT else f" ({stop.signal_name})"
-    print(f"{PROG}: interrupted{name}", file=sys.stderr)
+    after = f", after it had finished: {'; '.join(done)}" if done else ""
+    print(f"{PROG}: interrupted{name}{after}", file=sys.stderr)
     return stop.exit_status
 
 
@@ -596,13 +564,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UsageError as exc:
             signals.quiet = True
             if signals.received:
-                return interrupted(signals.received[0])
+                return interrupted(signals.received[0], signals.done)
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt as exc:
             signals.quiet = True
             received = signals.received
-            return interrupted(received[0] if received else getattr(exc, "signum", signal.SIGINT))
+            signum = received[0] if received else getattr(exc, "signum", signal.SIGINT)
+            return interrupted(signum, signals.done)
         except BrokenPipeError:  # e.g. piped into head: not an error of ours
             signals.quiet = True
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet

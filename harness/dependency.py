@@ -132,16 +132,30 @@ def _worse(a: float, b: float) -> float:
 
 
 def repeat_difference(module: nn.Module, x: Tensor, mask: Tensor | None, seed: int) -> float:
-    """Max |difference| between two calls on the same input (0 for a deterministic module).
+    """Max |difference| between two calls on the same input (0 for a deterministic module; NaN
+    when an output is NaN or infinite, so that nothing can be compared).
 
-    The two calls draw from different seeds, so a module that samples (dropout) shows it; the
-    global RNG is restored afterwards.
+    Each call gets its own copy of ``x``, so a module that changes its input in place is not
+    taken for one that samples (``input_change`` tells that apart). The two calls draw from
+    different seeds, so a module that samples (dropout) shows it; the global RNG is restored
+    afterwards.
     """
     call, outputs = as_call(module, mask), []
     with torch.no_grad():
         for s in (seed, seed + 1):
             with seeded(s):
-                out = call(x)
+                out = call(x.clone())
             outputs.append(out.double())
+    if not all(bool(torch.isfinite(out).all()) for out in outputs):
+        return math.nan
     diff = (outputs[0] - outputs[1]).abs()
-    return float(diff.nan_to_num(0.0).max()) if diff.numel() else 0.0
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def input_change(module: nn.Module, x: Tensor, mask: Tensor | None, seed: int) -> float:
+    """Max |change| a call makes to its own input ``x`` in place (0: it leaves it alone)."""
+    given = x.clone()
+    with torch.no_grad(), seeded(seed):
+        as_call(module, mask)(given)
+    change = (given.double() - x.double()).abs()
+    return float(change.nan_to_num(math.inf).max()) if change.numel() else 0.0

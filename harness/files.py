@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from harness.errors import UsageError, shorten
@@ -118,22 +119,42 @@ def _limit(folder: Path, name: str, default: int) -> int:
     return value if value and value > 0 else default
 
 
-def ensure_writable(out: Path, option: str = "--out") -> None:
-    """UsageError unless ``out`` is (or can be made) a folder we can write a report into.
+def ensure_writable(
+    out: Path,
+    option: str = "--out",
+    files: Iterable[str] = REPORT_FILES,
+    folders: Iterable[str] = REPORT_FOLDERS,
+) -> list[Path]:
+    """UsageError unless ``out`` is (or can be made) a folder that a run can write ``files``
+    and ``folders`` into; returns the folders it created (``created_by``), deepest first.
 
-    A folder it creates is removed again when it then fails; refused in one line: ``out`` an
-    existing file, ``out/report.md`` or ``out/timings.md`` not a regular file, ``out/img`` not
-    a folder.
+    ``out`` is the user's: a link there is followed to its folder. What is inside it is the
+    run's, and nothing is written through a link the run did not make: a file the run writes
+    may be a link (it is replaced, never followed), a folder may not. Refused in one line:
+    ``out`` an existing file or a link to nothing, one of ``files`` a folder or not a regular
+    file, one of ``folders`` a file or a link. A folder it creates is removed again when it
+    then fails.
     """
     shown = shorten(out, quote=True)
     try:
+        if out.is_symlink() and not out.exists():
+            raise UsageError(
+                f"{option} {shown} is a link to {shorten(os.readlink(out), quote=True)}, "
+                "which does not exist"
+            )
         if out.exists() and not out.is_dir():
             raise UsageError(f"{option} {shown} is a file, not a folder")
-        for name in REPORT_FILES:
-            if (out / name).exists() and not (out / name).is_file():
+        for name in files:
+            if _kind(out / name) not in (None, "file", "link"):
                 raise UsageError(f"cannot write to {option} {shown}: {name} in it is not a file")
-        for name in REPORT_FOLDERS:
-            if (out / name).exists() and not (out / name).is_dir():
+        for name in folders:
+            kind = _kind(out / name)
+            if kind == "link":
+                raise UsageError(
+                    f"cannot write to {option} {shown}: {name} in it is a link, not a folder "
+                    "(nothing is written through a link)"
+                )
+            if kind not in (None, "folder"):
                 raise UsageError(f"cannot write to {option} {shown}: {name} in it is not a folder")
     except UsageError:
         raise
@@ -151,6 +172,34 @@ def ensure_writable(out: Path, option: str = "--out") -> None:
         raise UsageError(f"cannot write to {option} {shown}: {exc.strerror or exc}") from None
     except BaseException:
         _remove_folders(created)
+        raise
+    return created
+
+
+def _kind(path: Path) -> str | None:
+    """What is at ``path``, links not followed: None (nothing), "file", "folder", "link" or
+    "other" (a device, a FIFO, a socket)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        if exc.errno in MISSING:
+            return None
+        raise
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return "file" if stat.S_ISREG(mode) else "other"
+
+
+@contextlib.contextmanager
+def created_by(folders: list[Path]) -> Iterator[None]:
+    """Remove ``folders`` (``ensure_writable`` made them) when the block fails, however it
+    fails, if they are still empty: a run that stops writes nothing, not even its folder."""
+    try:
+        yield
+    except BaseException:
+        _remove_folders(folders)
         raise
 
 

@@ -11,8 +11,23 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from harness.errors import UsageError, shorten
 from harness.masks import keep_mask
 from harness.shapes import Shape
+
+# The seeds a user may give: 0 .. 2**32 - 1, as numpy's. torch takes up to 2**64 - 1, but seeds
+# are offset and multiplied on the way (a step's batch is seed * 100_003 + step), which must
+# stay within int64.
+SEED_MAX = 2**32 - 1
+
+
+def check_seed(seed: object) -> int:
+    """``seed`` as an int, or a UsageError (one line) when it is not an integer in 0..SEED_MAX."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise UsageError(
+            f"a seed is an integer from 0 to {SEED_MAX:,}, not {shorten(repr(seed), 30)}"
+        )
+    return seed
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,11 @@ from torch import Tensor
 
 OUTPUT_FACTOR = 2.0
 GRAD_FACTOR = 3.0
+# Reordered sums round differently by a few units in the last place (ulps) of their scale: a
+# rounding-level difference is stated and asserted as at most this many, never as a value,
+# since another CPU's kernels round otherwise. A dependence on order or position moves outputs
+# by far more.
+ROUNDING_ULPS = 64
 SATURATED = 0.99  # a row whose largest weight is at least this is saturated
 DEGENERATE = 0.5  # attention is degenerate when at least this fraction of rows is saturated
 
@@ -64,6 +69,12 @@ def atol(ref: Tensor, dtype: torch.dtype) -> float:
     r = r.masked_fill(~torch.isfinite(r), 0.0)
     noise = (r + 0.3 - 0.3 - r).abs()
     return 2.0 * noise.max().item() if noise.numel() else 0.0
+
+
+def rounding(scale: float, dtype: torch.dtype = torch.float32) -> float:
+    """How far rounding alone may move values of size ``scale`` (at least 1) in ``dtype``:
+    ``ROUNDING_ULPS`` units of its machine epsilon at that scale."""
+    return ROUNDING_ULPS * torch.finfo(dtype).eps * max(1.0, scale)
 
 
 def threshold(floor: Error, tol: float, factor: float) -> float:

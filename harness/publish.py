@@ -8,7 +8,10 @@ their bytes, so a new picture never takes the name of one the old ``report.md`` 
 ``report.md`` linked and the new one does not removed. A reader sees the old report or the new
 one, never a mix; an interrupted run leaves the old one whole; nothing the report did not link
 is ever removed. A staging folder left by a run that was killed outright (SIGKILL cannot be
-caught) is removed by the next run.
+caught) is removed by the next run; so are the pictures an install killed halfway had moved in
+or was removing (it lists them first in ``.installing``), unless ``report.md`` links them.
+Nothing is written through a link inside the destination: ``os.replace`` replaces a link, and
+the callers refuse an ``img`` that is one (``files.ensure_writable``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 STAGING = ".staging-"
-LINKED_IMAGE = re.compile(r"!\[[^\]]*\]\((img/[\w.-]+\.png)\)")  # never outside img/
+JOURNAL = ".installing"  # the pictures an install is moving in and removing, one per line
+IMAGE_PATH = r"img/[\w.-]+\.png"  # never outside img/
+LINKED_IMAGE = re.compile(rf"!\[[^\]]*\]\(({IMAGE_PATH})\)")
+LINKED_IMAGE_PATH = re.compile(rf"^{IMAGE_PATH}$")
 
 
 def linked_images(text: str) -> set[str]:
@@ -91,11 +97,34 @@ def install(
     ``pictures`` are already under their hashed names; ``others`` (files apart from the report,
     such as wall-clock timings) are replaced before ``report`` and never removed;
     ``linked_before``, the pictures the report being replaced links (``linked_images``), are
-    removed once it is replaced, but for those the new one links too.
+    removed once it is replaced, but for those the new one links too. Pictures that a killed
+    install left (``JOURNAL``) are removed first, but for those ``report`` links.
     """
+    finish_abandoned(out, report)
+    new = [name for name in pictures if not os.path.lexists(out / name)]
+    dropped = sorted(linked_before - set(pictures))
+    (staged / JOURNAL).write_text("".join(f"{name}\n" for name in [*new, *dropped]))
+    os.replace(staged / JOURNAL, out / JOURNAL)
     if pictures:
         (out / Path(pictures[0]).parent).mkdir(exist_ok=True)
     for name in [*pictures, *others, report]:
         os.replace(staged / name, out / name)
-    for name in linked_before - set(pictures):
+    for name in dropped:
         (out / name).unlink(missing_ok=True)
+    (out / JOURNAL).unlink()
+
+
+def finish_abandoned(out: Path, report: str) -> None:
+    """Finish an install that was killed halfway: remove the pictures its journal lists that
+    ``out/report`` does not link, then the journal (call it holding ``locked(out)``)."""
+    journal = out / JOURNAL
+    if not os.path.lexists(journal):
+        return
+    listed = set()
+    if journal.is_file() and not journal.is_symlink():
+        listed = {name for name in journal.read_text().split("\n") if LINKED_IMAGE_PATH.match(name)}
+    current = out / report
+    linked = linked_images(current.read_text()) if current.is_file() else set()
+    for name in listed - linked:
+        (out / name).unlink(missing_ok=True)
+    journal.unlink()

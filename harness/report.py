@@ -27,6 +27,7 @@ from harness.catalogue.verdicts import FULL_PRECISION, Verdict, combine
 from harness.consistency import position_errors
 from harness.devices import cpu_name, device_description, dtype_name
 from harness.files import IMAGES, REPORT, TIMINGS, ensure_writable
+from harness.interrupts import uninterrupted
 from harness.learning import Learning
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
 from harness.pictures import draw
@@ -597,10 +598,12 @@ def write_report(
             old = out / REPORT
             old_text = old.read_text() if old.is_file() else None
             if is_current(out, old_text, text):
-                os.replace(staged / TIMINGS, out / TIMINGS)
+                with uninterrupted(f"{out / TIMINGS} was replaced (the report was current)"):
+                    os.replace(staged / TIMINGS, out / TIMINGS)
                 return out / REPORT, False
             linked = publish.linked_images(old_text or "")
-            publish.install(staged, out, REPORT, pictures, [TIMINGS], linked)
+            with uninterrupted(f"{out / REPORT} is the new report"):
+                publish.install(staged, out, REPORT, pictures, [TIMINGS], linked)
     return out / REPORT, True
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from harness import learning
+from harness.catalogue.compare import NOT_FINITE
 from harness.catalogue.judge import Measurement
 from harness.catalogue.verdicts import Verdict
 
@@ -160,7 +161,11 @@ def inference(r: TrapResult) -> str | None:
         return f"{card.scenario} through the cache differs from the full forward: {m.reason}"
     for probe, text in r.primary.probes.items():
         found = text.split("buggy.py ", 1)[-1] if "buggy.py " in text else ""
-        if found and found not in ("none", "identical") and not found.startswith("raises"):
+        if (
+            found
+            and found not in ("none", "identical", NOT_FINITE)
+            and not found.startswith("raises")
+        ):
             return f"{probe}: buggy.py {found}"
     return None
 

@@ -100,6 +100,19 @@ def claimed(card: Card, pattern: str, text: str | None = None) -> tuple[str, ...
     return found.groups()
 
 
+# How a card says that a difference is rounding: as a bound, since other CPUs round otherwise.
+ROUNDING_WORDS = r"by float32 rounding only \(at most (\d+) ulps of their size"
+
+
+def assert_rounding_only(card: Card, difference: float, size: float) -> None:
+    """The card calls a float32 difference rounding (``ROUNDING_WORDS``, with the harness's own
+    number of ulps) and ``difference``, between values of size ``size``, is within it."""
+    (ulps,) = claimed(card, ROUNDING_WORDS)
+    assert int(ulps) == metrics.ROUNDING_ULPS, f"{card.id}: the card's bound is not the harness's"
+    bound = metrics.rounding(size, torch.float32)
+    assert difference <= bound, f"{card.id}: {difference:.3g} is more than rounding ({bound:.3g})"
+
+
 def claimed_numbers(card: Card, pattern: str) -> tuple[float, ...]:
     """``claimed`` as numbers (thousands separators allowed: 100,000)."""
     return tuple(number(g) for g in claimed(card, pattern))

@@ -1,10 +1,14 @@
 """Attention modules whose code misbehaves: it exits, prints, hangs, interrupts, or changes the
 process's global torch settings. The doctor must survive each with its output and exit status its
-own. All are correct attention otherwise (one head, no mask), so only the misbehaviour shows."""
+own. All are correct attention otherwise (one head, no mask), so only the misbehaviour shows;
+the last two are broken on purpose, for the hints the doctor gives."""
 
 import os
+import random
 import sys
 import tempfile
+import threading
+import time
 
 import torch
 import torch.nn as nn
@@ -139,3 +143,34 @@ class HangsOnLongInputs(Plain):
 class Interrupted(Plain):
     def misbehave(self, x):
         raise KeyboardInterrupt
+
+
+class Reseeds(Plain):
+    """Reseeds every random stream and registers a global forward hook in every forward."""
+
+    def misbehave(self, x):
+        torch.manual_seed(1234)
+        random.seed(1234)
+        torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: None)
+
+
+class StartsThread(Plain):
+    """Starts a thread that outlives the doctor (not a daemon; it ends by itself in 120 s)."""
+
+    def __init__(self, d_model):
+        super().__init__(d_model)
+        threading.Thread(target=time.sleep, args=(120,), name="left-running").start()
+
+
+class ChangesItsInput(Plain):
+    """Correct attention, but it scales its input tensor in place first."""
+
+    def misbehave(self, x):
+        x.mul_(2)
+
+
+class AllNaN(Plain):
+    """Every output NaN (a mask turned into NaN by (1 - keep) * -inf, say)."""
+
+    def forward(self, x):
+        return super().forward(x) * float("nan")

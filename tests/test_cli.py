@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import harness
-from harness import cli, devices
+from harness import cli, devices, interrupts
 from harness.catalogue import registry
 from harness.doctor import guard
 from harness.progress import Progress
@@ -422,3 +422,35 @@ def test_ctrl_c_while_starting_is_one_line():
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert (process.returncode, out, err) == (130, "", f"{PROG}: interrupted\n")
+
+
+@pytest.mark.parametrize("value", [str(2**63), str(2**64), "-1", "1e3"])
+def test_doctor_seed_out_of_range_is_one_line_before_anything_runs(capsys, value):
+    message = one_error_line(capsys, "doctor", f"{MISBEHAVING}:Plain", "--seed", value)
+    assert message.startswith("argument --seed: "), message
+    assert "a seed is an integer from 0 to 4,294,967,295" in message or "not an integer" in message
+
+
+def test_an_adapter_whose_import_hangs_is_stopped_at_the_timeout(capsys, tmp_path):
+    adapter = tmp_path / "slow_adapter.py"
+    adapter.write_text("import time\ntime.sleep(30)\n\ndef call(module, x, **kw):\n    pass\n")
+    start = time.monotonic()
+    message = one_error_line(
+        capsys, "doctor", f"{MISBEHAVING}:Plain", "--call", f"{adapter}:call", "--timeout", "1"
+    )
+    assert time.monotonic() - start < 10
+    assert "did not finish within 1 s" in message, message
+
+
+def test_an_interruption_after_a_step_that_changed_files_says_what_changed(capsys, command):
+    def publishes(args):
+        with interrupts.uninterrupted("out/report.md is the new report"):
+            os.kill(os.getpid(), signal.SIGINT)  # held: the step finishes first
+        raise AssertionError("the held signal was not raised when the step ended")
+
+    command(publishes)
+    assert run_cli(capsys, "list") == (
+        130,
+        "",
+        f"{PROG}: interrupted, after it had finished: out/report.md is the new report\n",
+    )

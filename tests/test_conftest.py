@@ -35,3 +35,16 @@ def test_absent_device_is_skipped_with_a_reason(pytester):
 def test_device_option_is_in_its_group(pytester):
     pytester.makeconftest(ROOT_CONFTEST.read_text())
     pytester.runpytest("--help").stdout.fnmatch_lines(["*attention pitfall harness*", "*--device*"])
+
+
+def test_every_catalogue_test_is_marked_to_run_again_on_portable_kernels(pytester):
+    """CI runs ``-m numbers`` with ATEN_CPU_CAPABILITY=default: every test under pitfalls/
+    (they hold measurements to the numbers their cards state) is among them, no other test
+    unless marked."""
+    pytester.makeconftest(ROOT_CONFTEST.read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    numbers: compares numbers\n")
+    pytester.mkpydir("pitfalls").joinpath("test_card.py").write_text("def test_card(): pass\n")
+    pytester.mkdir("tests").joinpath("test_engine.py").write_text("def test_engine(): pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-m", "numbers", "-v")
+    result.assert_outcomes(passed=1, deselected=1)
+    result.stdout.fnmatch_lines(["*pitfalls/test_card.py::test_card PASSED*"])

@@ -4,11 +4,14 @@ process's global settings restored; and the Python API checks its device as the 
 import _thread
 import json
 import os
+import random
 import signal
+import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +23,8 @@ from harness.doctor import guard as guard_module
 from harness.doctor.findings import passed
 from harness.errors import UsageError
 from tests import misbehaving_modules as mm
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -195,6 +200,15 @@ def test_an_unknown_device_via_the_api_is_a_usage_error():
         diagnose(mm.Plain(16), Config(d_model=16, device="tpu"))
 
 
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**64, 1.5, True])
+def test_a_seed_out_of_range_via_the_api_is_a_usage_error_before_probing(monkeypatch, seed):
+    called = []
+    monkeypatch.setattr(mm.Plain, "misbehave", lambda self, x: called.append(1))
+    with pytest.raises(UsageError, match="a seed is an integer from 0 to 4,294,967,295"):
+        diagnose(mm.Plain(16), Config(d_model=16, seed=seed))
+    assert called == []
+
+
 @contextmanager
 def watchdog(seconds: float):
     """Interrupt the block after ``seconds``: a broken time limit fails the test, not hangs it."""
@@ -231,3 +245,37 @@ def test_the_doctor_moves_on_after_a_probe_runs_out_of_time(two_probes):
     (long, short) = diagnosis.findings
     assert long.status == "fail" and long.message.startswith("did not finish within 1 s")
     assert short.status == "pass"
+
+
+def random_streams() -> tuple[object, ...]:
+    """torch's CPU generator, Python's random and numpy's global one, comparable with ==."""
+    import numpy
+
+    _, keys, pos, *_ = numpy.random.get_state()
+    return bytes(torch.random.get_rng_state().numpy()), random.getstate(), keys.tobytes(), pos
+
+
+def test_a_module_that_reseeds_leaves_the_callers_streams_and_hooks_as_they_were():
+    """The caller's random streams go on as if the doctor had not run (a pytest session's
+    later tests draw the numbers they would have), and a global hook the module registers is
+    gone: every step that calls the module is guarded, the first set-up call included."""
+    module = mm.Reseeds(16)
+    hooks = dict(torch.nn.modules.module._global_forward_hooks)
+    torch.manual_seed(7)
+    before = random_streams()
+    diagnosis = diagnose(module, Config(d_model=16))
+    assert diagnosis.findings
+    assert random_streams() == before
+    assert dict(torch.nn.modules.module._global_forward_hooks) == hooks
+
+
+def test_a_thread_the_module_leaves_running_does_not_keep_the_command_alive():
+    target = "tests/misbehaving_modules.py:StartsThread"
+    command = [sys.executable, "-m", "harness", "doctor", target, "--d-model", "16", "--json"]
+    start = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
+    assert time.monotonic() - start < 90  # the thread sleeps 120 s
+    assert done.returncode == 0, done.stderr
+    json.loads(done.stdout)  # the verdict, whole
+    assert "not waiting for 1 thread(s) that user code started" in done.stderr
+    assert "'left-running'" in done.stderr

@@ -1,6 +1,9 @@
 """The learning probe: its tasks, its training, what it names, and the command that runs it."""
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -22,6 +25,8 @@ from harness.learning import (
     prefix_generation,
     train,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Identity(nn.Module):
@@ -346,6 +351,8 @@ def test_learn_prints_the_table_and_writes_the_curves(capsys, tmp_path):
         (["learn", "mask_bool", "--steps", "0"], "--steps: must be at least 1"),
         (["learn", "mask_bool", "--steps", "x"], "--steps: not an integer"),
         (["learn", "mask_bool", "--device", "tpu"], "tpu"),
+        (["learn", "mask_bool", "--seed", str(2**64)], "--seed: a seed is an integer from 0 to"),
+        (["learn", "mask_bool", "--seed", "-1"], "--seed: a seed is an integer from 0 to"),
     ],
 )
 def test_learn_bad_input_is_one_line_and_writes_nothing(capsys, tmp_path, argv, message):
@@ -354,3 +361,62 @@ def test_learn_bad_input_is_one_line_and_writes_nothing(capsys, tmp_path, argv, 
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """learn fails the test if it gets as far as training."""
+
+    def learn(*args, **kwargs):
+        raise AssertionError("trained before the destinations were checked")
+
+    monkeypatch.setattr(cli, "learn", learn)
+
+
+@pytest.mark.parametrize("name", ["mask_bool.png", "mask_bool.csv"])
+def test_learn_refuses_a_folder_where_its_file_goes_before_training(
+    capsys, tmp_path, no_training, name
+):
+    (tmp_path / name).mkdir()
+    code = cli.main(["learn", "mask_bool", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{name} in it is not a file" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_learn_writes_through_no_link_planted_in_its_folder(capsys, tmp_path):
+    """A link where a file goes is replaced, never followed; the run stages its files in a
+    folder of its own, so no fixed name in --out is ever opened for writing."""
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir(), outside.mkdir()
+    for name in ("mask_bool.csv", "mask_bool.png", ".mask_bool.png.partial"):
+        (outside / name).write_text("not yours")
+        (out / name).symlink_to(outside / name)
+    assert cli.main(["learn", "mask_bool", "--steps", "3", "--out", str(out)]) == 0
+    assert [p.read_text() for p in sorted(outside.iterdir())] == ["not yours"] * 3
+    for name in ("mask_bool.csv", "mask_bool.png"):
+        assert (out / name).is_file() and not (out / name).is_symlink()
+    assert not list(out.glob(".staging-*"))
+
+
+def test_two_learn_runs_into_one_folder_both_finish(tmp_path):
+    command = [sys.executable, "-m", "harness", "learn", "mask_bool", "--steps", "3",
+               "--out", str(tmp_path)]  # fmt: skip
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT) for _ in range(2)]  # fmt: skip
+    for run in runs:
+        _, err = run.communicate(timeout=240)
+        assert run.returncode == 0 and err == "", err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mask_bool.csv", "mask_bool.png"]
+    assert len(pd.read_csv(tmp_path / "mask_bool.csv")) == 3
+
+
+def test_learn_interrupted_while_training_leaves_no_folder_behind(capsys, tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "learn", interrupted)
+    out = tmp_path / "new" / "out"
+    assert cli.main(["learn", "mask_bool", "--out", str(out)]) == 130
+    assert list(tmp_path.iterdir()) == []

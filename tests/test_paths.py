@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -339,3 +340,58 @@ def test_no_temporary_folder_outlives_a_search(tmp_path, monkeypatch):
         (scratch / "constants").mkdir()
     assert list(tmp_path.iterdir()) == []
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+# Links and dangling names the user did not mean as destinations.
+def test_a_dangling_out_says_what_it_points_to(here):
+    (here / "out").symlink_to("gone")
+    with pytest.raises(
+        UsageError, match=r"^--out 'out' is a link to 'gone', which does not exist$"
+    ):
+        files.ensure_writable(Path("out"))
+    assert not (here / "gone").exists()
+
+
+def test_a_report_never_writes_through_an_img_link(here):
+    (here / "out").mkdir()
+    (here / "elsewhere").mkdir()
+    (here / "out" / "img").symlink_to(here / "elsewhere")
+    message = (
+        "cannot write to --out 'out': img in it is a link, not a folder (nothing is written "
+        "through a link)"
+    )
+    with pytest.raises(UsageError, match=f"^{re.escape(message)}$"):
+        files.ensure_writable(Path("out"))
+
+
+@pytest.mark.parametrize("target", ["models:Attention", "models/:Attention", "./models:Attention"])
+def test_a_folder_target_is_called_a_folder(capsys, here, target):
+    (here / "models").mkdir()
+    where = target.rpartition(":")[0]
+    message = one_error_line(capsys, "doctor", target)
+    assert message == f"{where} is a folder; name a .py file in it (file.py:name)"
+
+
+def test_the_catalogue_is_the_harness_own_whatever_the_working_directory_holds(here):
+    """A ``pitfalls`` package of another project in the working directory (first on
+    ``python -m``'s path) is not taken for the catalogue."""
+    (here / "pitfalls").mkdir()
+    (here / "pitfalls" / "__init__.py").write_text("")
+    (here / "pitfalls" / "mine").mkdir()
+    (here / "pitfalls" / "mine" / "__init__.py").write_text("")
+    command = [sys.executable, "-m", "harness", "list"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=here, env=env, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    listed = [line.split()[0] for line in done.stdout.splitlines()[1:]]
+    assert "mask_bool" in listed and "mine" not in listed
+
+
+def test_another_package_named_pitfalls_already_imported_is_a_usage_error(here, monkeypatch):
+    from harness.catalogue import registry
+
+    other = types.ModuleType("pitfalls")
+    other.__path__ = [str(here)]
+    monkeypatch.setitem(sys.modules, "pitfalls", other)
+    with pytest.raises(UsageError, match="a different package named 'pitfalls' is already"):
+        registry.package()

@@ -21,6 +21,7 @@ from harness.errors import UsageError
 from harness.runner import seeded
 from harness.validation import DOCTOR_SHAPE, config_for
 from tests import doctor_modules as dm
+from tests import misbehaving_modules as mm
 
 KEEP = Config(mask="keep")
 LARGE = "with activations scaled by 300"
@@ -215,6 +216,19 @@ def test_dropout_left_on_in_eval_fails_determinism():
     f = probe(*catalogue("dropout_in_eval"), "eval determinism")
     assert f.status == FAIL and "dropout" in f.message, f
     assert probe(*catalogue("dropout_in_eval", "fixed"), "eval determinism").status == PASS
+
+
+def test_an_input_changed_in_place_is_named_not_taken_for_dropout():
+    f = probe(make(mm.ChangesItsInput, 16), Config(d_model=16), "eval determinism")
+    assert f.status == FAIL and "changes its input tensor in place" in f.message, f
+    assert "dropout" not in f.message, f
+    assert probe(make(mm.Plain, 16), Config(d_model=16), "eval determinism").status == PASS
+
+
+@pytest.mark.parametrize("name", ["eval determinism", "gradient flow"])
+def test_a_module_whose_outputs_are_all_nan_fails_what_it_cannot_pass(name):
+    f = probe(make(mm.AllNaN, 16), Config(d_model=16), name)
+    assert f.status == FAIL and "NaN" in f.message, f
 
 
 def test_a_module_in_training_mode_is_probed_in_eval_mode():

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness import cli, report
+from harness import cli, interrupts, report
 from harness import reportdiff as report_diff
 from harness.catalogue import registry
 from harness.report import TrapResult
@@ -63,6 +63,7 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return Run(out, dict(written))
 
 
+@pytest.mark.numbers
 def test_committed_report_agrees_with_a_fresh_run(fresh: Run) -> None:
     """Same sections, verdicts, expected verdicts and triggers as a fresh run; numbers in the noise.
 
@@ -164,7 +165,9 @@ def test_a_swallowed_ctrl_c_stops_the_report_before_it_is_published(
 
     def swallowed_on_the_second_trap(r: TrapResult, folder: Path) -> list[str]:
         if r is fresh.results[1]:
-            cli.ACTIVE.received.append(signal.SIGINT)  # what the handler records; raised in vain
+            interrupts.ACTIVE.received.append(
+                signal.SIGINT
+            )  # what the handler records; raised in vain
         return draw(r, folder)
 
     measured_already(monkeypatch, fresh)

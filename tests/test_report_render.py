@@ -7,6 +7,7 @@ trigger search; pictures are stubbed where files are written, so every test here
 import hashlib
 import os
 import re
+import signal
 import subprocess
 import threading
 from functools import cache
@@ -16,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from harness import publish, report
+from harness import interrupts, publish, report
 from harness.catalogue.judge import Measurement, measure
 from harness.catalogue.registry import load
 from harness.catalogue.verdicts import Verdict
@@ -365,3 +366,73 @@ def test_a_picture_both_reports_link_stays(tmp_path, stub_pictures):
     _, replaced = write(tmp_path, "## Doctor\n\nsecond")  # another report, the same pictures
     assert replaced
     assert linked(tmp_path) and all((tmp_path / name).is_file() for name in linked(tmp_path))
+
+
+def test_pictures_an_install_stopped_halfway_left_are_removed_by_the_next_run(
+    tmp_path, stub_pictures, monkeypatch
+):
+    """Killed outright (or failing) after moving a new picture in, an install leaves it; the
+    journal it wrote first lets the next run remove it, and nothing else."""
+    write(tmp_path)
+    img = tmp_path / report.IMAGES
+    (img / "holiday.png").write_bytes(b"yours")
+    before = {p.name for p in img.iterdir()}
+    real = os.replace
+    stub_pictures.version = b"2"
+    into_out = []
+
+    def crash_after_one_picture(src, dst):  # the journal, one picture, then the disk is full
+        if ".staging-" not in str(dst):
+            into_out.append(dst)
+            if len(into_out) == 3:
+                raise OSError("disk full")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", crash_after_one_picture)
+    with pytest.raises(OSError, match="disk full"):
+        write(tmp_path, "## Doctor\n\nsecond")
+    left = {p.name for p in img.iterdir()} - before
+    assert left and (tmp_path / publish.JOURNAL).is_file()
+    monkeypatch.setattr(os, "replace", real)
+    stub_pictures.version = b"3"
+    write(tmp_path, "## Doctor\n\nthird")
+    assert not any((img / name).exists() for name in left)
+    assert (img / "holiday.png").read_bytes() == b"yours"
+    assert not (tmp_path / publish.JOURNAL).exists()
+
+
+def test_ctrl_c_while_publishing_waits_for_the_whole_install(tmp_path, stub_pictures, monkeypatch):
+    """A stop signal once report.md is replaced is held until the old pictures are removed,
+    and then says what was done: a 130 that means nothing changed is never a lie."""
+    write(tmp_path)
+    old = linked(tmp_path)
+    real = os.replace
+
+    def interrupting(src, dst):
+        real(src, dst)
+        if Path(dst).name == report.REPORT:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    stub_pictures.version = b"2"
+    monkeypatch.setattr(os, "replace", interrupting)
+    with interrupts.stop_signals() as signals, pytest.raises(KeyboardInterrupt):
+        write(tmp_path, "## Doctor\n\nsecond")
+    assert signals.done == [f"{tmp_path / report.REPORT} is the new report"]
+    assert "second" in (tmp_path / report.REPORT).read_text()
+    assert not any((tmp_path / name).exists() for name in old)
+    assert not (tmp_path / publish.JOURNAL).exists()
+
+
+def test_finishing_a_killed_install_removes_only_the_listed_pictures_the_report_does_not_link(
+    tmp_path,
+):
+    img = tmp_path / report.IMAGES
+    img.mkdir()
+    (tmp_path / report.REPORT).write_text("![kept](img/kept-1.png)\n")
+    for name in ("kept-1.png", "moved_in-2.png", "holiday.png"):
+        (img / name).write_bytes(b"png")
+    listed = ["img/moved_in-2.png", "img/kept-1.png", "../outside.png", "img/../report.md"]
+    (tmp_path / publish.JOURNAL).write_text("\n".join(listed) + "\n")
+    publish.finish_abandoned(tmp_path, report.REPORT)
+    assert sorted(p.name for p in img.iterdir()) == ["holiday.png", "kept-1.png"]
+    assert (tmp_path / report.REPORT).is_file() and not (tmp_path / publish.JOURNAL).exists()

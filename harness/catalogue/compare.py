@@ -7,6 +7,7 @@ fixed module in the dtype and ``bug`` the buggy module in the dtype, all with th
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -23,6 +24,9 @@ from harness.masks import CAUSAL_KINDS, encode
 from harness.runner import Run, as_dtype, describe, exact_float32, run, seeded
 from harness.scenarios import Call, make_call
 from harness.shapes import Shape
+
+# What the repeat-call probe says when an output is NaN or infinite: not a difference.
+NOT_FINITE = "not finite (NaN or inf): cannot be compared"
 
 
 class MeasurementError(RuntimeError):
@@ -170,6 +174,7 @@ def _module_probes(
                     found.setdefault("future leak", []).append(f"{name} {leak or 'none'}")
                 diff = repeat_difference(module, x, mask, seed)
             text = "identical" if diff == 0 else f"differ by up to {diff:.3g}"
+            text = NOT_FINITE if math.isnan(diff) else text
             found.setdefault("two identical calls in eval", []).append(f"{name} {text}")
         except Exception as exc:  # a raising module is reported, not probed
             found.setdefault("probes", []).append(f"{name} raises: {describe(exc)}")

@@ -1,7 +1,10 @@
 """Discovery of the catalogue: every folder of the ``pitfalls`` package is one trap.
 
 The traps are data, found by name at run time, so the harness never imports ``pitfalls``
-statically and nothing is listed by hand.
+statically and nothing is listed by hand. The catalogue is the one installed with the harness
+(its folder beside ``harness/``), never another package of that name that the working directory
+or ``sys.path`` happens to hold: ``python -m harness`` run from a folder with a ``pitfalls/`` of
+its own still measures this one.
 """
 
 from __future__ import annotations
@@ -9,12 +12,17 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
+import sys
 from functools import cache
+from pathlib import Path
+from types import ModuleType
 
 from harness.catalogue.card import Pair
-from harness.errors import did_you_mean, shorten
+from harness.errors import UsageError, did_you_mean, shorten
 
 PACKAGE = "pitfalls"
+# Where the catalogue is installed: beside the harness package, in a clone or in site-packages.
+HOME = Path(__file__).resolve().parents[2] / PACKAGE
 
 
 class UnknownPitfall(LookupError):
@@ -30,13 +38,46 @@ class UnknownPitfall(LookupError):
         self.suggestion = did_you_mean(pitfall_id, known)
 
 
+def package() -> ModuleType:
+    """The catalogue package installed with the harness, imported from its own folder.
+
+    A ``pitfalls`` already imported from elsewhere (another project's package of that name) is a
+    UsageError: its traps would be taken for these.
+    """
+    loaded = sys.modules.get(PACKAGE)
+    if loaded is not None:
+        if _folder(loaded) != HOME:
+            raise UsageError(
+                f"a different package named {PACKAGE!r} is already imported (from "
+                f"{shorten(_folder(loaded))}); the catalogue is {shorten(HOME)}"
+            )
+        return loaded
+    init = HOME / "__init__.py"
+    if not init.is_file():
+        raise RuntimeError(f"the catalogue is missing: no {init}")
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, init, submodule_search_locations=[str(HOME)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = module  # its submodules (pitfalls.<id>) import through it
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[PACKAGE]
+        raise
+    return module
+
+
+def _folder(module: ModuleType) -> Path | None:
+    """The folder a package was imported from (None: a namespace or built-in module)."""
+    locations = list(getattr(module, "__path__", []) or [])
+    return Path(locations[0]).resolve() if len(locations) == 1 else None
+
+
 @cache
 def ids() -> tuple[str, ...]:
     """The ids of every trap folder, sorted."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"the catalogue package {PACKAGE!r} is not installed")
-    folders = pkgutil.iter_modules(list(spec.submodule_search_locations))
+    folders = pkgutil.iter_modules(list(package().__path__))
     return tuple(sorted(m.name for m in folders if m.ispkg))
 
 

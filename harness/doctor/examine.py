@@ -19,6 +19,7 @@ from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.subject import Config, Subject, quietly_seeded
 from harness.errors import UsageError
+from harness.inputs import check_seed
 from harness.runner import describe
 
 SETUP = "calling the module"  # the finding when the module cannot even be called to be probed
@@ -58,6 +59,7 @@ def diagnose(
     report = progress or (lambda step: None)
     config = config or Config()
     resolve_device(config.device)
+    check_seed(config.seed)
     name = target or type(module).__name__
     step = CONVENTION
     try:

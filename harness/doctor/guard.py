@@ -9,18 +9,24 @@ detection of its mask convention) runs inside ``guarded()``, which
 - stops it after ``timeout`` seconds with a ``UserCodeError`` ("did not finish within 5 s");
 - restores the process's global settings afterwards: torch's default dtype and device, grad mode,
   thread count, TF32 and matmul precision, deterministic algorithms, anomaly mode, cuDNN flags,
-  and the working directory.
+  the random streams (torch's CPU and CUDA generators, Python's ``random``, numpy's global one),
+  the global module hooks (``register_module_forward_hook`` and the rest), and the working
+  directory.
 
 ``KeyboardInterrupt`` passes through (after the settings are restored). Not covered: output
-written below Python (C code writing to file descriptor 1), ``os._exit``, threads the user code
-starts, and a single C call that never returns (see ``time_limit``).
+written below Python (C code writing to file descriptor 1), ``os._exit``, and a single C call
+that never returns (see ``time_limit``). Threads the user code starts cannot be stopped:
+``started_threads`` names those still running, and the command line exits without waiting for
+them.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import random
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
@@ -90,6 +96,73 @@ FLAGS = (
 )
 
 
+def _torch_streams() -> tuple[bytes, ...]:
+    """torch's CPU generator state, then each CUDA device's (once CUDA is initialized)."""
+    states = [torch.random.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states += torch.cuda.get_rng_state_all()
+    return tuple(bytes(state.numpy()) for state in states)
+
+
+def _set_torch_streams(states: tuple[bytes, ...]) -> None:
+    as_tensors = [torch.frombuffer(bytearray(state), dtype=torch.uint8) for state in states]
+    torch.random.set_rng_state(as_tensors[0])
+    if len(as_tensors) > 1:
+        torch.cuda.set_rng_state_all(as_tensors[1:])
+
+
+def _numpy_stream() -> tuple[Any, ...] | None:
+    """numpy's global generator state, comparable with ==, where numpy is imported."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return None
+    name, keys, pos, has_gauss, cached = numpy.random.get_state()
+    return name, keys.tobytes(), pos, has_gauss, cached
+
+
+def _set_numpy_stream(state: tuple[Any, ...] | None) -> None:
+    numpy = sys.modules.get("numpy")
+    if state is None or numpy is None:
+        return
+    name, keys, pos, has_gauss, cached = state
+    numpy.random.set_state((name, numpy.frombuffer(keys, dtype=numpy.uint32).copy(), pos,
+                            has_gauss, cached))  # fmt: skip
+
+
+# The process-wide module hooks torch keeps (torch.nn.modules.module), by the names it uses.
+GLOBAL_HOOKS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_forward_hooks_always_called",
+    "_global_forward_hooks_with_kwargs",
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_is_full_backward_hook",
+    "_global_buffer_registration_hooks",
+    "_global_module_registration_hooks",
+    "_global_parameter_registration_hooks",
+)
+
+
+def _global_hook(name: str) -> Setting:
+    """One of torch's global hook tables (a dict, refilled in place) or flags."""
+    owner = torch.nn.modules.module
+
+    def get() -> object:
+        value = getattr(owner, name)
+        return tuple(value.items()) if isinstance(value, dict) else value
+
+    def set_(value: object) -> None:
+        table = getattr(owner, name)
+        if isinstance(table, dict):
+            table.clear()
+            table.update(value)
+        else:
+            setattr(owner, name, value)
+
+    return Setting(f"global module hooks ({name})", get, set_)
+
+
 def _settings() -> list[Setting]:
     """The global settings a module's code can change, in the order they are restored."""
     return [
@@ -116,6 +189,10 @@ def _settings() -> list[Setting]:
             torch.set_float32_matmul_precision,
         ),
         *(_attribute(path) for path in FLAGS),
+        Setting("torch random streams", _torch_streams, _set_torch_streams),
+        Setting("Python random stream", random.getstate, random.setstate),
+        Setting("numpy random stream", _numpy_stream, _set_numpy_stream),
+        *(_global_hook(name) for name in GLOBAL_HOOKS if hasattr(torch.nn.modules.module, name)),
         Setting("working directory", os.getcwd, os.chdir),
     ]
 

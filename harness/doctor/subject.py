@@ -17,7 +17,7 @@ from functools import cached_property
 import torch
 from torch import Tensor, nn
 
-from harness.dependency import repeat_difference
+from harness.dependency import input_change, repeat_difference
 from harness.errors import UsageError
 from harness.inputs import generator
 from harness.masks import (
@@ -29,6 +29,7 @@ from harness.masks import (
     encode,
     keep_mask,
 )
+from harness.metrics import rounding
 from harness.reference import HEAD_DIM_ATTRS, head_count, int_attribute
 from harness.runner import as_dtype, seeded, split_output
 
@@ -58,14 +59,10 @@ GROUPINGS = ("auto", "blocks", "strided")
 MASK_SHAPES = LAYOUTS
 
 
-# Reordered sums in float32 (a module may compute anything in it) round differently by a few
-# ulps; a dependence on order or position moves outputs by far more.
-ORDER_ULPS = 64
-
-
 def float32_rounding(scale: float) -> float:
-    """How far reordered float32 sums may move outputs of size ``scale`` (at least 1)."""
-    return ORDER_ULPS * torch.finfo(torch.float32).eps * max(1.0, scale)
+    """How far reordered float32 sums may move outputs of size ``scale`` (a module may compute
+    anything in float32): ``metrics.rounding``."""
+    return rounding(scale, torch.float32)
 
 
 @dataclass(frozen=True)
@@ -290,16 +287,25 @@ class Subject:
 
     @cached_property
     def repeat_difference(self) -> float:
-        """Max |difference| of two identical calls in eval mode (0: deterministic)."""
+        """Max |difference| of two identical calls in eval mode (0: deterministic; NaN: an
+        output is not finite)."""
         cfg = self.config
         keep = self.ordinary_keep(cfg.batch, cfg.seq_len)
         return repeat_difference(
             self.bound(keep), self.x(cfg.batch, cfg.seq_len, 12), None, cfg.seed
         )
 
+    @cached_property
+    def input_change(self) -> float:
+        """Max |change| one call makes to its input tensor in place (0: left alone)."""
+        cfg = self.config
+        keep = self.ordinary_keep(cfg.batch, cfg.seq_len)
+        return input_change(self.bound(keep), self.x(cfg.batch, cfg.seq_len, 12), None, cfg.seed)
+
     @property
     def deterministic(self) -> bool:
-        return self.repeat_difference == 0
+        """Two identical calls agree (or their outputs cannot be compared: not finite)."""
+        return not self.repeat_difference > 0
 
     def x(self, batch: int, seq_len: int, seed: int, scale: float = 1.0) -> Tensor:
         gen = generator(seed)

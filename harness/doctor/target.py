@@ -51,6 +51,8 @@ def load_object(target: str) -> object:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise UsageError(f"cannot read {shown}: {reason}") from None
         if not found:
+            if path.is_dir():
+                raise UsageError(f"{shown} is a folder; name a .py file in it (file.py:name)")
             raise UsageError(f"no such file: {shown}")
         module_name = f"_attention_doctor_{path.stem}"
         spec = importlib.util.spec_from_file_location(module_name, path)
@@ -84,6 +86,8 @@ def load_object(target: str) -> object:
             if not here:
                 sys.path.remove(cwd)
     if not hasattr(module, name):
+        if getattr(module, "__file__", None) is None and Path(where).is_dir():  # a namespace
+            raise UsageError(f"{shown} is a folder; name a .py file in it (file.py:name)")
         raise UsageError(f"{shown} has no attribute {shorten(name, quote=True)}")
     return getattr(module, name)
 

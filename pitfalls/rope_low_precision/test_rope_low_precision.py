@@ -91,14 +91,15 @@ def test_positions_round_as_the_card_says():
 
 
 def test_the_cards_figures_are_measured():
-    same, bug, fix, threshold = claimed(
+    (bug, rounding) = claimed(
         CARD,
-        r"output error ([\d.e-]+) for both .*error against the float64 module is ([\d.]+) "
-        r"where fixed.py's bfloat16 error is ([\d.]+) \(threshold ([\d.]+)\)",
+        r"same output error for both, float32 rounding \(BENIGN\).*error against the float64 "
+        r"module is ([\d.]+) where fixed.py's bfloat16 error, its rounding, stays under ([\d.]+),",
     )
-    logit_bug, largest, logit_fix = claimed(
+    logit_bug, largest, logit_rounding = claimed(
         CARD,
-        r"logits are off by up to ([\d.]+) where the largest is ([\d.]+) \(fixed.py: ([\d.]+)\)",
+        r"logits are off by up to ([\d.]+) where the largest is ([\d.]+) \(fixed.py: under "
+        r"([\d.]+)\)",
     )
     (bound,) = claimed(CARD, r"its logits stay within ([\d.]+)\.")
     (from_offset,) = claimed(CARD, r"already from offset ([\d,]+) on")
@@ -107,17 +108,17 @@ def test_the_cards_figures_are_measured():
     assert verdicts["float32"] is Verdict.BENIGN and combine(verdicts) is Verdict.NUMERIC
     full = measured["float32"].output.set_index("run")
     assert full.loc["bug", "max_abs"] == full.loc["fix", "max_abs"]
-    assert full.loc["bug", "max_abs"] == pytest.approx(float(same), rel=0.05)
+    assert full.loc["bug", "max_abs"] <= full.loc["bug", "threshold"]  # rounding: a bound
     low = measured["bfloat16"].output.set_index("run")
-    assert low.loc["bug", "max_abs"] == pytest.approx(float(bug), rel=0.01)
-    assert low.loc["fix", "max_abs"] == pytest.approx(float(fix), rel=0.01)
-    assert low.loc["bug", "threshold"] == pytest.approx(float(threshold), rel=0.01)
+    noise = low.loc["bug", "threshold"]  # bfloat16 kernels round otherwise on other CPUs
+    assert low.loc["fix", "max_abs"] <= noise <= float(rounding)
+    assert low.loc["bug", "max_abs"] == pytest.approx(float(bug), abs=noise)
     assert "nan" in measured["float16"].reason, measured["float16"].reason
     errors = sweep(CPU, torch.bfloat16)
-    assert errors[int(number(from_offset))][1] == pytest.approx(float(bug), rel=0.01)
+    assert errors[int(number(from_offset))][1] == pytest.approx(float(bug), abs=noise)
     logit_errors = sweep(CPU, torch.bfloat16, what="logits")
-    assert logit_errors[LONG_OFFSET][1] == pytest.approx(float(logit_bug), rel=0.01)
-    assert logit_errors[LONG_OFFSET][0] == pytest.approx(float(logit_fix), rel=0.05)
+    assert logit_errors[LONG_OFFSET][0] <= float(logit_rounding)
+    assert logit_errors[LONG_OFFSET][1] == pytest.approx(float(logit_bug), abs=float(rounding))
     fix_module, _ = build_pair(PAIR, MODERN_SHAPE, 0)
     x = PAIR.card.inputs(MODERN_SHAPE, 0).x.float()
     with torch.no_grad():

@@ -96,29 +96,45 @@ def _one_d_k(d_k: int, scores: Tensor) -> dict[str, object]:
     }
 
 
+# What the sweep's row states, as bounds: the largest ulp between the two roots and between the
+# scores divided by each. Which d_k differ, and how many, depends on the CPU's sqrt kernel.
+ROOT_ULPS = 1
+SCORE_ULPS = 2
+
+
+def at_most(value: int, bound: int) -> str:
+    """A sweep maximum as the bound it keeps (``≤ 1``), or the value itself when it does not."""
+    return f"≤ {bound}" if value <= bound else str(value)
+
+
 def scale_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.DataFrame:
-    """The two scales and the scores divided by each: a few widths, then 1..1024 on the CPU."""
+    """The two scales and the scores divided by each: a few widths, then the bounds that hold
+    over 1..1024 on the CPU."""
     scores = sweep_scores()
     rows = [_one_d_k(d_k, scores[SWEEP_D_KS.index(d_k)].to(device, dtype)) for d_k in SCALE_D_KS]
     sweep = sqrt_sweep(scores)
-    apart = sweep["scale ulp"] > 0
     rows.append(
         {
             "d_k": f"{SWEEP_D_KS[0]}..{SWEEP_D_KS[-1]}",
             "1/math.sqrt(d_k)": "",
             "1/torch.sqrt(tensor(d_k))": "",
-            "scale ulp": int(sweep["scale ulp"].max()),
-            "d_k with scales apart": int(apart.sum()),
-            "d_k with scores apart": int((sweep["max ulp (÷ float vs ÷ tensor)"] > 0).sum()),
-            "max ulp (÷ float vs ÷ tensor)": int(sweep["max ulp (÷ float vs ÷ tensor)"].max()),
-            "max ulp (× 1/float vs ÷ tensor)": int(sweep["max ulp (× 1/float vs ÷ tensor)"].max()),
-            "d_k with softmax apart": int(sweep["softmax differs"].sum()),
+            "scale ulp": at_most(int(sweep["scale ulp"].max()), ROOT_ULPS),
+            "d_k with scales apart": "",
+            "d_k with scores apart": "",
+            "max ulp (÷ float vs ÷ tensor)": at_most(
+                int(sweep["max ulp (÷ float vs ÷ tensor)"].max()), SCORE_ULPS
+            ),
+            "max ulp (× 1/float vs ÷ tensor)": at_most(
+                int(sweep["max ulp (× 1/float vs ÷ tensor)"].max()), SCORE_ULPS
+            ),
+            "d_k with softmax apart": "",
         }
     )
     table = pd.DataFrame(rows)
     table.attrs["caption"] = (
-        "The two scales, and scores (32 x 32 per d_k) divided by each: a few widths, then all "
-        "d_k in 1..1024, the last row always on the CPU (counts of d_k, largest ulp)"
+        "The two scales, and scores (32 x 32 per d_k) divided by each: a few widths (1 where "
+        "they differ), then the largest ulp over all d_k in 1..1024 on the CPU, as the bound it "
+        "keeps (which d_k differ depends on the CPU's sqrt kernel)"
     )
     return table
 
@@ -137,11 +153,14 @@ CARD = Card(
     truth=(
         "Both scales are exactly 0.125 for d_k = 64, and torch applies a Python scalar in the "
         "tensor's own precision, so the scores differ only where the two float32 roots do; "
-        "there the tensor is the less exact one. torch's float32 sqrt is 1 ulp off the "
-        "correctly rounded root for 207 of d_k = 1..1024 (for none of the table's first widths), "
-        "math.sqrt rounded to float32 for none. For those d_k the divided scores are at most 2 "
-        "ulp apart on the CPU, elsewhere bit-identical. The pair is BENIGN at the d_k of the "
-        "tables below, and at d_k = 19, the first of those 207 (measured by this trap's own test)."
+        "there the tensor is the less exact one. torch's float32 sqrt is at most 1 ulp off the "
+        "correctly rounded root, for some d_k of 1..1024 (for none of the table's first widths); "
+        "which ones, and how many, depends on the CPU's sqrt kernel (the same torch build "
+        "differs from machine to machine). math.sqrt rounded to float32 is never off. For those "
+        "d_k the divided scores "
+        "are at most 2 ulp apart on the CPU, elsewhere bit-identical. The pair is BENIGN at the "
+        "d_k of the tables below, and at the first d_k whose roots differ on the CPU that runs "
+        "this trap's own test."
     ),
     why="It does not matter: the claimed precision loss does not exist.",
     avoid="Nothing to avoid. Write `scores / math.sqrt(d_k)`, as nanoGPT does.",

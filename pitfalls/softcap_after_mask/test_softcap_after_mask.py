@@ -8,6 +8,7 @@ import torch
 from harness.catalogue import registry
 from harness.catalogue.compare import build_pair
 from harness.dependency import future_leak
+from harness.metrics import rounding
 from harness.testing import claimed_numbers
 from pitfalls.softcap_after_mask import CARD, DEFAULT_CAP, GEMMA_CAP, leak
 
@@ -44,7 +45,7 @@ def test_small_and_gemma_caps():
     assert gemma == GEMMA_CAP
     found = leak(pair, CPU, torch.float32, CARD.shape, gemma)
     assert close(found["max weight on a masked key"], most), found
-    assert found["max output difference"] == 0.0  # below float32 rounding
+    assert found["max output difference"] <= rounding(1.0)  # below float32 rounding: a bound
 
 
 def test_the_first_query_reads_the_last_input_only_when_buggy(device):

@@ -214,6 +214,9 @@ def probe_gradients(subject: Subject) -> Outcome:
     unused = [n for n, g in zip(norms, grads, strict=True) if g is None]
     if unused:
         return failed(f"no gradient reaches {', '.join(unused)} (unused?)")
+    broken = [n for n, v in norms.items() if not math.isfinite(v)]
+    if broken:
+        return failed(f"the gradient of {', '.join(broken)} is NaN or infinite on ordinary inputs")
     typical = max(norms.values())
     dead = [n for n, v in norms.items() if v <= 1e-9 * typical]
     if dead:

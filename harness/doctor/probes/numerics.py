@@ -34,8 +34,16 @@ MODERATE_LOGIT = 30.0
 
 @probe("eval determinism")
 def probe_determinism(subject: Subject) -> Outcome:
-    """Two identical calls in eval mode give identical outputs."""
+    """Two identical calls in eval mode give identical outputs, and neither changes its input."""
+    moved = subject.input_change
+    if moved > 0:
+        return failed(
+            f"forward changes its input tensor in place (by up to {moved:.3g}): the caller's "
+            "tensor is overwritten, and the next call sees another input"
+        )
     diff = subject.repeat_difference
+    if math.isnan(diff):
+        return failed("outputs are NaN or infinite on ordinary inputs: nothing to compare")
     if diff > 0:
         return failed(
             f"two identical calls in eval mode differ by up to {diff:.3g} (dropout left on?)"
