@@ -430,14 +430,21 @@ def load_adapter(target: str, timeout: float = TIMEOUT) -> Callable[..., object]
     return adapter
 
 
+MAX_STEPS = 1_000_000  # learn --steps: 120 take seconds; more than this never ends in practice
+
+
 def positive(text: str) -> int:
-    """argparse type: an integer of at least 1."""
+    """argparse type: an integer of at least 1 (and at most ``MAX_STEPS``: it counts steps)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {shorten(text, quote=True)}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    if value > MAX_STEPS:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_STEPS:,}, not {shorten(value)} (the default is {LEARN_STEPS})"
+        )
     return value
 
 

@@ -454,3 +454,9 @@ def test_an_interruption_after_a_step_that_changed_files_says_what_changed(capsy
         "",
         f"{PROG}: interrupted, after it had finished: out/report.md is the new report\n",
     )
+
+
+@pytest.mark.parametrize("size", [["--seq-len", "100000000"], ["--batch", "10000000"]])
+def test_a_size_too_large_to_probe_is_one_line_not_a_failure_of_the_module(capsys, size):
+    message = one_error_line(capsys, "doctor", f"{MISBEHAVING}:Plain", *size)
+    assert "more than the doctor probes (67,108,864: --seq-len 4096 with --batch 4)" in message

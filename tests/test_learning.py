@@ -353,6 +353,7 @@ def test_learn_prints_the_table_and_writes_the_curves(capsys, tmp_path):
         (["learn", "mask_bool", "--device", "tpu"], "tpu"),
         (["learn", "mask_bool", "--seed", str(2**64)], "--seed: a seed is an integer from 0 to"),
         (["learn", "mask_bool", "--seed", "-1"], "--seed: a seed is an integer from 0 to"),
+        (["learn", "mask_bool", "--steps", str(10**20)], "--steps: must be at most 1,000,000"),
     ],
 )
 def test_learn_bad_input_is_one_line_and_writes_nothing(capsys, tmp_path, argv, message):

@@ -43,6 +43,9 @@ def quietly_seeded(seed: int) -> Iterator[None]:
         yield
 
 
+# The largest (B, T, T) score matrix the doctor makes (512 MiB per head in float64): a size past
+# it is refused up front instead of failing every probe with an allocation error.
+MAX_SCORES = 4 * 4096**2
 MASKS = (*MEANINGS, "none")  # --mask: a meaning, or none when the module takes no mask
 # --positions: detected (auto), none, absolute (learned or sinusoidal: order matters, shifts
 # too) or relative (rotary, ALiBi, relative bias: order matters, a shift of every position
@@ -101,6 +104,13 @@ class Config:
             raise UsageError("--mask-dtype must be bool or float")
         if self.batch < 2 or self.seq_len < 3:
             raise UsageError("the doctor needs --batch >= 2 and --seq-len >= 3")
+        if self.batch * self.seq_len**2 > MAX_SCORES:
+            raise UsageError(
+                f"--batch {self.batch} --seq-len {self.seq_len}: one head's (B, T, T) scores "
+                f"would hold {self.batch * self.seq_len**2:.3g} values, more than the doctor "
+                f"probes ({MAX_SCORES:,}: --seq-len 4096 with --batch 4); a leak or a wrong "
+                "mask shows on short sequences"
+            )
         if self.positions not in POSITIONS:
             raise UsageError(f"--positions must be one of {', '.join(POSITIONS)}")
         if self.kv_heads is not None and self.kv_heads < 1:
