@@ -36,11 +36,7 @@ from harness.devices import (
     resolve_dtype,
 )
 from harness.doctor import (
-    GROUPINGS,
-    MASK_SHAPES,
-    MASKS,
-    PAIRINGS,
-    POSITIONS,
+    OPTIONS,
     STEPS,
     TIMEOUT,
     Config,
@@ -48,6 +44,7 @@ from harness.doctor import (
     diagnose,
     guarded,
 )
+from harness.doctor.options import Option
 from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
 from harness.errors import Interrupted, UsageError, shorten
@@ -147,101 +144,25 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
         "(warnings allowed), 1 a probe failed, 2 usage error.",
     )
     doctor.add_argument("target", help="path/to/file.py:name or package.module:name")
-    doctor.add_argument(
-        "--mask",
-        choices=MASKS,
-        default="none",
-        help="the module's mask convention: keep (1/True attends), drop (True is blocked, as "
-        "nn.MultiheadAttention), additive (float added to the scores), none (takes no mask)",
-    )
-    doctor.add_argument("--causal", action="store_true", help="it masks the future by itself")
-    doctor.add_argument(
-        "--mask-shape",
-        choices=MASK_SHAPES,
-        default="bqk",
-        help="bqk: (B, T, T); b1qk: (B, 1, T, T); bk: key padding (B, T)",
-    )
-    doctor.add_argument("--mask-dtype", choices=["bool", "float"], default="bool",
-                        help="keep/drop masks as bool (default) or as float 0/1")  # fmt: skip
-    doctor.add_argument(
-        "--mask-arg",
-        metavar="NAME",
-        help="the forward parameter that gets the mask, when it has several (attn_mask, "
-        "key_padding_mask, ...); default: the one that works",
-    )
-    doctor.add_argument("--sequence-first", action="store_true",
-                        help="it takes (T, B, d) tensors, as fairseq and torch's batch_first=False "
-                        "(read off a module's batch_first attribute when it has one)")  # fmt: skip
-    doctor.add_argument("--positional", action="store_true",
-                        help="it uses positions: skip the permutation probe")  # fmt: skip
-    doctor.add_argument(
-        "--positions",
-        choices=POSITIONS,
-        default="auto",
-        help="its position scheme: relative (rotary, ALiBi: a shift of every position changes "
-        "nothing, a swap of two tokens does), absolute, none; auto: detected (default)",
-    )
-    doctor.add_argument(
-        "--rope-pairing",
-        choices=["auto", *PAIRINGS],
-        default="auto",
-        help="how its checkpoint pairs rotary dimensions: half (i with i + d/2, transformers' "
-        "rotate_half) or interleaved (2i with 2i + 1, Meta's complex form)",
-    )
-    doctor.add_argument(
-        "--kv-heads",
-        type=int,
-        metavar="N",
-        help="grouped K/V heads: built with N (default: half the heads) and probed as such when "
-        "they cannot be read off the module",
-    )
-    doctor.add_argument(
-        "--kv-grouping",
-        choices=GROUPINGS,
-        default="auto",
-        help="which query heads share a K/V head: blocks (head i reads K/V head i // n_rep, "
-        "repeat_interleave: Llama, Mistral, Qwen checkpoints) or strided (i %% n_kv, repeat)",
-    )
-    doctor.add_argument(
-        "--window", type=int, metavar="W", help="a sliding window of W keys (default: read off it)"
-    )
-    doctor.add_argument(
-        "--packed",
-        action="store_true",
-        help="positions restarting at 0 start a new packed document, which must not see the "
-        "one before",
-    )
-    doctor.add_argument(
-        "--call",
-        metavar="FILE.py:FN",
-        help="call the module through FN(module, x, *, positions, mask, cache), the way your "
-        "model does (a module-level make_cache() gives it a cache); e.g. "
-        "harness.doctor.adapters:transformers",
-    )
-    doctor.add_argument("--d-model", type=int, default=64, help="passed to the factory (64)")
-    doctor.add_argument("--heads", type=int, default=4, help="passed to the factory (4)")
-    doctor.add_argument(
-        "--init",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a constructor or config value the doctor cannot guess (a Python literal, else a "
-        "string); repeatable",
-    )
-    doctor.add_argument("--seed", type=seed, default=0, help="seed for weights and inputs (0)")
-    doctor.add_argument("--batch", type=int, default=4)
-    doctor.add_argument("--seq-len", type=int, default=8)
-    doctor.add_argument("--device", default="cpu")
-    doctor.add_argument("--strict", action="store_true", help="warnings fail too")
-    doctor.add_argument("--json", action="store_true", help="print JSON instead of text")
-    doctor.add_argument("--report", metavar="PATH", help="also write a markdown report here")
-    doctor.add_argument(
-        "--timeout",
-        type=float,
-        default=TIMEOUT,
-        metavar="SECONDS",
-        help=f"time limit of each probe, and of building the module ({TIMEOUT:g}; 0: none)",
-    )
+    for option in OPTIONS:  # the one table: Config and the fixture's documentation use it too
+        doctor.add_argument(option.flag, **argparse_form(option))
+
+
+def argparse_form(option: Option) -> dict[str, object]:
+    """``add_argument``'s keywords for one option of the table."""
+    help_text = option.help.replace("%", "%%")  # argparse formats help with %
+    if option.kind == "flag":
+        return {"action": "store_true", "help": help_text}
+    form: dict[str, object] = {"default": option.default, "help": help_text}
+    if option.kind == "choice":
+        form["choices"] = option.choices
+    else:
+        form["type"] = OPTION_TYPES[option.kind]
+    if option.metavar:
+        form["metavar"] = option.metavar
+    if option.repeat:
+        form.update(action="append", default=[])
+    return form
 
 
 def add_grid_options(parser: argparse.ArgumentParser) -> None:
@@ -390,16 +311,9 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
         check_file_destination(args.report, "--report")
     if not args.timeout >= 0:  # NaN too
         raise UsageError("--timeout must be a number of seconds >= 0 (0: no limit)")
-    config = Config(
-        mask=args.mask, causal=args.causal, mask_shape=args.mask_shape,
-        mask_dtype=args.mask_dtype, positional=args.positional, strict=args.strict,
-        sequence_first=args.sequence_first, mask_arg=args.mask_arg,
-        batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, device=str(device),
-        seed=args.seed, positions=args.positions, rope_pairing=args.rope_pairing,
-        kv_heads=args.kv_heads, window=args.window, packed=args.packed,
-        kv_grouping=args.kv_grouping,
-        call=load_adapter(args.call, args.timeout) if args.call else None,
-    )  # fmt: skip
+    values = {o.name: getattr(args, o.name) for o in OPTIONS if o.config}
+    values["call"] = load_adapter(args.call, args.timeout) if args.call else None
+    config = Config(**{**values, "device": str(device)})
     try:  # importing and building run the user's code too
         with guarded(args.timeout):
             module = build_target(load_object(args.target), sizes, args.seed)
@@ -457,6 +371,12 @@ def seed(text: str) -> int:
             exc if isinstance(exc, UsageError) else f"not an integer: {shorten(text, quote=True)}"
         )
         raise argparse.ArgumentTypeError(str(reason)) from None
+
+
+# How each kind of option in the doctor's table is parsed (flags and choices by argparse).
+OPTION_TYPES: dict[str, Callable[[str], object]] = {
+    "int": int, "float": float, "text": str, "seed": seed,
+}  # fmt: skip
 
 
 def learning_text(pair: Pair, learning: Learning, steps: int, seed: int) -> str:

@@ -12,9 +12,12 @@ the doctor) until a test asks for the fixture.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import pytest
+
+from harness.doctor.options import keywords_doc
 
 if TYPE_CHECKING:
     from torch import nn
@@ -36,19 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-@pytest.fixture
 def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]:
-    """Diagnose a self-attention module; assert that it is healthy.
-
-    Call it with the module and the doctor's options (``mask``, ``causal``, ``mask_shape``,
-    ``mask_dtype``, ``positional``, ``positions``, ``rope_pairing``, ``kv_heads``, ``window``,
-    ``packed``, ``call`` (an adapter function), ``strict``, ``batch``, ``seq_len``, ``device``,
-    and ``timeout``: seconds per probe). It returns the Diagnosis when healthy and raises an
-    AssertionError listing the findings otherwise. Bad options (an unknown one, a device that is
-    not available here) fail the test with one line, before any probe runs.
-    """
-    from dataclasses import fields
-
     from harness.doctor import TIMEOUT, Config, diagnose
     from harness.errors import UsageError
 
@@ -70,3 +61,15 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
         return diagnosis
 
     return check
+
+
+attention_doctor.__doc__ = f"""Diagnose a self-attention module; assert that it is healthy.
+
+Call it with the module and the doctor's options as keywords; it returns the Diagnosis when
+healthy and raises an AssertionError listing the findings otherwise. Bad options (an unknown one,
+a device that is not available here) fail the test with one line, before any probe runs. The
+options, as ``python -m harness doctor --help`` gives them (one table, harness.doctor.options):
+
+{keywords_doc()}
+"""
+attention_doctor = pytest.fixture(attention_doctor)

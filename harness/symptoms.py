@@ -153,6 +153,11 @@ def raises(r: TrapResult) -> str | None:
     return None
 
 
+# What a probe says of buggy.py when it found nothing wrong with it (NaN outputs cannot be
+# compared: that is another symptom's, not a difference between two calls).
+QUIET = ("none", "identical", NOT_FINITE)
+
+
 def inference(r: TrapResult) -> str | None:
     if evidence := trained(r, (learning.TOO_GOOD, learning.GENERATION, learning.EVALUATION)):
         return evidence
@@ -161,11 +166,7 @@ def inference(r: TrapResult) -> str | None:
         return f"{card.scenario} through the cache differs from the full forward: {m.reason}"
     for probe, text in r.primary.probes.items():
         found = text.split("buggy.py ", 1)[-1] if "buggy.py " in text else ""
-        if (
-            found
-            and found not in ("none", "identical", NOT_FINITE)
-            and not found.startswith("raises")
-        ):
+        if found and found not in QUIET and not found.startswith("raises"):
             return f"{probe}: buggy.py {found}"
     return None
 

@@ -43,7 +43,7 @@ def test_every_catalogue_test_is_marked_to_run_again_on_portable_kernels(pyteste
     unless marked."""
     pytester.makeconftest(ROOT_CONFTEST.read_text())
     pytester.makeini("[pytest]\nmarkers =\n    numbers: compares numbers\n")
-    pytester.mkpydir("pitfalls").joinpath("test_card.py").write_text("def test_card(): pass\n")
+    pytester.mkdir("pitfalls").joinpath("test_card.py").write_text("def test_card(): pass\n")
     pytester.mkdir("tests").joinpath("test_engine.py").write_text("def test_engine(): pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "-m", "numbers", "-v")
     result.assert_outcomes(passed=1, deselected=1)

@@ -197,3 +197,17 @@ def test_progress_is_told_every_step_in_order():
     steps: list[str] = []
     diagnose(dm.gpt_ok(32, 4), Config(causal=True), progress=steps.append)
     assert steps == list(STEPS)
+
+
+def test_mask_none_means_the_caller_never_passes_one_whatever_the_signature():
+    """A forward that takes a mask it ignores: the default (auto) probes it with one and fails
+    it, so a broken mask never passes unseen; --mask none, the caller's word, probes none."""
+    module = dm.MaskNeverUsed(64, 4)
+    auto = diagnose(module, Config(), "MaskNeverUsed")
+    assert not auto.healthy
+    assert any(f.probe == "mask convention" and f.status == FAIL for f in auto.findings)
+    declared = diagnose(module, Config(mask="none"), "MaskNeverUsed")
+    assert declared.healthy, declared.text()
+    assert all("mask" not in f.probe or f.status == SKIP for f in declared.findings), [
+        (f.probe, f.status) for f in declared.findings
+    ]

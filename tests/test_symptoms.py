@@ -144,3 +144,12 @@ def test_with_the_learning_probe_a_trap_that_trains_normally_is_not_called_slow(
     found = trained_listing("softmax_upcast_myth")
     assert "The loss stays flat or falls slowly" not in found
     assert "Great in training, wrong in generation or at inference" not in found
+
+
+def test_nan_outputs_are_not_taken_for_calls_that_differ():
+    """padding_on_queries' buggy.py is NaN on its padded rows: two identical calls cannot be
+    compared, which is its NaN symptom, not nondeterminism."""
+    r = result("padding_on_queries")
+    assert "not finite" in r.primary.probes["two identical calls in eval"]
+    evidence = symptoms.inference(r) or ""
+    assert "two identical calls" not in evidence, evidence

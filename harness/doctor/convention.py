@@ -55,7 +55,7 @@ def readings(parameters: list[str], given: str | None) -> list[tuple[str, MaskSp
 def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
     """The config to probe with, and a finding saying what was detected (None: nothing to do)."""
     parameters = mask_parameters(module)
-    if config.spec is not None or not parameters:
+    if config.mask != "auto" or not parameters:  # declared, or none is ever passed
         return config, None
     tried = readings(parameters, config.mask_arg)
     errors: list[str] = []

@@ -36,7 +36,8 @@ from typing import Any
 
 import torch
 
-TIMEOUT = 60.0  # seconds per guarded block (each probe), unless told otherwise; 0 or None: none
+from harness.doctor.options import TIMEOUT  # seconds per guarded block; 0 or None: none
+
 FOREVER = 1e8  # seconds: a longer limit is none (setitimer's range ends not far beyond)
 
 

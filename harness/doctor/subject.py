@@ -11,19 +11,18 @@ import tokenize
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from harness.dependency import input_change, repeat_difference
-from harness.errors import UsageError
+from harness.doctor.options import BY_NAME
+from harness.errors import UsageError, shorten
 from harness.inputs import generator
 from harness.masks import (
-    LAYOUTS,
-    MASK_DTYPES,
-    MEANINGS,
     MaskSpec,
     causal_keep,
     encode,
@@ -46,20 +45,10 @@ def quietly_seeded(seed: int) -> Iterator[None]:
 # The largest (B, T, T) score matrix the doctor makes (512 MiB per head in float64): a size past
 # it is refused up front instead of failing every probe with an allocation error.
 MAX_SCORES = 4 * 4096**2
-MASKS = (*MEANINGS, "none")  # --mask: a meaning, or none when the module takes no mask
-# --positions: detected (auto), none, absolute (learned or sinusoidal: order matters, shifts
-# too) or relative (rotary, ALiBi, relative bias: order matters, a shift of every position
-# does not).
-POSITIONS = ("auto", "none", "absolute", "relative")
 # --rope-pairing: how the checkpoint's weights pair rotary dimensions, by the name of the
 # reference's rotary style: i with i + d/2 (transformers' rotate_half, NeoX) or 2i with 2i + 1
 # (GPT-J, Meta's complex form). Both are valid rotations; only the weights tell which is right.
-PAIRINGS = {"half": "half", "interleaved": "pairs"}
-# --kv-grouping: which query heads share a K/V head. blocks: query head i reads K/V head
-# i // n_rep (repeat_interleave; every Llama, Mistral, Qwen checkpoint); strided: i % n_kv
-# (repeat; x-transformers). Either is sound for weights trained that way.
-GROUPINGS = ("auto", "blocks", "strided")
-MASK_SHAPES = LAYOUTS
+ROTARY_STYLE = {"half": "half", "interleaved": "pairs"}
 
 
 def float32_rounding(scale: float) -> float:
@@ -68,40 +57,49 @@ def float32_rounding(scale: float) -> float:
     return rounding(scale, torch.float32)
 
 
+def option(name: str) -> Any:
+    """A ``Config`` field whose default and meaning are the options table's (``OPTIONS``)."""
+    return field(default=BY_NAME[name].default, metadata={"option": BY_NAME[name]})
+
+
 @dataclass(frozen=True)
 class Config:
-    """How to call the module and what it promises."""
+    """How to call the module and what it promises: one field per option of ``OPTIONS`` (what
+    each value means is written there, and in ``--help``)."""
 
-    mask: str = "none"  # its mask convention: keep | drop | additive | none
-    causal: bool = False  # it masks the future by itself
-    mask_shape: str = "bqk"
-    mask_dtype: str = "bool"  # keep/drop masks as bool, or as float 0/1
-    positional: bool = False  # it uses positions: no permutation equivariance expected
-    positions: str = "auto"  # auto | none | absolute | relative (rotary, ALiBi): see POSITIONS
-    kv_heads: int | None = None  # grouped K/V heads when they cannot be read off the module
-    window: int | None = None  # a sliding window of this many keys (query t sees t-w+1..t)
-    rope_pairing: str = "auto"  # the checkpoint's rotary layout: auto | half | interleaved
-    packed: bool = False  # positions restarting at 0 start a new document it must not see past
-    kv_grouping: str = "auto"  # auto | blocks (repeat_interleave) | strided (repeat)
+    mask: str = option("mask")
+    causal: bool = option("causal")
+    mask_shape: str = option("mask_shape")
+    mask_dtype: str = option("mask_dtype")
+    positional: bool = option("positional")
+    positions: str = option("positions")
+    kv_heads: int | None = option("kv_heads")
+    window: int | None = option("window")
+    rope_pairing: str = option("rope_pairing")
+    packed: bool = option("packed")
+    kv_grouping: str = option("kv_grouping")
     # A call adapter, fn(module, x, *, positions, mask, cache), calling the module the way the
     # user's model does (--call file.py:fn); its ``make_cache()``, if any, makes an empty cache.
-    call: Callable[..., object] | None = field(default=None, repr=False)
-    strict: bool = False  # warnings fail too
-    batch: int = 4
-    seq_len: int = 8
-    sequence_first: bool = False  # it takes (T, B, d) (also read off a batch_first=False module)
-    mask_arg: str | None = None  # the forward parameter that gets the mask (default: detected)
-    d_model: int | None = None  # input width when it cannot be read off the module
-    device: str = "cpu"
-    seed: int = 0
+    call: Callable[..., object] | None = field(
+        default=None, repr=False, metadata={"option": BY_NAME["call"]}
+    )
+    strict: bool = option("strict")
+    batch: int = option("batch")
+    seq_len: int = option("seq_len")
+    sequence_first: bool = option("sequence_first")
+    mask_arg: str | None = option("mask_arg")
+    d_model: int | None = field(default=None, metadata={"option": BY_NAME["d_model"]})
+    device: str = option("device")
+    seed: int = option("seed")
 
     def __post_init__(self) -> None:
-        if self.mask not in MASKS:
-            raise UsageError(f"--mask must be one of {', '.join(MASKS)}, not {self.mask!r}")
-        if self.mask_shape not in MASK_SHAPES:
-            raise UsageError(f"--mask-shape must be one of {', '.join(MASK_SHAPES)}")
-        if self.mask_dtype not in MASK_DTYPES:
-            raise UsageError("--mask-dtype must be bool or float")
+        for f in fields(self):
+            known = f.metadata.get("option")
+            if known is not None and known.choices and getattr(self, f.name) not in known.choices:
+                raise UsageError(
+                    f"{known.flag} must be one of {', '.join(known.choices)}, not "
+                    f"{shorten(repr(getattr(self, f.name)), 30)}"
+                )
         if self.batch < 2 or self.seq_len < 3:
             raise UsageError("the doctor needs --batch >= 2 and --seq-len >= 3")
         if self.batch * self.seq_len**2 > MAX_SCORES:
@@ -111,21 +109,15 @@ class Config:
                 f"probes ({MAX_SCORES:,}: --seq-len 4096 with --batch 4); a leak or a wrong "
                 "mask shows on short sequences"
             )
-        if self.positions not in POSITIONS:
-            raise UsageError(f"--positions must be one of {', '.join(POSITIONS)}")
         if self.kv_heads is not None and self.kv_heads < 1:
             raise UsageError("--kv-heads must be a positive number of K/V heads")
         if self.window is not None and self.window < 1:
             raise UsageError("--window must be a positive number of keys")
-        if self.kv_grouping not in GROUPINGS:
-            raise UsageError(f"--kv-grouping must be one of {', '.join(GROUPINGS)}")
-        if self.rope_pairing not in ("auto", *PAIRINGS):
-            raise UsageError(f"--rope-pairing must be one of auto, {', '.join(PAIRINGS)}")
 
     @property
     def spec(self) -> MaskSpec | None:
         """The module's mask convention in the shared vocabulary; None when it takes no mask."""
-        if self.mask == "none":
+        if self.mask in ("auto", "none"):  # detected (harness.doctor.convention), or none
             return None
         return MaskSpec(self.mask, self.mask_shape, self.mask_dtype)
 

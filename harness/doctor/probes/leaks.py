@@ -17,6 +17,15 @@ from harness.metrics import first_nonfinite
 
 LARGE = 300.0  # activation scale for the large-logit leak checks (float64: no overflow)
 NO_MASK = "no mask to probe with (forward takes none, or no convention of it worked: see above)"
+
+
+def no_mask(subject: Subject) -> str:
+    """Why a mask probe has no mask: declared none, or none found."""
+    return (
+        "--mask none: the caller never passes a mask" if subject.config.mask == "none" else NO_MASK
+    )
+
+
 LARGE_SPLITS = 3  # a mask constant too small for large logits fails at every split: a few do
 
 
@@ -112,7 +121,7 @@ def probe_causal(subject: Subject) -> Outcome:
 def probe_padding(subject: Subject) -> Outcome:
     """Real positions' outputs give zero gradient to padded inputs, also with large logits."""
     if not subject.takes_mask:
-        return skipped(NO_MASK)
+        return skipped(no_mask(subject))
     leak = _padding_leak(subject)
     if leak:
         return failed(leak + _convention_hint(subject, _padding_leak))
@@ -129,7 +138,7 @@ def probe_all_masked(subject: Subject) -> Outcome:
     """A sequence that is all padding: NaN there is a warning, NaN elsewhere a failure."""
     cfg = subject.config
     if not subject.takes_mask:
-        return skipped(NO_MASK)
+        return skipped(no_mask(subject))
     module = subject.copy()
     x = subject.x(cfg.batch, cfg.seq_len, 10).requires_grad_(True)
     padding = subject.keep("padding", cfg.batch, cfg.seq_len, 10)

@@ -13,7 +13,7 @@ from torch import Tensor
 from harness import metrics
 from harness.doctor.findings import Outcome, failed, passed, skipped
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import PAIRINGS, Subject
+from harness.doctor.subject import ROTARY_STYLE, Subject
 from harness.reference import ROTARY_STYLES, Kernel, Recognized, attend, recognize
 
 
@@ -162,7 +162,7 @@ def _other_pairing(subject: Subject, readings: list[Recognized], x: Tensor,
     declared = subject.config.rope_pairing
     if declared == "auto":
         return None
-    others = tuple(s for s in ROTARY_STYLES if s != PAIRINGS[declared])
+    others = tuple(s for s in ROTARY_STYLES if s != ROTARY_STYLE[declared])
     refs = _references(readings, x, allowed, others)
     if refs and min(_error(out, ref, live) for ref in refs.values()) <= tolerance:
         return failed(
@@ -176,7 +176,7 @@ def _other_pairing(subject: Subject, readings: list[Recognized], x: Tensor,
 def _styles(subject: Subject) -> tuple[str, ...]:
     """The rotary pairings to try: the declared one (--rope-pairing), else both."""
     declared = subject.config.rope_pairing
-    return (PAIRINGS[declared],) if declared != "auto" else ROTARY_STYLES
+    return (ROTARY_STYLE[declared],) if declared != "auto" else ROTARY_STYLES
 
 
 @probe("agrees with SDPA")

@@ -1,0 +1,143 @@
+"""The doctor's options, in one table: the command line's flags and help, ``Config``'s fields and
+checks, and the ``attention_doctor`` fixture's documentation all come from ``OPTIONS``.
+
+Import-light on purpose (the pytest plugin reads it when it loads): plain data, no torch.
+Each option says what each of its values means, since the doctor cannot see what the user knows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# What each option takes, where a value is one of a few words.
+MASKS = ("auto", "keep", "drop", "additive", "none")
+MASK_SHAPES = ("bqk", "b1qk", "bk")  # harness.masks.LAYOUTS (a test holds them equal)
+MASK_DTYPES = ("bool", "float")
+POSITIONS = ("auto", "none", "absolute", "relative")
+PAIRINGS = ("auto", "half", "interleaved")
+GROUPINGS = ("auto", "blocks", "strided")
+TIMEOUT = 60.0  # seconds per guarded step (each probe), unless told otherwise; 0: none
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its ``Config`` field (or fixture keyword), its command-line form and what it
+    means. ``kind`` is "flag" (present or not), "choice", "int", "float", "seed" or "text";
+    ``config``:
+    False for options of the command line alone (building the module, printing, writing)."""
+
+    name: str
+    help: str
+    kind: str = "text"
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    config: bool = True
+    repeat: bool = False  # given once per value (--init a=1 --init b=2)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+OPTIONS = (
+    Option(
+        "mask", kind="choice", default="auto", choices=MASKS,
+        help="the module's mask convention: keep (1/True attends), drop (True is blocked, as "
+        "nn.MultiheadAttention), additive (a float added to the scores); none: the caller "
+        "never passes a mask, so nothing is probed with one whatever forward's signature "
+        "says; auto (default): a forward that takes a mask is probed under each reading until "
+        "one stops every leak, and fails when none does, so a broken mask never passes",
+    ),
+    Option("causal", kind="flag", default=False, help="it masks the future by itself"),
+    Option(
+        "mask_shape", kind="choice", default="bqk", choices=MASK_SHAPES,
+        help="bqk: (B, T, T); b1qk: (B, 1, T, T); bk: key padding (B, T)",
+    ),
+    Option(
+        "mask_dtype", kind="choice", default="bool", choices=MASK_DTYPES,
+        help="keep/drop masks as bool (default) or as float 0/1",
+    ),
+    Option(
+        "mask_arg", metavar="NAME",
+        help="the forward parameter that gets the mask, when it has several (attn_mask, "
+        "key_padding_mask, ...); default: the one that works",
+    ),
+    Option(
+        "sequence_first", kind="flag", default=False,
+        help="it takes (T, B, d) tensors, as fairseq and torch's batch_first=False (read off a "
+        "module's batch_first attribute when it has one)",
+    ),
+    Option(
+        "positional", kind="flag", default=False,
+        help="it uses positions: skip the permutation probe",
+    ),
+    Option(
+        "positions", kind="choice", default="auto", choices=POSITIONS,
+        help="its position scheme: relative (rotary, ALiBi: a shift of every position changes "
+        "nothing, a swap of two tokens does), absolute (learned or sinusoidal), none; auto: "
+        "detected (default)",
+    ),
+    Option(
+        "rope_pairing", kind="choice", default="auto", choices=PAIRINGS,
+        help="how its checkpoint pairs rotary dimensions: half (i with i + d/2, transformers' "
+        "rotate_half) or interleaved (2i with 2i + 1, Meta's complex form); auto: either",
+    ),
+    Option(
+        "kv_heads", kind="int", metavar="N",
+        help="grouped K/V heads: built with N (default: half the heads) and probed as such when "
+        "they cannot be read off the module",
+    ),
+    Option(
+        "kv_grouping", kind="choice", default="auto", choices=GROUPINGS,
+        help="which query heads share a K/V head: blocks (head i reads K/V head i // n_rep, "
+        "repeat_interleave: Llama, Mistral, Qwen checkpoints) or strided (i % n_kv, repeat); "
+        "auto: either, with a warning for strided",
+    ),
+    Option(
+        "window", kind="int", metavar="W",
+        help="a sliding window of W keys (query t sees t - W + 1 .. t; default: read off it)",
+    ),
+    Option(
+        "packed", kind="flag", default=False,
+        help="positions restarting at 0 start a new packed document, which must not see the "
+        "one before",
+    ),
+    Option(
+        "call", metavar="FILE.py:FN",
+        help="call the module through FN(module, x, *, positions, mask, cache), the way your "
+        "model does (a module-level make_cache() gives it a cache); e.g. "
+        "harness.doctor.adapters:transformers (in Python: the function itself)",
+    ),
+    Option(
+        "d_model", kind="int", default=64,
+        help="its width, passed to the factory (64; in Python: read off the module when None)",
+    ),
+    Option("heads", kind="int", default=4, config=False, help="passed to the factory (4)"),
+    Option(
+        "init", metavar="NAME=VALUE", config=False, repeat=True, default=(),
+        help="a constructor or config value the doctor cannot guess (a Python literal, else a "
+        "string); repeatable",
+    ),
+    Option("seed", kind="seed", default=0, help="seed for weights and inputs, 0 .. 2**32 - 1 (0)"),
+    Option("batch", kind="int", default=4, help="sequences per probe call (4; at least 2)"),
+    Option("seq_len", kind="int", default=8, help="tokens per sequence (8; at least 3)"),
+    Option("device", default="cpu", help="cpu or cuda (cpu)"),
+    Option("strict", kind="flag", default=False, help="warnings fail too"),
+    Option("json", kind="flag", default=False, config=False, help="print JSON instead of text"),
+    Option("report", metavar="PATH", config=False, help="also write a markdown report here"),
+    Option(
+        "timeout", kind="float", default=TIMEOUT, metavar="SECONDS", config=False,
+        help=f"time limit of each probe, of building the module and of importing --call "
+        f"({TIMEOUT:g}; 0: none)",
+    ),
+)  # fmt: skip
+BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def keywords_doc() -> str:
+    """The options as Python keywords (``Config`` and the fixture), one per line."""
+    lines = [f"- ``{o.name}``: {o.help}" for o in OPTIONS if o.config]
+    lines.append(f"- ``timeout``: {BY_NAME['timeout'].help}")
+    return "\n".join(lines)
