@@ -373,9 +373,24 @@ def seed(text: str) -> int:
         raise argparse.ArgumentTypeError(str(reason)) from None
 
 
+def scale(text: str) -> float:
+    """argparse type: a positive factor on the scores, or none (unscaled: 1.0)."""
+    if text.strip().lower() == "none":
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"a positive number or none, not {shorten(text, quote=True)}"
+        )
+    return value
+
+
 # How each kind of option in the doctor's table is parsed (flags and choices by argparse).
 OPTION_TYPES: dict[str, Callable[[str], object]] = {
-    "int": int, "float": float, "text": str, "seed": seed,
+    "int": int, "float": float, "text": str, "seed": seed, "scale": scale,
 }  # fmt: skip
 
 

@@ -3,8 +3,10 @@
 Every mask starts as a *keep-mask*: ``(B, T, T)`` bool, True = the query may attend to the key.
 A ``MaskSpec`` says how a module takes it: its meaning (keep: True/1 attends; drop: True/1 is
 blocked, as ``nn.MultiheadAttention``; additive: 0 where allowed and -inf where blocked, added to
-the scores), its layout (``bqk`` (B, T, T); ``b1qk`` (B, 1, T, T); ``bk`` key padding (B, T))
-and, for keep/drop masks, its dtype (bool, or float 0/1).
+the scores), its layout (``bqk`` (B, T, T); ``b1qk`` (B, 1, T, T); ``bk`` key padding (B, T);
+``b11k`` key padding (B, 1, 1, T), BERT's extended mask; ``qk`` (T, T), one mask for every
+sequence, as Whisper's ``mask[:T, :T]`` and ``nn.MultiheadAttention``'s ``attn_mask``) and, for
+keep/drop masks, its dtype (bool, or float 0/1).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from torch import Tensor
 KINDS = ("none", "causal", "padding", "both", "left_padding")  # which keys are blocked
 CAUSAL_KINDS = ("causal", "both", "left_padding")  # the kinds that block the future
 MEANINGS = ("keep", "drop", "additive")
-LAYOUTS = ("bqk", "b1qk", "bk")
+LAYOUTS = ("bqk", "b1qk", "bk", "b11k", "qk")
+KEY_LAYOUTS = ("bk", "b11k")  # which keys are padding, per sequence: never the future
+SHARED_LAYOUTS = ("qk",)  # one mask for the whole batch: the future, never a sequence's padding
 MASK_DTYPES = ("bool", "float")
 
 
@@ -36,8 +40,14 @@ class MaskSpec:
 
     def encode(self, keep: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
         """The (B, T, T) keep-mask in this convention and layout, on ``device``."""
-        if self.layout == "bk":
+        if self.layout in KEY_LAYOUTS:
             keep = keep.any(dim=1)  # (B, T): a key is real when some query may attend to it
+        elif self.layout in SHARED_LAYOUTS:
+            if not bool((keep == keep[:1]).all()):
+                raise ValueError(
+                    "a (T, T) mask is one for every sequence: it cannot hold each one's padding"
+                )
+            keep = keep[0]  # (T, T)
         if self.meaning == "additive":
             mask = torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, float("-inf"))
         else:
@@ -45,6 +55,8 @@ class MaskSpec:
             mask = mask.to(dtype) if self.dtype == "float" else mask
         if self.layout == "b1qk":
             mask = mask[:, None]  # (B, 1, T, T): one mask for every head
+        elif self.layout == "b11k":
+            mask = mask[:, None, None, :]  # (B, 1, 1, T): for every head and every query
         return mask.to(device)
 
 

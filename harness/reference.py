@@ -83,13 +83,26 @@ HEAD_ATTRS = (
 HEAD_DIM_ATTRS = ("head_dim", "d_head", "dim_head", "head_size", "attention_head_size", "d_k")
 
 
-def int_attribute(module: nn.Module, names: tuple[str, ...]) -> int | None:
-    """The first positive int attribute under ``names``, of the module or its ``config``."""
-    for owner in (module, getattr(module, "config", None)):
-        for name in names:
-            value = getattr(owner, name, None)
+def int_attribute(
+    module: nn.Module, names: tuple[str, ...], include_config: bool = True
+) -> int | None:
+    """The first positive int attribute under ``names``, of the module or else its ``config``.
+
+    What the module says beats its config: when the module itself has any of ``names``, its
+    answer stands, ``None`` included (a Gemma3 global layer's ``sliding_window = None`` under a
+    config whose ``sliding_window`` is 4 has no window). ``include_config=False``: the module's
+    own attributes only.
+    """
+    config = getattr(module, "config", None) if include_config else None
+    for owner in (module, config):
+        present = [name for name in names if owner is not None and hasattr(owner, name)]
+        if owner is module and not present:
+            continue  # the module says nothing: ask its config
+        for name in present:
+            value = getattr(owner, name)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
+        return None
     return None
 
 
@@ -106,7 +119,7 @@ def head_count(module: nn.Module) -> int:
     return 1
 
 
-def _is_mask(buffer: Tensor) -> bool:
+def is_mask(buffer: Tensor) -> bool:
     """A bool, 0/1 or 0/-inf buffer: a mask, which SDPA given the same mask reproduces."""
     if buffer.dtype == torch.bool or not buffer.is_floating_point():
         return True
@@ -221,10 +234,25 @@ def _recognize_one(module: nn.Module, transpose: bool) -> Recognized | None:
     covered = {id(p) for n in used for p in found[n][1]}
     if any(id(p) not in covered for p in module.parameters()):
         return None
-    if not all(_is_mask(b) for b in module.buffers()):  # slopes, rotary tables, ...
+    if not all(is_mask(b) for b in module.buffers()):  # slopes, rotary tables, ...
         return None
     heads = heads or head_count(module)
     return qkv, out, heads, ", ".join(used) + f" with {heads} head(s)"
+
+
+def with_scale(found: Recognized, scale: float | None) -> Recognized:
+    """``found`` for a module that means ``scale`` on its scores instead of 1/sqrt(d) (None:
+    1/sqrt(d) as usual): q comes out multiplied by scale * sqrt(d), so that a kernel's own
+    1/sqrt(d) leaves ``scale``. Rotary turns q linearly, so it may come after."""
+    if scale is None:
+        return found
+    qkv, out_proj, heads, described = found
+
+    def scaled(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = qkv(x)
+        return q * (scale * math.sqrt(q.shape[-1] // heads)), k, v
+
+    return scaled, out_proj, heads, f"{described}, scale {scale:g}"
 
 
 def recognize(module: nn.Module) -> list[Recognized]:

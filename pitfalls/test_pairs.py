@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.catalogue import registry
@@ -41,7 +41,8 @@ def test_fixed_keeps_its_properties(pitfall_id: str, device: torch.device, dtype
 
     @settings(max_examples=6)
     @given(shape=modern_shapes(), seed=st.integers(0, 2**16))
-    def check(shape: Shape, seed: int) -> None:
+    @example(shape=Shape(batch=2, seq_len=2, d_model=4, d_k=4, d_v=4, heads=1), seed=819)
+    def check(shape: Shape, seed: int) -> None:  # the example: a floor that rounds near 0
         assert_fixed_keeps_its_properties(pair, device, dtype, shape, seed)
 
     check()

@@ -323,3 +323,97 @@ class MaskNeverUsed(EinsumAttention):
 
     def forward(self, x, mask=None):
         return super().forward(x)
+
+
+class WhisperStyle(nn.Module):
+    """Whisper's way: one additive (T, T) mask for every sequence, sliced to the input's length
+    from a larger one (``mask[:T, :T]``); ``sliced=False`` adds the mask of the wrong length's
+    corner instead, so later queries see the future."""
+
+    def __init__(self, n_state, n_head, sliced=True):
+        super().__init__()
+        self.n_head, self.sliced = n_head, sliced
+        self.query = nn.Linear(n_state, n_state)
+        self.key = nn.Linear(n_state, n_state, bias=False)
+        self.value = nn.Linear(n_state, n_state)
+        self.out = nn.Linear(n_state, n_state)
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.n_head, -1).transpose(1, 2)
+                   for p in (self.query, self.key, self.value))  # fmt: skip
+        qk = q @ k.transpose(-1, -2) / math.sqrt(C // self.n_head)  # (B, h, T, T)
+        if mask is not None:
+            qk = qk + (mask[:T, :T] if self.sliced else mask[-T:, :T].T)
+        w = qk.softmax(dim=-1)
+        return self.out((w @ v).transpose(1, 2).reshape(B, T, C)), w
+
+
+def whisper_ok(n_state, n_head):
+    return WhisperStyle(n_state, n_head)
+
+
+def whisper_wrong_corner(n_state, n_head):
+    return WhisperStyle(n_state, n_head, sliced=False)
+
+
+class BertExtended(EinsumAttention):
+    """BERT's way: an additive (B, 1, 1, T) extended padding mask added to every head's scores."""
+
+    def forward(self, x, attention_mask=None):
+        b, t, d = x.shape
+        q, k, v = (p(x).view(b, t, self.heads, -1) for p in (self.q, self.k, self.v))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * self.scale
+        if attention_mask is not None:
+            scores = scores + attention_mask  # (B, 1, 1, T) over (B, h, T, T)
+        weights = scores.softmax(dim=-1)
+        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, d)
+        return self.o(out), weights
+
+
+class Unscaled(EinsumAttention):
+    """T5's and GPT-Neo's way: no scale on the scores, by design (the init accounts for it)."""
+
+    def __init__(self, dim, heads):
+        super().__init__(dim, heads)
+        self.scale = 1.0
+
+
+class TutorialHead(nn.Module):
+    """The tutorial's single head as its facts describe it: bias-free W_q, W_k, W_v, a float32
+    tensor scale, bmm, masked_fill(mask == 0, -inf), softmax over the last axis; ``keys`` says
+    which axes of K are swapped (the tutorial's (1, 2), or its §3.2 bug (0, 1))."""
+
+    def __init__(self, d_model, d_k, d_v, keys=(1, 2)):
+        super().__init__()
+        self.keys = keys
+        self.W_q = nn.Linear(d_model, d_k, bias=False)
+        self.W_k = nn.Linear(d_model, d_k, bias=False)
+        self.W_v = nn.Linear(d_model, d_v, bias=False)
+        self.scale = torch.sqrt(torch.tensor(d_k, dtype=torch.float32))
+
+    def forward(self, x, mask=None):
+        Q, K, V = self.W_q(x), self.W_k(x), self.W_v(x)  # (B, T, d_k), ..., (B, T, d_v)
+        scores = torch.bmm(Q, K.transpose(*self.keys)) / self.scale  # (B, T, T)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        weights = F.softmax(scores, dim=-1)
+        return torch.bmm(weights, V), weights
+
+
+class TutorialMultiHead(nn.Module):
+    """The tutorial's multi-head module: a ModuleList of single heads, each fed the whole x,
+    concatenated, then W_o; it returns the output only."""
+
+    def __init__(self, d_model, num_heads, keys=(1, 2)):
+        super().__init__()
+        d_k = d_model // num_heads
+        self.heads = nn.ModuleList(TutorialHead(d_model, d_k, d_k, keys) for _ in range(num_heads))
+        self.W_o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, mask=None):
+        return self.W_o(torch.cat([head(x, mask)[0] for head in self.heads], dim=-1))
+
+
+def tutorial_keys_swapped(d_model, heads):
+    return TutorialMultiHead(d_model, heads, keys=(0, 1))

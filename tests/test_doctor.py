@@ -8,6 +8,7 @@ from torch import nn
 
 from harness import cli
 from harness.doctor import FAIL, PASS, SKIP, STEPS, WARN, Config, Diagnosis, Finding, diagnose
+from harness.doctor.subject import Subject
 from harness.validation import detection_table
 from tests import doctor_modules as dm
 
@@ -211,3 +212,111 @@ def test_mask_none_means_the_caller_never_passes_one_whatever_the_signature():
     assert all("mask" not in f.probe or f.status == SKIP for f in declared.findings), [
         (f.probe, f.status) for f in declared.findings
     ]
+
+
+LAYOUT_CASES = {  # module, options a user who knows it declares
+    "whisper (T, T)": (lambda: dm.whisper_ok(64, 4), Config(mask="additive", mask_shape="qk")),
+    "bert (B, 1, 1, T)": (
+        lambda: dm.BertExtended(64, 4),
+        Config(mask="additive", mask_shape="b11k"),
+    ),
+    "torch attn_mask (T, T)": (
+        lambda: nn.MultiheadAttention(64, 4, batch_first=True),
+        Config(mask="drop", mask_shape="qk"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LAYOUT_CASES)
+def test_masks_of_every_layout_real_code_uses_are_healthy_declared_and_detected(case):
+    make, config = LAYOUT_CASES[case]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        module = make()
+    declared = diagnose(module, config, case)
+    assert declared.healthy, declared.text()
+    if not isinstance(module, nn.MultiheadAttention):  # torch's takes both: declared only
+        detected = diagnose(module, Config(), case)  # the first reading that works (several)
+        assert detected.healthy, detected.text()
+
+
+def test_a_t_by_t_mask_that_lets_the_future_in_fails_causal_no_leak():
+    d = diagnose(dm.whisper_wrong_corner(64, 4), Config(mask="additive", mask_shape="qk"))
+    failed = {f.probe: f.message for f in d.findings if f.status == FAIL}
+    assert "causal no-leak" in failed, d.text()
+    skipped = {f.probe: f.message for f in d.findings if f.status == SKIP}
+    assert "no padding to probe" in skipped["padding no-leak"]
+
+
+def test_an_intended_scale_is_compared_as_declared():
+    """Unscaled by design is healthy with --scale none and missing_scale without it; a module
+    that scales as usual is not healthy when told it is unscaled."""
+    unscaled, usual = dm.Unscaled(64, 4), dm.einsum_ok(64, 4)
+    assert diagnose(unscaled, Config(mask="keep", scale=1.0)).healthy
+    plain = {f.probe: f.message for f in diagnose(unscaled, Config(mask="keep")).findings}
+    assert "missing_scale" in plain["agrees with SDPA"]
+    told = {f.probe: f for f in diagnose(usual, Config(mask="keep", scale=1.0)).findings}
+    assert told["agrees with SDPA"].status == FAIL
+    scaled = diagnose(usual, Config(mask="keep", scale=1 / 4))  # 1/sqrt(16): the usual one
+    assert scaled.healthy, scaled.text()
+
+
+@pytest.mark.parametrize(("value", "code"), [("none", 1), ("0.25", 0), ("0", 2), ("x", 2)])
+def test_scale_on_the_command_line(capsys, value, code):
+    argv = ["doctor", f"{MODULES}:einsum_ok", "--mask", "keep", "--scale", value]
+    assert cli.main(argv) == code
+    err = capsys.readouterr().err
+    assert code != 2 or "--scale: a positive number or none" in err, err
+
+
+def causes(d: Diagnosis) -> list:
+    return [(c.trap, len(c.probes)) for c in d.causes]
+
+
+def test_the_tutorials_module_with_its_documented_mask_fails_once_as_mask_rank():
+    module = dm.TutorialMultiHead(64, 4)
+    right = diagnose(module, Config(mask="keep"), "TutorialMultiHead")
+    assert right.healthy, right.text()
+    documented = diagnose(module, Config(mask="keep", mask_shape="b1qk"), "TutorialMultiHead")
+    assert causes(documented) == [("mask_rank", 12)], documented.text()
+    assert documented.problems == 1
+    failing = [line for line in documented.text().splitlines() if line.startswith("FAIL")]
+    assert len(failing) == 1 and "mask_rank" in failing[0] and "batch1 must be" in failing[0]
+    assert json.loads(documented.to_json())["causes"][0]["trap"] == "mask_rank"
+
+
+def test_keys_transposed_on_the_batch_axis_fail_once_as_transpose():
+    d = diagnose(dm.tutorial_keys_swapped(64, 4), Config(mask="keep"), "swapped")
+    (cause,) = d.causes
+    assert cause.trap == "transpose", d.text()
+    assert "batch (4) on its second axis and 8 on its first" in cause.fit
+
+
+def test_an_error_no_trap_explains_is_one_cause_without_a_name():
+    d = diagnose(dm.TutorialMultiHead(64, 4), Config(mask="keep", mask_shape="bk"))
+    named = [c for c in d.causes if c.trap is not None]
+    assert not named and d.causes, d.text()
+
+
+def test_the_context_a_module_registers_bounds_the_shapes_it_is_called_with():
+    """nanoGPT's block registers a causal buffer of block_size rows and says nothing else of
+    its context: at d_model 384 it must not be called with 384 tokens when built for 256."""
+    module = dm.CausalSelfAttention(384, 6, block_size=256)
+    d = diagnose(module, Config(causal=True), "CausalSelfAttention")
+    found = {f.probe: f for f in d.findings}
+    assert found["shape contract"].status == PASS, found["shape contract"].message
+    assert "up to its context, 256" in found["shape contract"].message
+    assert d.healthy, d.text()
+
+
+def test_what_a_module_says_beats_its_config():
+    """A global layer whose own sliding_window is None has no window, whatever its config says
+    (Gemma3's layers share one config)."""
+    module = dm.gpt_ok(64, 4)
+    module.config = type("Config", (), {"sliding_window": 4, "block_size": 8})()
+    module.sliding_window = None
+    subject = Subject(module, Config(causal=True))
+    assert subject.window is None
+    assert subject.context == 128  # its causal buffer's rows, before its config's 8
+    module.sliding_window = 3
+    assert Subject(module, Config(causal=True)).window == 3

@@ -1,5 +1,6 @@
 """Seeded inputs and mask conventions."""
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -84,6 +85,19 @@ def test_other_conventions_and_layouts():
     assert keep_float.dtype == torch.float16 and torch.equal(keep_float, keep.half())
     per_head = MaskSpec("drop", layout="b1qk").encode(keep, torch.device("cpu"), torch.float32)
     assert per_head.shape == (3, 1, 4, 4) and torch.equal(per_head[:, 0], ~keep)
+    extended = MaskSpec("additive", layout="b11k").encode(keep, torch.device("cpu"), torch.float32)
+    assert extended.shape == (3, 1, 1, 4)  # BERT's: (B, 1, 1, T), 0 on real keys, -inf on padding
+    assert torch.equal(extended[:, 0, 0] == 0, keep[:, 0])
+
+
+def test_one_mask_for_every_sequence_holds_the_future_and_refuses_padding():
+    cpu = torch.device("cpu")
+    causal = keep_mask("causal", 3, 4, torch.Generator().manual_seed(1))
+    shared = MaskSpec("keep", layout="qk").encode(causal, cpu, torch.float32)
+    assert shared.shape == (4, 4) and torch.equal(shared, causal[0])
+    padding = keep_mask("padding", 3, 4, torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match="one for every sequence"):
+        MaskSpec("keep", layout="qk").encode(padding, cpu, torch.float32)
 
 
 def test_inputs_have_the_shape_scale_and_mask_asked_for():

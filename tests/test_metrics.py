@@ -144,3 +144,15 @@ def test_multi_head_entropy_is_normalized_by_the_shared_mask():
     stats = metrics.attention_stats(weights, keep)
     assert stats["entropy_mean"] == pytest.approx(1.0)
     assert stats["entropy_min"] == pytest.approx(1.0)
+
+
+def test_a_cached_scenarios_floor_is_never_below_one_ulp_of_the_output():
+    """The floor of a cached call is the same module's full forward; where that rounds almost
+    exactly, the floor is one ulp of the output's largest value instead."""
+    from harness.consistency import at_least_one_ulp
+
+    ref = torch.tensor([0.5, -2.0, float("nan")], dtype=torch.float64)
+    tiny = metrics.Error(1e-9, 1e-9)
+    assert at_least_one_ulp(tiny, ref, torch.float32).max_abs == torch.finfo(torch.float32).eps * 2
+    wide = metrics.Error(1e-3, 1e-3)
+    assert at_least_one_ulp(wide, ref, torch.float32) is wide

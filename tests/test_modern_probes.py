@@ -229,3 +229,22 @@ def test_a_cache_attribute_that_is_none_is_not_a_cache():
     del module._buffers["cache_k"], module._buffers["cache_v"]
     module.kv_cache = None
     assert Subject(module, CAUSAL).new_cache is None
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_a_transformers_layer_past_the_first_is_asked_for_its_own_cache_length(layer):
+    """A DynamicCache counts tokens per layer; asked without the layer it answers for layer 0,
+    which the layer with layer_idx=1 never fills."""
+    transformers = pytest.importorskip("transformers")
+    from harness.doctor import adapters
+
+    config = transformers.LlamaConfig(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2
+    )
+    llama = transformers.models.llama.modeling_llama.LlamaAttention
+    found = probe(
+        make(llama, config, layer_idx=layer),
+        Config(mask="additive", mask_shape="b1qk", call=adapters.transformers),
+        "cached decoding",
+    )
+    assert found.status == PASS, found

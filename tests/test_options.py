@@ -63,7 +63,9 @@ def test_the_readme_names_every_flag():
 
 
 def test_a_choice_outside_the_table_is_one_usage_line():
-    with pytest.raises(Exception, match=r"^--mask-shape must be one of bqk, b1qk, bk, not 'x'$"):
+    with pytest.raises(
+        Exception, match=r"^--mask-shape must be one of bqk, b1qk, bk, b11k, qk, not 'x'$"
+    ):
         Config(mask="keep", mask_shape="x")
 
 

@@ -17,11 +17,18 @@ from harness.doctor.findings import FAIL, PASS, Finding
 from harness.doctor.probes.leaks import _future_leak, _padding_leak, _responds
 from harness.doctor.subject import Config, Subject, mask_parameters, quietly_seeded
 from harness.errors import UsageError
-from harness.masks import LAYOUTS, MEANINGS, MaskSpec
+from harness.masks import KEY_LAYOUTS, LAYOUTS, MEANINGS, SHARED_LAYOUTS, MaskSpec
 from harness.runner import describe
 
 NAME = "mask convention"
-CANDIDATES = tuple(MaskSpec(meaning, layout) for layout in LAYOUTS for meaning in MEANINGS)
+# The readings tried, all but those that cannot hold padding: a (T, T) reading would pass a module
+# that ignores its padding mask, so it is the user's to declare (--mask-shape qk).
+CANDIDATES = tuple(
+    MaskSpec(meaning, layout)
+    for layout in LAYOUTS
+    if layout not in SHARED_LAYOUTS
+    for meaning in MEANINGS
+)
 WORDS = {
     "keep": "keep (True = attend)",
     "drop": "drop (True = blocked, as nn.MultiheadAttention)",
@@ -29,6 +36,8 @@ WORDS = {
     "bqk": "(B, T, T)",
     "b1qk": "(B, 1, T, T)",
     "bk": "key padding (B, T)",
+    "b11k": "key padding (B, 1, 1, T)",
+    "qk": "(T, T)",
 }
 
 
@@ -37,9 +46,11 @@ def respects(module: nn.Module, config: Config) -> bool:
     and its real outputs still respond to the real inputs. Raises when it does not run."""
     subject = Subject(module, config)
     with quietly_seeded(config.seed):
-        if _padding_leak(subject) is not None or not _responds(subject):
+        if subject.pads and _padding_leak(subject) is not None:
             return False
-        return config.mask_shape == "bk" or _future_leak(subject, 1.0) is None
+        if not _responds(subject):
+            return False
+        return config.mask_shape in KEY_LAYOUTS or _future_leak(subject, 1.0) is None
 
 
 def readings(parameters: list[str], given: str | None) -> list[tuple[str, MaskSpec]]:
@@ -47,7 +58,8 @@ def readings(parameters: list[str], given: str | None) -> list[tuple[str, MaskSp
     only as (B, T); the others every way."""
     pairs = []
     for name in [given] if given else parameters:
-        specs = [s for s in CANDIDATES if s.layout == "bk"] if "padding" in name else CANDIDATES
+        keys_only = "padding" in name
+        specs = [s for s in CANDIDATES if s.layout in KEY_LAYOUTS] if keys_only else CANDIDATES
         pairs += [(name, spec) for spec in specs]
     return pairs
 
@@ -85,7 +97,8 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
         NAME,
         FAIL,
         f"forward takes {names}, but no reading of it (keep, drop or additive; (B, T, T), "
-        "(B, 1, T, T) or (B, T)) stops a causal mask leaking the future and a padding mask "
+        "(B, 1, T, T), (B, T) or (B, 1, 1, T)) stops a causal mask leaking the future "
+        "and a padding mask "
         "leaking padding: the mask is ignored or broken (or in a form the doctor does not "
-        "make: declare it with --mask)",
+        "try: declare it with --mask and --mask-shape; a (T, T) mask is --mask-shape qk)",
     )

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from torch import nn
 
 from harness.devices import resolve_device
+from harness.doctor.causes import explain
 from harness.doctor.convention import NAME as CONVENTION
 from harness.doctor.convention import detect
 from harness.doctor.findings import FAIL, Diagnosis, Finding, failed
@@ -79,6 +80,7 @@ def diagnose(
     for probe_name, probe in PROBES.items():
         report(probe_name)
         diagnosis.findings.append(examine(probe_name, probe, subject, timeout))
+    diagnosis.causes = explain(diagnosis.findings, config)
     return diagnosis
 
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from harness.doctor.subject import Config
+
+if TYPE_CHECKING:
+    from harness.doctor.causes import Cause
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 
@@ -61,6 +65,7 @@ class Diagnosis:
     target: str
     config: Config
     findings: list[Finding] = field(default_factory=list)
+    causes: list[Cause] = field(default_factory=list)  # errors several probes share (causes.py)
 
     @property
     def failures(self) -> list[Finding]:
@@ -80,13 +85,26 @@ class Diagnosis:
             [asdict(f) for f in self.findings], columns=["probe", "status", "message"]
         )
 
+    @property
+    def problems(self) -> int:
+        """Failures, a shared cause counted once."""
+        grouped = {probe for cause in self.causes for probe in cause.probes}
+        return len([f for f in self.failures if f.probe not in grouped]) + len(self.causes)
+
     def text(self) -> str:
+        """One line per finding, but one for the probes that fail with one cause."""
         width = max(len(f.probe) for f in self.findings)
-        lines = [
-            f"{f.status.upper():<4}  {f.probe:<{width}}  {f.message}".rstrip()
-            for f in self.findings
-        ]
-        verdict = "healthy" if self.healthy else f"{len(self.failures)} problem(s)"
+        grouped = {probe: cause for cause in self.causes for probe in cause.probes}
+        lines, shown = [], set()
+        for f in self.findings:
+            cause = grouped.get(f.probe)
+            if cause is None:
+                lines.append(f"{f.status.upper():<4}  {f.probe:<{width}}  {f.message}".rstrip())
+            elif cause not in shown:
+                shown.add(cause)
+                named = ", ".join(cause.probes)
+                lines.append(f"FAIL  {'one cause':<{width}}  {cause.line()} ({named})")
+        verdict = "healthy" if self.healthy else f"{self.problems} problem(s)"
         warned = sum(f.status == WARN for f in self.findings)
         tail = f" ({warned} warning(s))" if warned and self.healthy else ""
         return "\n".join([f"attention doctor: {self.target}", *lines, f"=> {verdict}{tail}"])
@@ -98,6 +116,7 @@ class Diagnosis:
                 "healthy": self.healthy,
                 "config": config_json(self.config),
                 "findings": [asdict(f) for f in self.findings],
+                "causes": [asdict(c) for c in self.causes],
             },
             indent=2,
         )

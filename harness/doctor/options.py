@@ -12,7 +12,7 @@ from typing import Any
 
 # What each option takes, where a value is one of a few words.
 MASKS = ("auto", "keep", "drop", "additive", "none")
-MASK_SHAPES = ("bqk", "b1qk", "bk")  # harness.masks.LAYOUTS (a test holds them equal)
+MASK_SHAPES = ("bqk", "b1qk", "bk", "b11k", "qk")  # harness.masks.LAYOUTS (a test holds it)
 MASK_DTYPES = ("bool", "float")
 POSITIONS = ("auto", "none", "absolute", "relative")
 PAIRINGS = ("auto", "half", "interleaved")
@@ -23,7 +23,8 @@ TIMEOUT = 60.0  # seconds per guarded step (each probe), unless told otherwise; 
 @dataclass(frozen=True)
 class Option:
     """One option: its ``Config`` field (or fixture keyword), its command-line form and what it
-    means. ``kind`` is "flag" (present or not), "choice", "int", "float", "seed" or "text";
+    means. ``kind`` is "flag" (present or not), "choice", "int", "float", "seed", "scale" or
+    "text";
     ``config``:
     False for options of the command line alone (building the module, printing, writing)."""
 
@@ -53,7 +54,9 @@ OPTIONS = (
     Option("causal", kind="flag", default=False, help="it masks the future by itself"),
     Option(
         "mask_shape", kind="choice", default="bqk", choices=MASK_SHAPES,
-        help="bqk: (B, T, T); b1qk: (B, 1, T, T); bk: key padding (B, T)",
+        help="bqk: (B, T, T); b1qk: (B, 1, T, T); bk: key padding (B, T); b11k: key padding "
+        "(B, 1, 1, T), BERT's extended mask; qk: (T, T), one for every sequence, as Whisper's "
+        "mask[:T, :T] and nn.MultiheadAttention's attn_mask (no padding to probe then)",
     ),
     Option(
         "mask_dtype", kind="choice", default="bool", choices=MASK_DTYPES,
@@ -109,6 +112,12 @@ OPTIONS = (
         help="call the module through FN(module, x, *, positions, mask, cache), the way your "
         "model does (a module-level make_cache() gives it a cache); e.g. "
         "harness.doctor.adapters:transformers (in Python: the function itself)",
+    ),
+    Option(
+        "scale", kind="scale", metavar="VALUE|none",
+        help="the factor the module means to put on its scores: a number, or none for attention "
+        "unscaled by design (T5, GPT-Neo; in Python: 1.0); default: 1/sqrt(head width), as "
+        "SDPA's",
     ),
     Option(
         "d_model", kind="int", default=64,

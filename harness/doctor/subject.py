@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import math
 import re
 import sys
 import textwrap
@@ -23,13 +24,23 @@ from harness.doctor.options import BY_NAME
 from harness.errors import UsageError, shorten
 from harness.inputs import generator
 from harness.masks import (
+    KEY_LAYOUTS,
+    SHARED_LAYOUTS,
     MaskSpec,
     causal_keep,
     encode,
     keep_mask,
 )
 from harness.metrics import rounding
-from harness.reference import HEAD_DIM_ATTRS, head_count, int_attribute
+from harness.reference import (
+    HEAD_DIM_ATTRS,
+    Recognized,
+    head_count,
+    int_attribute,
+    is_mask,
+    recognize,
+    with_scale,
+)
 from harness.runner import as_dtype, seeded, split_output
 
 
@@ -91,6 +102,7 @@ class Config:
     d_model: int | None = field(default=None, metadata={"option": BY_NAME["d_model"]})
     device: str = option("device")
     seed: int = option("seed")
+    scale: float | None = option("scale")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -109,6 +121,10 @@ class Config:
                 f"probes ({MAX_SCORES:,}: --seq-len 4096 with --batch 4); a leak or a wrong "
                 "mask shows on short sequences"
             )
+        if self.scale is not None and not (
+            isinstance(self.scale, int | float) and 0 < self.scale < math.inf
+        ):
+            raise UsageError(f"--scale must be a positive number or none, not {self.scale!r}")
         if self.kv_heads is not None and self.kv_heads < 1:
             raise UsageError("--kv-heads must be a positive number of K/V heads")
         if self.window is not None and self.window < 1:
@@ -138,15 +154,21 @@ class MultiheadSelfAttention(nn.Module):
     back per head.
     """
 
-    def __init__(self, mha: nn.MultiheadAttention):
+    def __init__(self, mha: nn.MultiheadAttention, layout: str | None = None):
         super().__init__()
         self.mha = mha
+        self.layout = layout  # the mask's layout (None: a 2-D mask is key padding)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        T = x.shape[1]
-        padding = mask if mask is not None and mask.dim() == 2 else None  # (B, T)
+        B, T = x.shape[:2]
+        shared = self.layout in SHARED_LAYOUTS
+        padding = None
+        if mask is not None and (self.layout in KEY_LAYOUTS or (mask.dim() == 2 and not shared)):
+            padding = mask.reshape(B, T)  # (B, T)
         attn_mask = None
-        if mask is not None and mask.dim() > 2:
+        if mask is not None and shared:
+            attn_mask = mask  # (T, T): torch's own form, for every sequence and head
+        elif mask is not None and padding is None:
             attn_mask = mask.reshape(-1, T, T).repeat_interleave(self.mha.num_heads, dim=0)
         seq = x if self.mha.batch_first else x.transpose(0, 1)  # (T, B, d) when not batch_first
         out, weights = self.mha(seq, seq, seq, key_padding_mask=padding, attn_mask=attn_mask,
@@ -154,9 +176,12 @@ class MultiheadSelfAttention(nn.Module):
         return (out if self.mha.batch_first else out.transpose(0, 1)), weights
 
 
-def as_self_attention(module: nn.Module) -> nn.Module:
-    """The module itself, or an adapter for torch's own ``nn.MultiheadAttention``."""
-    return MultiheadSelfAttention(module) if isinstance(module, nn.MultiheadAttention) else module
+def as_self_attention(module: nn.Module, layout: str | None = None) -> nn.Module:
+    """The module itself, or an adapter for torch's own ``nn.MultiheadAttention`` that passes
+    masks of ``layout`` where it takes them."""
+    if isinstance(module, nn.MultiheadAttention):
+        return MultiheadSelfAttention(module, layout)
+    return module
 
 
 def width_candidates(module: nn.Module, given: int | None = None) -> list[int]:
@@ -184,8 +209,17 @@ CONTEXT_NAMES = ("block_size", "max_seq_len", "n_ctx", "context_length", "max_po
 
 
 def declared_context(module: nn.Module) -> int | None:
-    """The longest sequence the module says it takes (an attribute or its config's), or None."""
-    return int_attribute(module, CONTEXT_NAMES)
+    """The longest sequence the module says it takes, what the module itself says first: its
+    own attribute; else what it registers, a square mask buffer of N x N (nanoGPT's causal
+    ``bias`` of block_size rows; the shortest if several); else its config's; else None."""
+    stated = int_attribute(module, CONTEXT_NAMES, include_config=False)
+    if stated is not None:
+        return stated
+    sizes = [
+        b.shape[-1] for b in module.buffers()
+        if b.dim() >= 2 and b.shape[-1] == b.shape[-2] > 1 and is_mask(b)
+    ]  # fmt: skip
+    return min(sizes) if sizes else int_attribute(module, CONTEXT_NAMES)
 
 
 def is_weights(second: Tensor | None, batch: int, seq_len: int) -> bool:
@@ -203,10 +237,12 @@ class Subject:
     """The module under diagnosis, seen through the config: builds masks and calls it."""
 
     def __init__(self, module: nn.Module, config: Config):
-        self.module = as_self_attention(module)
+        self.module = as_self_attention(module, config.mask_shape)
         self.config = config
         self.device = torch.device(config.device)
         self.takes_mask = config.spec is not None
+        # its mask can say which keys of each sequence are padding ((T, T) cannot)
+        self.pads = self.takes_mask and config.mask_shape not in SHARED_LAYOUTS
         self.spec = config.spec
         if config.call is not None:
             self.plan: CallPlan = AdapterPlan(adapter=config.call)
@@ -326,6 +362,11 @@ class Subject:
             keep[1::2] = keep[1::2].flip(-1)  # (B, T, T): real keys at the end
         return keep
 
+    def readings(self, module: nn.Module) -> list[Recognized]:
+        """Every reading of ``module``'s projections (``reference.recognize``), at the softmax
+        scale the module means (--scale; else 1/sqrt(head width))."""
+        return [with_scale(found, self.config.scale) for found in recognize(module)]
+
     def encode(self, keep: Tensor | None, dtype: torch.dtype) -> Tensor | None:
         """The keep-mask in the module's convention and layout, on the device."""
         return encode(keep, self.spec, self.device, dtype)
@@ -396,7 +437,7 @@ class Subject:
         if not self.takes_mask:
             return None
         return self.keep(
-            "padding" if self.config.mask_shape == "bk" else "causal", batch, seq_len, 0
+            "padding" if self.config.mask_shape in KEY_LAYOUTS else "causal", batch, seq_len, 0
         )
 
     def effective_keep(self, keep: Tensor | None, batch: int, seq_len: int) -> Tensor | None:

@@ -124,7 +124,9 @@ def probe_permutation(subject: Subject) -> Outcome:
     module = subject.copy()
     x = subject.x(cfg.batch, cfg.seq_len, 5)
     perm = torch.randperm(cfg.seq_len, generator=generator(5))
-    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 5) if subject.takes_mask else None
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 5) if subject.pads else None
+    if subject.takes_mask and keep is None:  # a (T, T) mask: every key for every sequence
+        keep = torch.ones(cfg.batch, cfg.seq_len, cfg.seq_len, dtype=torch.bool)
     keep_perm = None if keep is None else keep[:, perm][:, :, perm]
     with torch.no_grad():
         out, _ = subject.call(module, x, keep)

@@ -60,7 +60,8 @@ def _recording(subject: Subject, seen: list[tuple[int, int]]) -> Invoke:
 
     def invoke(module: nn.Module, xs: Tensor, mask, positions, cache, start: int) -> object:
         result = subject.invoke(module, xs, mask, positions, cache, start)
-        length = None if cache is None else _cache_length(cache)
+        layer = getattr(subject.original, "layer_idx", None)
+        length = None if cache is None else _cache_length(cache, layer)
         if length is not None:
             seen.append((start + xs.shape[1], length))
         return result
@@ -68,10 +69,13 @@ def _recording(subject: Subject, seen: list[tuple[int, int]]) -> Invoke:
     return invoke
 
 
-def _cache_length(cache: object) -> int | None:
-    """How many tokens a cache says it holds: ``len()`` or ``get_seq_length()``; None when it
-    does not say."""
-    for read in (lambda c: c.get_seq_length(), len):
+def _cache_length(cache: object, layer: int | None = None) -> int | None:
+    """How many tokens a cache says it holds for the module's own layer (``layer``, its
+    ``layer_idx``): ``get_seq_length(layer)``, then ``len()``; None when it does not say. A
+    cache of several layers counts each layer's tokens: asked without the layer, transformers'
+    ``get_seq_length()`` answers for layer 0, which a module of layer 1 never fills."""
+    reads = [lambda c: c.get_seq_length(layer)] if isinstance(layer, int) else []
+    for read in (*reads, lambda c: c.get_seq_length(), len):
         try:
             value = read(cache)
         except Exception:

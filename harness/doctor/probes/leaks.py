@@ -13,6 +13,7 @@ from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.inputs import generator
+from harness.masks import KEY_LAYOUTS
 from harness.metrics import first_nonfinite
 
 LARGE = 300.0  # activation scale for the large-logit leak checks (float64: no overflow)
@@ -20,10 +21,12 @@ NO_MASK = "no mask to probe with (forward takes none, or no convention of it wor
 
 
 def no_mask(subject: Subject) -> str:
-    """Why a mask probe has no mask: declared none, or none found."""
-    return (
-        "--mask none: the caller never passes a mask" if subject.config.mask == "none" else NO_MASK
-    )
+    """Why a mask probe has no mask: declared none, none found, or one that holds no padding."""
+    if subject.config.mask == "none":
+        return "--mask none: the caller never passes a mask"
+    if subject.takes_mask:  # and does not pad
+        return "its (T, T) mask is one for every sequence: no padding to probe"
+    return NO_MASK
 
 
 LARGE_SPLITS = 3  # a mask constant too small for large logits fails at every split: a few do
@@ -74,10 +77,14 @@ def _padding_leak(subject: Subject) -> str | None:
 
 
 def _responds(subject: Subject) -> bool:
-    """Every real output moves when the real inputs are redrawn under a padding mask: a mask read
-    so that it hides everything (outputs all zero, or NaN) leaks nothing but says nothing."""
+    """Every real output moves when the real inputs are redrawn under a padding mask (a causal
+    one for a mask that holds no padding): a mask read so that it hides everything (outputs all
+    zero, or NaN) leaks nothing but says nothing."""
     cfg = subject.config
-    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
+    if subject.pads:
+        keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
+    else:
+        keep = subject.keep("causal", cfg.batch, cfg.seq_len, 4)
     real = keep.any(dim=1)  # (B, T)
     redraws = Redraws(as_call(subject.bound(keep), None), subject.x(cfg.batch, cfg.seq_len, 4))
     change = redraws.change(real)
@@ -101,7 +108,7 @@ def _convention_hint(subject: Subject, check: Callable[[Subject], str | None]) -
 def probe_causal(subject: Subject) -> Outcome:
     """Position t's output gives zero gradient to inputs after t, also with large logits."""
     cfg = subject.config
-    if not cfg.causal and (not subject.takes_mask or cfg.mask_shape == "bk"):
+    if not cfg.causal and (not subject.takes_mask or cfg.mask_shape in KEY_LAYOUTS):
         return skipped("not causal (--causal) and takes no (B, T, T) mask")
     leak = _causal_leak(subject)
     if leak:
@@ -120,7 +127,7 @@ def probe_causal(subject: Subject) -> Outcome:
 @probe("padding no-leak")
 def probe_padding(subject: Subject) -> Outcome:
     """Real positions' outputs give zero gradient to padded inputs, also with large logits."""
-    if not subject.takes_mask:
+    if not subject.pads:
         return skipped(no_mask(subject))
     leak = _padding_leak(subject)
     if leak:
@@ -137,7 +144,7 @@ def probe_padding(subject: Subject) -> Outcome:
 def probe_all_masked(subject: Subject) -> Outcome:
     """A sequence that is all padding: NaN there is a warning, NaN elsewhere a failure."""
     cfg = subject.config
-    if not subject.takes_mask:
+    if not subject.pads:
         return skipped(no_mask(subject))
     module = subject.copy()
     x = subject.x(cfg.batch, cfg.seq_len, 10).requires_grad_(True)

@@ -23,7 +23,7 @@ from harness.doctor.findings import Outcome, failed, passed, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.metrics import first_nonfinite
-from harness.reference import Recognized, attend, math_attention, recognize, scaled_first_attention
+from harness.reference import Recognized, attend, math_attention, scaled_first_attention
 from harness.runner import describe
 
 HALF_LARGE = 200.0  # activation scale for the float16 overflow check
@@ -55,10 +55,12 @@ def _autocast(subject: Subject, dtype: torch.dtype) -> torch.autocast:
     return torch.autocast(device_type=subject.device.type, dtype=dtype)
 
 
-def _reading(module: nn.Module, x: Tensor, allowed: Tensor | None, out: Tensor) -> int | None:
+def _reading(
+    subject: Subject, module: nn.Module, x: Tensor, allowed: Tensor | None, out: Tensor
+) -> int | None:
     """The index of the projection reading nearest the module's float64 output, or None."""
     best, best_err = None, math.inf
-    for index, reading in enumerate(recognize(module)):
+    for index, reading in enumerate(subject.readings(module)):
         try:
             with torch.no_grad():
                 err = (attend(reading, x, allowed) - out).abs().max().item()
@@ -95,7 +97,7 @@ def probe_half(subject: Subject, dtype: torch.dtype) -> Outcome:
         exact = subject.call(exact_module, x, keep)[0]
     if torch.isfinite(exact).all() and not torch.isfinite(low).all():
         return failed(f"non-finite output{first_nonfinite(low)} under autocast({name})")
-    index = _reading(exact_module, x, allowed, exact)
+    index = _reading(subject, exact_module, x, allowed, exact)
     if index is None:
         verdict = passed(f"finite under autocast({name}) (projections not recognized: no floor)")
     else:
@@ -124,7 +126,7 @@ def _moderate(subject: Subject, module: nn.Module, index: int | None, keep: Tens
     if index is None:
         return None
     cfg = subject.config
-    reading = recognize(subject.copy())[index]
+    reading = subject.readings(subject.copy())[index]
     x = subject.x(cfg.batch, cfg.seq_len, 9)
     with torch.no_grad():
         largest = _logit_scale(reading, x)
@@ -134,7 +136,7 @@ def _moderate(subject: Subject, module: nn.Module, index: int | None, keep: Tens
     autocast = _autocast(subject, torch.float16)
     with torch.no_grad(), autocast:
         out = subject.call(module, x, keep)[0]
-        textbook = attend(recognize(module)[index], x, allowed, math_attention)
+        textbook = attend(subject.readings(module)[index], x, allowed, math_attention)
     if torch.isfinite(out).all() or not torch.isfinite(textbook).all():
         return None
     return failed(
@@ -148,8 +150,8 @@ def _moderate(subject: Subject, module: nn.Module, index: int | None, keep: Tens
 def _two_x(subject: Subject, index: int, x: Tensor, allowed: Tensor | None, low: Tensor,
            exact: Tensor, dtype: torch.dtype) -> Outcome:  # fmt: skip
     """The 2x rule on ordinary inputs."""
-    reading64 = recognize(subject.copy())[index]
-    reading = recognize(subject.copy(torch.float32))[index]
+    reading64 = subject.readings(subject.copy())[index]
+    reading = subject.readings(subject.copy(torch.float32))[index]
     with torch.no_grad():
         ref = attend(reading64, x, allowed)
     sound = _sound(reading, x.float(), allowed, _autocast(subject, dtype))
@@ -180,7 +182,7 @@ def _large(subject: Subject, module: nn.Module, index: int | None, keep: Tensor 
     )
     if index is None:
         return warned(f"{where} (Q K^T passing float16's 65504? scale Q first)")
-    reading = recognize(module)[index]
+    reading = subject.readings(module)[index]
     with torch.no_grad(), autocast:
         first = attend(reading, x, allowed, scaled_first_attention)
         textbook = attend(reading, x, allowed, math_attention)

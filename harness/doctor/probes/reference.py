@@ -81,8 +81,8 @@ def _tolerance(subject: Subject, key: Key, x: Tensor, allowed: Tensor | None,
     SDPA in float64, both computed here), plus FlashAttention's atol; a module that computes in
     float32 anywhere stays within it."""
     index, style = key
-    exact = recognize(subject.copy(torch.float64))[index]
-    low = recognize(subject.copy(torch.float32))[index]
+    exact = subject.readings(subject.copy(torch.float64))[index]
+    low = subject.readings(subject.copy(torch.float32))[index]
     with torch.no_grad():
         ref = attend(exact, x, allowed, rotary=style)
         ref32 = attend(low, x.float(), allowed, rotary=style).double()
@@ -190,7 +190,7 @@ def probe_sdpa(subject: Subject) -> Outcome:
     if not subject.deterministic:
         return skipped("not deterministic in eval mode (see above)")
     module = subject.copy()  # float64, or float32 for a module that runs only in float32
-    readings = recognize(subject.copy(torch.float64))  # the reference is float64 either way
+    readings = subject.readings(subject.copy(torch.float64))  # the reference is float64 either way
     if not readings:
         reason = "projections not recognized (or other parameters or non-mask buffers present)"
         return skipped(reason)
@@ -216,7 +216,9 @@ def probe_sdpa(subject: Subject) -> Outcome:
     if error > tolerance and (found := _tiled(subject, readings, x, allowed, out, live,
                                               tolerance, styles)):  # fmt: skip
         return found
-    nearest = _nearest(readings[best[0]], x, allowed, out, live, tolerance, styles)
+    # the known wrong forms are of the usual scale: fitted on the projections as they are
+    as_is = recognize(subject.copy(torch.float64))[best[0]]
+    nearest = _nearest(as_is, x, allowed, out, live, tolerance, styles)
     if error > tolerance and rotary and "it behaves like" not in nearest:
         return _other_pairing(subject, readings, x, allowed, out, live, tolerance) or (
             _not_compared()
