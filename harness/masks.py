@@ -23,6 +23,7 @@ LAYOUTS = ("bqk", "b1qk", "bk", "b11k", "qk")
 KEY_LAYOUTS = ("bk", "b11k")  # which keys are padding, per sequence: never the future
 SHARED_LAYOUTS = ("qk",)  # one mask for the whole batch: the future, never a sequence's padding
 MASK_DTYPES = ("bool", "float")
+FILLS = ("-inf", "min")
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,14 @@ class MaskSpec:
     meaning: str = "keep"  # one of MEANINGS
     layout: str = "bqk"  # one of LAYOUTS
     dtype: str = "bool"  # one of MASK_DTYPES (additive masks are always in the compute dtype)
+    # what an additive mask adds where blocked: -inf (the catalogue's), or the dtype's most
+    # negative finite value, as transformers builds its masks (a row with no key then stays
+    # finite, so a NaN there is the module's own)
+    fill: str = "-inf"
 
     def __post_init__(self) -> None:
-        for name, allowed in (("meaning", MEANINGS), ("layout", LAYOUTS), ("dtype", MASK_DTYPES)):
+        for name, allowed in (("meaning", MEANINGS), ("layout", LAYOUTS), ("dtype", MASK_DTYPES),
+                              ("fill", FILLS)):  # fmt: skip
             if getattr(self, name) not in allowed:
                 raise ValueError(f"mask {name} {getattr(self, name)!r} not in {allowed}")
 
@@ -49,7 +55,8 @@ class MaskSpec:
                 )
             keep = keep[0]  # (T, T)
         if self.meaning == "additive":
-            mask = torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, float("-inf"))
+            blocked = float("-inf") if self.fill == "-inf" else torch.finfo(dtype).min
+            mask = torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, blocked)
         else:
             mask = keep if self.meaning == "keep" else ~keep
             mask = mask.to(dtype) if self.dtype == "float" else mask

@@ -299,6 +299,21 @@ def rotate(t: Tensor, style: str) -> Tensor:
     return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
 
 
+def attention_weights(found: Recognized, x: Tensor, keep: Tensor | None) -> Tensor:
+    """(B, h, T, T) softmax weights of the recognized projections (no rotary, K/V heads in
+    blocks), at SDPA's scale: what a module that returns no weights attends with."""
+    qkv, _, heads, _ = found
+    B, T, _ = x.shape
+    q, k, _ = qkv(x)
+    q = q.reshape(B, T, heads, -1).transpose(1, 2)  # (B, h, T, d)
+    k = k.reshape(B, T, -1, q.shape[-1]).transpose(1, 2)  # (B, h_kv, T, d)
+    k = k.repeat_interleave(heads // k.shape[1], dim=1)  # (B, h, T, d)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, h, T, T)
+    if keep is not None:
+        scores = scores.masked_fill(~keep[:, None].to(scores.device), -math.inf)
+    return scores.softmax(dim=-1)
+
+
 def attend(
     found: Recognized,
     x: Tensor,

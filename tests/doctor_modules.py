@@ -417,3 +417,10 @@ class TutorialMultiHead(nn.Module):
 
 def tutorial_keys_swapped(d_model, heads):
     return TutorialMultiHead(d_model, heads, keys=(0, 1))
+
+
+class MinGPTStyle(CausalSelfAttention):
+    """minGPT's signature: ``forward(x, layer_past=None)``, a parameter it never uses."""
+
+    def forward(self, x, layer_past=None):
+        return super().forward(x)

@@ -245,7 +245,31 @@ def test_a_t_by_t_mask_that_lets_the_future_in_fails_causal_no_leak():
     failed = {f.probe: f.message for f in d.findings if f.status == FAIL}
     assert "causal no-leak" in failed, d.text()
     skipped = {f.probe: f.message for f in d.findings if f.status == SKIP}
-    assert "no padding to probe" in skipped["padding no-leak"]
+    assert "cannot leave one without keys" in skipped["all-masked rows"]
+
+
+@pytest.mark.parametrize("batch", [4, 16])
+def test_a_t_by_t_mask_is_detected_whatever_the_batch(batch):
+    """Whisper's mask[:T, :T] also takes a (B, 1, T, T) mask whole while B <= T: detection
+    must not settle for that coincidence, which breaks at a batch of 16."""
+    d = diagnose(dm.whisper_ok(64, 4), Config(batch=batch), "WhisperStyle")
+    assert d.healthy, d.text()
+    found = next(f for f in d.findings if f.probe == "mask convention")
+    assert "--mask-shape qk" in found.message, found.message
+
+
+def test_a_module_that_ignores_a_t_by_t_mask_fails_padding_no_leak():
+    """The same padding for every sequence is what a (T, T) mask can hold: a module that
+    ignores it reads the padding."""
+
+    class Ignores(dm.WhisperStyle):
+        def forward(self, x, mask=None):
+            return super().forward(x, None)
+
+    module = Ignores(64, 4)
+    d = diagnose(module, Config(mask="additive", mask_shape="qk"))
+    failed = {f.probe for f in d.findings if f.status == FAIL}
+    assert "padding no-leak" in failed, d.text()
 
 
 def test_an_intended_scale_is_compared_as_declared():
@@ -320,3 +344,49 @@ def test_what_a_module_says_beats_its_config():
     assert subject.context == 128  # its causal buffer's rows, before its config's 8
     module.sliding_window = 3
     assert Subject(module, Config(causal=True)).window == 3
+
+
+def test_an_additive_mask_is_passed_as_real_callers_build_it():
+    """transformers fills its additive masks with finfo.min: an all-padding row stays finite,
+    so a correct BERT-style module gets no NaN warning that the doctor's own -inf would cause."""
+    d = diagnose(dm.BertExtended(64, 4), Config(mask="additive", mask_shape="b11k"))
+    found = {f.probe: f for f in d.findings}
+    assert found["all-masked rows"].status == PASS, found["all-masked rows"].message
+
+
+def test_a_cache_parameter_the_module_never_uses_is_not_probed_as_a_decoder():
+    d = diagnose(dm.MinGPTStyle(64, 4), Config(causal=True), "MinGPTStyle")
+    assert d.healthy, d.text()
+    found = {f.probe: f for f in d.findings}
+    for name in ("cached decoding", "cache reuse"):
+        assert found[name].status == SKIP and "returns no cache" in found[name].message
+
+
+def test_a_mask_parameter_is_found_by_what_it_is_not_by_a_list():
+    """fairseq-style names no list holds: future_mask is a mask; need_weights is not."""
+
+    class FutureMasked(dm.EinsumAttention):
+        def forward(self, x, future_mask=None, need_weights=False):
+            return super().forward(x, future_mask)
+
+    d = diagnose(FutureMasked(64, 4), Config(), "FutureMasked")
+    found = next(f for f in d.findings if f.probe == "mask convention")
+    assert found.status == PASS and "`future_mask`" in found.message, found.message
+    assert d.healthy, d.text()
+    assert diagnose(FutureMasked(64, 4), Config(mask="keep")).healthy
+
+
+def test_unit_variance_init_is_named_init_variance_even_without_returned_weights():
+    """The tutorial's multi-head module returns no weights: its saturation is read off its own
+    projections. normal_(std=1) saturates; the default init does not."""
+    module = dm.TutorialMultiHead(64, 4)
+    default = {f.probe: f for f in diagnose(module, Config(mask="keep")).findings}
+    assert default["attention weights"].status == SKIP, default["attention weights"]
+    with torch.no_grad():
+        for linear in module.modules():
+            if isinstance(linear, nn.Linear):
+                linear.weight.normal_(std=1.0, generator=torch.Generator().manual_seed(0))
+    found = {f.probe: f for f in diagnose(module, Config(mask="keep")).findings}
+    weights = found["attention weights"]
+    assert weights.status == FAIL and "init_variance" in weights.message, weights
+    assert "read off its projections" in weights.message

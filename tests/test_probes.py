@@ -25,6 +25,7 @@ from tests import misbehaving_modules as mm
 
 KEEP = Config(mask="keep")
 LARGE = "with activations scaled by 300"
+FILL = "fill_too_small (fill with -inf, or torch.finfo(dtype).min)"
 
 
 def make(factory, *args, **kwargs) -> nn.Module:
@@ -88,9 +89,18 @@ def test_a_disagreement_names_the_catalogue_trap_it_reproduces(pitfall, words):
     assert f.message.endswith(f": {pitfall}"), f
 
 
-def test_a_disagreement_no_trap_explains_says_so_with_the_nearest():
+def test_a_disagreement_no_trap_explains_names_no_far_off_trap():
+    """A scale 0.1% off: no known wrong form explains even half of it, so none is named."""
     f = probe(make(dm.einsum_nearly_scaled, 64, 4), KEEP, "agrees with SDPA")
-    assert "no known trap matches (nearest:" in f.message, f
+    assert f.status == FAIL and "no known trap's arithmetic comes near it" in f.message, f
+    assert "nearest" not in f.message
+
+
+def test_a_near_miss_of_a_known_trap_names_it_with_its_distance():
+    """1/sqrt(1.1 d_model): most of the way to scale_d_model, not within the floor."""
+    module = make(dm.EinsumAttention, 64, 4, scale_by=1.1 * 64)
+    f = probe(module, KEEP, "agrees with SDPA")
+    assert "no known trap matches (nearest: a 1/sqrt(d_model) scale, scale_d_model" in f.message, f
 
 
 def test_sdpa_tolerance_is_relative_to_the_output_scale():
@@ -182,7 +192,8 @@ def test_a_small_additive_fill_leaks_only_at_large_logits(name):
     """BERT's (1 - mask) * -10000 hides a key on ordinary inputs, not at large logits."""
     assert probe(make(dm.einsum_ok, 64, 4), KEEP, name).status == PASS
     f = probe(make(dm.BertAdditive, 64, 4), KEEP, name)
-    assert f.status == FAIL and f.message.endswith(LARGE), f
+    assert f.status == FAIL and LARGE in f.message and f.message.endswith(FILL), f
+    assert "fill_too_small" in f.message
 
 
 def test_an_inverted_convention_gets_a_hint_either_way():

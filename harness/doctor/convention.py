@@ -11,24 +11,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
 from torch import nn
 
 from harness.doctor.findings import FAIL, PASS, Finding
 from harness.doctor.probes.leaks import _future_leak, _padding_leak, _responds
 from harness.doctor.subject import Config, Subject, mask_parameters, quietly_seeded
 from harness.errors import UsageError
-from harness.masks import KEY_LAYOUTS, LAYOUTS, MEANINGS, SHARED_LAYOUTS, MaskSpec
+from harness.masks import KEY_LAYOUTS, LAYOUTS, MEANINGS, MaskSpec
 from harness.runner import describe
 
 NAME = "mask convention"
-# The readings tried, all but those that cannot hold padding: a (T, T) reading would pass a module
-# that ignores its padding mask, so it is the user's to declare (--mask-shape qk).
-CANDIDATES = tuple(
-    MaskSpec(meaning, layout)
-    for layout in LAYOUTS
-    if layout not in SHARED_LAYOUTS
-    for meaning in MEANINGS
-)
+CANDIDATES = tuple(MaskSpec(meaning, layout) for layout in LAYOUTS for meaning in MEANINGS)
 WORDS = {
     "keep": "keep (True = attend)",
     "drop": "drop (True = blocked, as nn.MultiheadAttention)",
@@ -46,11 +40,18 @@ def respects(module: nn.Module, config: Config) -> bool:
     and its real outputs still respond to the real inputs. Raises when it does not run."""
     subject = Subject(module, config)
     with quietly_seeded(config.seed):
-        if subject.pads and _padding_leak(subject) is not None:
-            return False
-        if not _responds(subject):
+        if _padding_leak(subject) is not None or not _responds(subject):
             return False
         return config.mask_shape in KEY_LAYOUTS or _future_leak(subject, 1.0) is None
+
+
+def runs(module: nn.Module, config: Config) -> bool:
+    """The module can be called with masks read as ``config`` says (raises when it cannot)."""
+    subject = Subject(module, config)
+    keep = subject.keep("padding", config.batch, config.seq_len, 4, left=True)
+    with quietly_seeded(config.seed), torch.no_grad():
+        subject.call(subject.copy(), subject.x(config.batch, config.seq_len, 4), keep)
+    return True
 
 
 def readings(parameters: list[str], given: str | None) -> list[tuple[str, MaskSpec]]:
@@ -75,8 +76,11 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
         arg = None if len(parameters) == 1 and config.mask_arg is None else parameter
         candidate = replace(config, mask=spec.meaning, mask_shape=spec.layout, mask_arg=arg)
         small = replace(candidate, batch=min(config.batch, 4), seq_len=min(config.seq_len, 8))
+        # and it must still run with more sequences than tokens: a reading that runs only while
+        # B <= T (Whisper's mask[:T, :T] of a (B, 1, T, T) mask keeps it whole) is a coincidence
+        wide = replace(small, batch=small.seq_len + 1)
         try:  # a convention shows on short sequences: cheap to try every one
-            works = respects(module, small)
+            works = respects(module, small) and runs(module, wide)
         except UsageError:
             raise
         except Exception as exc:  # this reading does not even run
@@ -97,8 +101,8 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
         NAME,
         FAIL,
         f"forward takes {names}, but no reading of it (keep, drop or additive; (B, T, T), "
-        "(B, 1, T, T), (B, T) or (B, 1, 1, T)) stops a causal mask leaking the future "
+        "(B, 1, T, T), (B, T), (B, 1, 1, T) or (T, T)) stops a causal mask leaking the future "
         "and a padding mask "
         "leaking padding: the mask is ignored or broken (or in a form the doctor does not "
-        "try: declare it with --mask and --mask-shape; a (T, T) mask is --mask-shape qk)",
+        "try: declare it with --mask and --mask-shape)",
     )

@@ -10,7 +10,7 @@ import sys
 import textwrap
 import tokenize
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -24,6 +24,7 @@ from harness.doctor.options import BY_NAME
 from harness.errors import UsageError, shorten
 from harness.inputs import generator
 from harness.masks import (
+    CAUSAL_KINDS,
     KEY_LAYOUTS,
     SHARED_LAYOUTS,
     MaskSpec,
@@ -135,7 +136,9 @@ class Config:
         """The module's mask convention in the shared vocabulary; None when it takes no mask."""
         if self.mask in ("auto", "none"):  # detected (harness.doctor.convention), or none
             return None
-        return MaskSpec(self.mask, self.mask_shape, self.mask_dtype)
+        # an additive mask as real callers build it: finfo.min, so an all-padding row stays
+        # finite unless the module itself makes it NaN
+        return MaskSpec(self.mask, self.mask_shape, self.mask_dtype, fill="min")
 
     @classmethod
     def for_spec(cls, spec: MaskSpec | None, **options: object) -> Config:
@@ -241,8 +244,9 @@ class Subject:
         self.config = config
         self.device = torch.device(config.device)
         self.takes_mask = config.spec is not None
-        # its mask can say which keys of each sequence are padding ((T, T) cannot)
-        self.pads = self.takes_mask and config.mask_shape not in SHARED_LAYOUTS
+        # its mask says which keys of each sequence are padding; a (T, T) one holds the same
+        # padding for every sequence, so it cannot leave one sequence without keys
+        self.pads_each = self.takes_mask and config.mask_shape not in SHARED_LAYOUTS
         self.spec = config.spec
         if config.call is not None:
             self.plan: CallPlan = AdapterPlan(adapter=config.call)
@@ -358,9 +362,23 @@ class Subject:
         ``left``, odd sequences are padded on the left, as batches for generation are: a causal
         module that ignores its padding mask can then be seen reading the padding."""
         keep = keep_mask(kind, batch, seq_len, generator(seed + 7), empty)
+        if self.config.mask_shape in SHARED_LAYOUTS and kind != "causal":
+            keep = self._shared(keep, seq_len)
+            keep &= causal_keep(batch, seq_len) if kind in CAUSAL_KINDS else True
         if left and kind == "padding":
-            keep[1::2] = keep[1::2].flip(-1)  # (B, T, T): real keys at the end
+            flipped = slice(None) if self.config.mask_shape in SHARED_LAYOUTS else slice(1, None, 2)
+            keep[flipped] = keep[flipped].flip(-1)  # (B, T, T): real keys at the end
         return keep
+
+    @staticmethod
+    def _shared(keep: Tensor, seq_len: int) -> Tensor:
+        """The same padding for every sequence, as one (T, T) mask must give it: the first
+        padded sequence's keys (half of them when none is padded)."""
+        lengths = keep[:, -1].sum(-1)  # (B,): the last query sees every real key
+        padded = lengths[lengths < seq_len]
+        length = int(padded[0]) if padded.numel() else max(1, seq_len // 2)
+        real = torch.arange(seq_len) < length  # (T,)
+        return real.expand_as(keep).clone()  # (B, T, T): every query, every sequence
 
     def readings(self, module: nn.Module) -> list[Recognized]:
         """Every reading of ``module``'s projections (``reference.recognize``), at the softmax
@@ -595,6 +613,23 @@ INPUT_NAMES = ("x", "hidden_states", "inputs", "input", "hidden", "tgt", "src", 
 QKV_NAMES = (("query", "key", "value"), ("q", "k", "v"), ("queries", "keys", "values"))
 MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_mask", "padding_mask",
               "src_key_padding_mask", "tgt_mask", "pad_mask", "input_mask")  # fmt: skip
+# A mask parameter by what it is, beyond the names above (fairseq's future_mask, a
+# src_padding_mask): its name says mask, and it is not a flag or a count that configures one.
+MASK_WORD = re.compile(r"(?:^|_)mask(?:$|_)", re.IGNORECASE)
+NOT_MASKS = re.compile(r"^(?:use|need|return|output|apply|is|has)_|_(?:id|ids|idx|type|value)$")
+
+
+def is_mask_name(name: str) -> bool:
+    """A parameter named as a mask: one of MASK_NAMES, or a name with the word mask in it."""
+    return name in MASK_NAMES or (bool(MASK_WORD.search(name)) and not NOT_MASKS.search(name))
+
+
+def mask_names(params: Iterable[str]) -> list[str]:
+    """forward's mask parameters: the common names first, in MASK_NAMES' order, then others."""
+    names = list(params)
+    return [n for n in MASK_NAMES if n in names] + [
+        n for n in names if n not in MASK_NAMES and is_mask_name(n)
+    ]
 
 
 # Position inputs the doctor can make: rotary tables in the two common forms, and positions.
@@ -759,7 +794,7 @@ def mask_parameters(module: nn.Module) -> list[str]:
         return []
     if isinstance(module, nn.MultiheadAttention):  # its adapter takes one mask for both
         return ["mask"]
-    return [n for n in MASK_NAMES if n in params]
+    return mask_names(params)
 
 
 def _mask_name(params: Mapping[str, object], wanted: str | None = None) -> str | None:
@@ -768,7 +803,7 @@ def _mask_name(params: Mapping[str, object], wanted: str | None = None) -> str |
         if wanted not in params:
             raise UsageError(f"--mask-arg {wanted}: forward has no parameter of that name")
         return wanted
-    return next((n for n in MASK_NAMES if n in params), None)
+    return next(iter(mask_names(params)), None)
 
 
 def plan_call(module: nn.Module, takes_mask: bool, mask_arg: str | None = None) -> CallPlan:

@@ -15,7 +15,7 @@ from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject, float32_rounding
 from harness.inputs import generator
-from harness.reference import head_count
+from harness.reference import attention_weights, head_count
 from harness.runner import describe
 
 EXACT = 1e-9  # float64: differences below this are rounding
@@ -124,9 +124,7 @@ def probe_permutation(subject: Subject) -> Outcome:
     module = subject.copy()
     x = subject.x(cfg.batch, cfg.seq_len, 5)
     perm = torch.randperm(cfg.seq_len, generator=generator(5))
-    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 5) if subject.pads else None
-    if subject.takes_mask and keep is None:  # a (T, T) mask: every key for every sequence
-        keep = torch.ones(cfg.batch, cfg.seq_len, cfg.seq_len, dtype=torch.bool)
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 5) if subject.takes_mask else None
     keep_perm = None if keep is None else keep[:, perm][:, :, perm]
     with torch.no_grad():
         out, _ = subject.call(module, x, keep)
@@ -166,7 +164,7 @@ def probe_weights(subject: Subject) -> Outcome:
     with torch.no_grad():
         _, weights = subject.call(module, subject.x(cfg.batch, cfg.seq_len, 6), keep)
     if weights is None:
-        return skipped("forward returns no weights")
+        return _saturation_of_projections(subject, keep)
     w = weights.double().cpu()
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
     if allowed is not None and w.dim() == 4:
@@ -190,11 +188,39 @@ def probe_weights(subject: Subject) -> Outcome:
             return failed(f"weight {leaked:.3g} on a masked key")
     saturated = metrics.saturated_fraction(rows) if rows.numel() else 0.0
     if metrics.degenerate(saturated):
-        return failed(
-            f"{saturated:.0%} of rows put >= {metrics.SATURATED:g} of their weight on one key at "
-            "initialisation (projection init too large?)",
-        )
+        return failed(_saturated(saturated))
     return passed("rows sum to 1, zero where masked, not saturated")
+
+
+def _saturated(fraction: float, where: str = "") -> str:
+    return (
+        f"{fraction:.0%} of rows put >= {metrics.SATURATED:g} of their weight on one key at "
+        f"initialisation{where}: projection weights too large for the scale, init_variance "
+        "(nn.Linear's default or xavier init, not normal_(std=1))"
+    )
+
+
+def _saturation_of_projections(subject: Subject, keep: torch.Tensor | None) -> Outcome:
+    """A module that returns no weights: the weights its own projections give, when recognized,
+    are read for saturation (a too-large init shows there); else nothing to check."""
+    cfg = subject.config
+    readings = subject.readings(subject.copy())
+    if not readings:
+        return skipped("forward returns no weights (and its projections are not recognized)")
+    allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
+    x = subject.x(cfg.batch, cfg.seq_len, 6)
+    try:
+        with torch.no_grad():
+            w = attention_weights(readings[0], x, allowed).cpu()
+    except RuntimeError:
+        return skipped("forward returns no weights (its projections do not run alone)")
+    rows = w[torch.isfinite(w).all(-1)]
+    saturated = metrics.saturated_fraction(rows) if rows.numel() else 0.0
+    if metrics.degenerate(saturated):
+        return failed(_saturated(saturated, " (read off its projections: it returns no weights)"))
+    return skipped(
+        f"forward returns no weights; its projections' weights: {saturated:.0%} of rows saturated"
+    )
 
 
 @probe("gradient flow")

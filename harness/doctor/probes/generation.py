@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from harness.consistency import Agreement, agreements
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import AdapterPlan, Subject
+from harness.doctor.subject import AdapterPlan, Returned, Subject
 from harness.masks import causal_keep
 from harness.scenarios import Invoke
 
@@ -32,7 +32,22 @@ def _setup(subject: Subject) -> tuple[str | None, Tensor, Tensor | None]:
         return subject.cache_source, x, keep
     if subject.sequence_first:
         return "sequence-first module: cached calls are not probed", x, keep
+    if subject.new_cache is Returned and not _returns_a_cache(subject, x, keep):
+        return (
+            f"forward takes `{subject.plan.cache}` but returns no cache to pass back: it does "
+            "not use one here (an encoder, or a parameter kept for compatibility), so it is not "
+            "probed as a decoder"
+        ), x, keep  # fmt: skip
     return None, x, keep
+
+
+def _returns_a_cache(subject: Subject, x: Tensor, keep: Tensor | None) -> bool:
+    """One prefill call with a cache to fill: does the module give one back?"""
+    cache, module = Returned(), subject.copy()
+    mask = subject.encode(keep, torch.float64)
+    with torch.no_grad():
+        subject.invoke(module, x.to(subject.device), mask, None, cache, 0)
+    return cache.value is not None
 
 
 def _agreements(subject: Subject, x: Tensor, keep: Tensor | None, scenarios: tuple[str, ...],

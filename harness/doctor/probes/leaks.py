@@ -17,6 +17,11 @@ from harness.masks import KEY_LAYOUTS
 from harness.metrics import first_nonfinite
 
 LARGE = 300.0  # activation scale for the large-logit leak checks (float64: no overflow)
+# A leak that shows only at large logits is a finite fill that they outgrow (old GPT-2's -1e4).
+FILL = (
+    " and not at ordinary ones: the mask's fill is a finite constant these logits outgrow: "
+    "fill_too_small (fill with -inf, or torch.finfo(dtype).min)"
+)
 NO_MASK = "no mask to probe with (forward takes none, or no convention of it worked: see above)"
 
 
@@ -24,8 +29,8 @@ def no_mask(subject: Subject) -> str:
     """Why a mask probe has no mask: declared none, none found, or one that holds no padding."""
     if subject.config.mask == "none":
         return "--mask none: the caller never passes a mask"
-    if subject.takes_mask:  # and does not pad
-        return "its (T, T) mask is one for every sequence: no padding to probe"
+    if subject.takes_mask:  # but not padding of each sequence of its own
+        return "its (T, T) mask is one for every sequence: it cannot leave one without keys"
     return NO_MASK
 
 
@@ -45,7 +50,7 @@ def _causal_leak(subject: Subject) -> str | None:
     for scale in (1.0, LARGE):
         leak = _future_leak(subject, scale)
         if leak:
-            return leak + ("" if scale == 1.0 else f" with activations scaled by {scale:g}")
+            return leak + ("" if scale == 1.0 else f" with activations scaled by {scale:g}{FILL}")
     return None
 
 
@@ -62,7 +67,7 @@ def _padding_leak(subject: Subject) -> str | None:
         if leaked.any():
             finite = leaked & ~change.isnan()  # a dependency is better evidence than a NaN
             b, t = (int(i) for i in (finite if finite.any() else leaked).nonzero()[0])
-            where = "" if scale == 1.0 else f" with activations scaled by {scale:g}"
+            where = "" if scale == 1.0 else f" with activations scaled by {scale:g}{FILL}"
             padded = (~real[b]).nonzero().flatten().tolist()
             if change[b, t].isnan():
                 return f"real output {t} of sequence {b} is NaN with padding{where}"
@@ -77,14 +82,10 @@ def _padding_leak(subject: Subject) -> str | None:
 
 
 def _responds(subject: Subject) -> bool:
-    """Every real output moves when the real inputs are redrawn under a padding mask (a causal
-    one for a mask that holds no padding): a mask read so that it hides everything (outputs all
-    zero, or NaN) leaks nothing but says nothing."""
+    """Every real output moves when the real inputs are redrawn under a padding mask: a mask read
+    so that it hides everything (outputs all zero, or NaN) leaks nothing but says nothing."""
     cfg = subject.config
-    if subject.pads:
-        keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
-    else:
-        keep = subject.keep("causal", cfg.batch, cfg.seq_len, 4)
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
     real = keep.any(dim=1)  # (B, T)
     redraws = Redraws(as_call(subject.bound(keep), None), subject.x(cfg.batch, cfg.seq_len, 4))
     change = redraws.change(real)
@@ -127,7 +128,7 @@ def probe_causal(subject: Subject) -> Outcome:
 @probe("padding no-leak")
 def probe_padding(subject: Subject) -> Outcome:
     """Real positions' outputs give zero gradient to padded inputs, also with large logits."""
-    if not subject.pads:
+    if not subject.takes_mask:
         return skipped(no_mask(subject))
     leak = _padding_leak(subject)
     if leak:
@@ -144,7 +145,7 @@ def probe_padding(subject: Subject) -> Outcome:
 def probe_all_masked(subject: Subject) -> Outcome:
     """A sequence that is all padding: NaN there is a warning, NaN elsewhere a failure."""
     cfg = subject.config
-    if not subject.pads:
+    if not subject.pads_each:
         return skipped(no_mask(subject))
     module = subject.copy()
     x = subject.x(cfg.batch, cfg.seq_len, 10).requires_grad_(True)

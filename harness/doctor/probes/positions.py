@@ -163,8 +163,8 @@ def probe_left_padding(subject: Subject) -> Outcome:
     """Left padding leaves real tokens' outputs as they are, with the module's own positions."""
     if subject.position_scheme == "none":
         return skipped(f"no positions ({subject.position_source}): the padding probe covers it")
-    if not subject.pads:
-        return skipped("takes no mask that holds padding: padding cannot be declared")
+    if not subject.takes_mask:
+        return skipped("takes no mask: padding cannot be declared")
     cfg = subject.config
     batch, seq_len = cfg.batch, cfg.seq_len
     x = subject.x(batch, seq_len, 35)

@@ -91,9 +91,11 @@ def _tolerance(subject: Subject, key: Key, x: Tensor, allowed: Tensor | None,
 
 
 def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor, live: Tensor,
-             tolerance: float, styles: tuple[str | None, ...] = (None,)) -> str:  # fmt: skip
-    """The variant the output matches (with any of the rotary ``styles``), or the nearest one
-    with its distance."""
+             tolerance: float, styles: tuple[str | None, ...] = (None,),
+             disagreement: float = math.inf) -> str:  # fmt: skip
+    """The variant the output matches (with any of the rotary ``styles``); else the nearest one
+    with its distance, when it explains at least half of the ``disagreement`` with SDPA (one
+    that does not is no clue, and is not named)."""
     errors = []
     for variant in VARIANTS:
         for style in styles:
@@ -105,6 +107,8 @@ def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor
     err, variant = min(errors, key=lambda pair: pair[0])
     if err <= tolerance:
         return f"; it behaves like {variant.words} (within {err:.2g}): {variant.trap}"
+    if err > disagreement / 2:
+        return "; no known trap's arithmetic comes near it"
     return f"; no known trap matches (nearest: {variant.words}, {variant.trap}, {err:.3g} off)"
 
 
@@ -218,7 +222,7 @@ def probe_sdpa(subject: Subject) -> Outcome:
         return found
     # the known wrong forms are of the usual scale: fitted on the projections as they are
     as_is = recognize(subject.copy(torch.float64))[best[0]]
-    nearest = _nearest(as_is, x, allowed, out, live, tolerance, styles)
+    nearest = _nearest(as_is, x, allowed, out, live, tolerance, styles, error)
     if error > tolerance and rotary and "it behaves like" not in nearest:
         return _other_pairing(subject, readings, x, allowed, out, live, tolerance) or (
             _not_compared()
