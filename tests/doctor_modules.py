@@ -5,6 +5,7 @@ batch_first=False wrapper around nn.MultiheadAttention.
 """
 
 import math
+import warnings
 
 import torch
 import torch.nn as nn
@@ -384,9 +385,9 @@ class TutorialHead(nn.Module):
     tensor scale, bmm, masked_fill(mask == 0, -inf), softmax over the last axis; ``keys`` says
     which axes of K are swapped (the tutorial's (1, 2), or its §3.2 bug (0, 1))."""
 
-    def __init__(self, d_model, d_k, d_v, keys=(1, 2)):
+    def __init__(self, d_model, d_k, d_v, keys=(1, 2), dim=-1):
         super().__init__()
-        self.keys = keys
+        self.keys, self.dim = keys, dim
         self.W_q = nn.Linear(d_model, d_k, bias=False)
         self.W_k = nn.Linear(d_model, d_k, bias=False)
         self.W_v = nn.Linear(d_model, d_v, bias=False)
@@ -397,7 +398,12 @@ class TutorialHead(nn.Module):
         scores = torch.bmm(Q, K.transpose(*self.keys)) / self.scale  # (B, T, T)
         if mask is not None:
             scores = scores.masked_fill(mask == 0, float("-inf"))
-        weights = F.softmax(scores, dim=-1)
+        if self.dim is None:  # the §3.2 bug: no dim, which on 3-D scores is the batch axis
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                weights = F.softmax(scores)
+        else:
+            weights = F.softmax(scores, dim=self.dim)
         return torch.bmm(weights, V), weights
 
 

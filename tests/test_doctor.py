@@ -390,3 +390,16 @@ def test_unit_variance_init_is_named_init_variance_even_without_returned_weights
     weights = found["attention weights"]
     assert weights.status == FAIL and "init_variance" in weights.message, weights
     assert "read off its projections" in weights.message
+
+
+@pytest.mark.parametrize(
+    ("dim", "words"), [(None, "the batch (F.softmax without dim"), (-2, "the queries (dim=-2)")]
+)
+def test_a_softmax_over_another_axis_is_named_softmax_dim(dim, words):
+    """The tutorial's single head without dim: under its causal mask the weights are NaN where
+    every sequence masks a key, and sum to 1 over the batch elsewhere."""
+    module = dm.TutorialHead(64, 16, 16, dim=dim)
+    found = {f.probe: f for f in diagnose(module, Config(mask="keep")).findings}
+    weights = found["attention weights"]
+    assert weights.status == FAIL and "softmax_dim" in weights.message, weights
+    assert words in weights.message

@@ -203,6 +203,12 @@ def test_an_inverted_convention_gets_a_hint_either_way():
     assert drop_module.status == FAIL and "passes with --mask drop" in drop_module.message
 
 
+def test_a_mask_that_works_only_the_other_way_round_names_mask_bool():
+    f = probe(*catalogue("mask_bool"), "causal no-leak")
+    assert f.status == FAIL and "passes with --mask drop" in f.message, f
+    assert "mask_bool" in f.message and "sdpa_mask_inverted" in f.message
+
+
 def test_a_real_leak_gets_no_convention_hint():
     f = probe(make(dm.LastKeyUnmasked, 64, 4), KEEP, "causal no-leak")
     assert f.status == FAIL and "depends on input 7" in f.message, f

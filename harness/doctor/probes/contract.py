@@ -176,11 +176,12 @@ def probe_weights(subject: Subject) -> Outcome:
         live = torch.ones(w.shape[:-1], dtype=torch.bool)
     rows = w[live]
     if not torch.isfinite(rows).all():
-        return failed("NaN or Inf in rows that have allowed keys")
+        return failed("NaN or Inf in rows that have allowed keys" + _other_axis(w, allowed))
     row_err = (rows.sum(-1) - 1).abs().max().item() if rows.numel() else 0.0
     if row_err > 1e-6 or (rows < 0).any():
         return failed(
-            f"rows are not distributions: max |row sum - 1| = {row_err:.3g}",
+            f"rows are not distributions: max |row sum - 1| = {row_err:.3g}"
+            + _other_axis(w, allowed),
         )
     if allowed is not None:
         leaked = w.masked_fill(allowed, 0).nan_to_num(0).abs().max().item()
@@ -190,6 +191,27 @@ def probe_weights(subject: Subject) -> Outcome:
     if metrics.degenerate(saturated):
         return failed(_saturated(saturated))
     return passed("rows sum to 1, zero where masked, not saturated")
+
+
+# The axes a softmax without the right dim normalizes instead: by what sums to 1 along them.
+OTHER_AXES = ((-2, "the queries (dim=-2)"), (0, "the batch (F.softmax without dim on 3-D scores)"),
+              (1, "the heads (F.softmax without dim on 4-D scores)"))  # fmt: skip
+
+
+def _other_axis(w: torch.Tensor, allowed: torch.Tensor | None) -> str:
+    """softmax_dim, when the weights are distributions along another axis (NaN where every
+    entry along it is masked, as the tutorial's causal mask makes them); else nothing."""
+    blocked = torch.zeros_like(w, dtype=torch.bool) if allowed is None else ~allowed
+    for axis, words in OTHER_AXES:
+        if w.dim() == 3 and axis == 1:
+            continue
+        sums = w.nan_to_num(0.0).sum(axis)
+        none_left = blocked.all(axis)  # entries whose whole slice along the axis is masked
+        fine = ((sums - 1).abs() <= 1e-6) | none_left
+        nan_where_blocked = bool((w.isnan() <= blocked.all(axis, keepdim=True)).all())
+        if bool(fine.all()) and nan_where_blocked:
+            return f"; they sum to 1 over {words} instead: softmax_dim (softmax(dim=-1))"
+    return ""
 
 
 def _saturated(fraction: float, where: str = "") -> str:

@@ -102,7 +102,13 @@ def _convention_hint(subject: Subject, check: Callable[[Subject], str | None]) -
         passes = check(flipped) is None
     except Exception:
         return ""
-    return f" (it passes with --mask {other}: is that the module's convention?)" if passes else ""
+    if not passes:
+        return ""
+    return (
+        f" (it passes with --mask {other}: is that the module's convention? If not, the module "
+        f"blocks exactly the keys it should attend: mask_bool, a keep-mask filled where it is "
+        f"True, or sdpa_mask_inverted, a blocked-is-True mask given where True attends)"
+    )
 
 
 @probe("causal no-leak")
