@@ -248,6 +248,13 @@ def test_a_module_whose_outputs_are_all_nan_fails_what_it_cannot_pass(name):
     assert f.status == FAIL and "NaN" in f.message, f
 
 
+@pytest.mark.parametrize("name", ["float16 robustness", "bfloat16 robustness"])
+def test_dropout_left_on_is_said_once_not_again_as_low_precision_error(name):
+    f = probe(*catalogue("dropout_in_eval"), name)
+    assert f.status == SKIP and "eval determinism" in f.message, f
+    assert probe(*catalogue("dropout_in_eval", "fixed"), name).status != SKIP
+
+
 def test_a_module_in_training_mode_is_probed_in_eval_mode():
     module = make(nn.MultiheadAttention, 32, 4, dropout=0.5).train()
     assert probe(module, Config(mask="drop"), "eval determinism").status == PASS

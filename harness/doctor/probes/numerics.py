@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from harness import metrics
 from harness.devices import dtype_name
-from harness.doctor.findings import Outcome, failed, passed, warned
+from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.metrics import first_nonfinite
@@ -82,7 +82,10 @@ def _sound(reading: Recognized, x: Tensor, allowed: Tensor | None, autocast) -> 
 
 def probe_half(subject: Subject, dtype: torch.dtype) -> Outcome:
     """The module under torch.autocast in ``dtype``, against its own float64 output, by the
-    2x rule; in float16 also at large activations."""
+    2x rule; in float16 also at large activations. A module whose two identical calls differ
+    (dropout left on) cannot be held to its own float64 output: eval determinism says so."""
+    if not subject.deterministic:
+        return skipped("not deterministic in eval mode (see eval determinism): nothing to compare")
     cfg, name = subject.config, dtype_name(dtype)
     keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
