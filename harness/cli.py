@@ -363,14 +363,15 @@ def positive(text: str) -> int:
 
 
 def seed(text: str) -> int:
-    """argparse type: a seed, an integer in 0..2**32 - 1."""
+    """argparse type: a seed, an integer in 0..2**32 - 1 (``inputs.check_seed``)."""
     try:
-        return check_seed(int(text))
-    except ValueError as exc:  # not an integer, or out of range (UsageError is a ValueError)
-        reason = (
-            exc if isinstance(exc, UsageError) else f"not an integer: {shorten(text, quote=True)}"
-        )
-        raise argparse.ArgumentTypeError(str(reason)) from None
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {shorten(text, quote=True)}") from None
+    try:
+        return check_seed(value)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def scale(text: str) -> float:

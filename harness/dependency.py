@@ -131,31 +131,34 @@ def _worse(a: float, b: float) -> float:
     return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
 
 
-def repeat_difference(module: nn.Module, x: Tensor, mask: Tensor | None, seed: int) -> float:
-    """Max |difference| between two calls on the same input (0 for a deterministic module; NaN
-    when an output is NaN or infinite, so that nothing can be compared).
+@dataclass(frozen=True)
+class Repeats:
+    """Two identical calls on one input: how far apart their outputs are (0 for a deterministic
+    module; NaN when an output is NaN or infinite, so that nothing can be compared), and how far
+    the first call moved its own copy of the input in place (0: it left it alone)."""
 
-    Each call gets its own copy of ``x``, so a module that changes its input in place is not
-    taken for one that samples (``input_change`` tells that apart). The two calls draw from
+    difference: float
+    input_change: float
+
+
+def repeat_calls(module: nn.Module, x: Tensor, mask: Tensor | None, seed: int) -> Repeats:
+    """Call the module twice on the same input, each time on a copy of ``x``, so a module that
+    changes its input in place is not taken for one that samples. The two calls draw from
     different seeds, so a module that samples (dropout) shows it; the global RNG is restored
-    afterwards.
-    """
-    call, outputs = as_call(module, mask), []
+    afterwards."""
+    call, outputs, given = as_call(module, mask), [], [x.clone(), x.clone()]
     with torch.no_grad():
-        for s in (seed, seed + 1):
+        for s, copy in zip((seed, seed + 1), given, strict=True):
             with seeded(s):
-                out = call(x.clone())
-            outputs.append(out.double())
+                outputs.append(call(copy).double())
+    moved = (given[0].double() - x.double()).abs()
+    change = float(moved.nan_to_num(math.inf).max()) if moved.numel() else 0.0
     if not all(bool(torch.isfinite(out).all()) for out in outputs):
-        return math.nan
+        return Repeats(math.nan, change)
     diff = (outputs[0] - outputs[1]).abs()
-    return float(diff.max()) if diff.numel() else 0.0
+    return Repeats(float(diff.max()) if diff.numel() else 0.0, change)
 
 
-def input_change(module: nn.Module, x: Tensor, mask: Tensor | None, seed: int) -> float:
-    """Max |change| a call makes to its own input ``x`` in place (0: it leaves it alone)."""
-    given = x.clone()
-    with torch.no_grad(), seeded(seed):
-        as_call(module, mask)(given)
-    change = (given.double() - x.double()).abs()
-    return float(change.nan_to_num(math.inf).max()) if change.numel() else 0.0
+def repeat_difference(module: nn.Module, x: Tensor, mask: Tensor | None, seed: int) -> float:
+    """``repeat_calls``' difference alone."""
+    return repeat_calls(module, x, mask, seed).difference

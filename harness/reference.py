@@ -302,16 +302,32 @@ def rotate(t: Tensor, style: str) -> Tensor:
 def attention_weights(found: Recognized, x: Tensor, keep: Tensor | None) -> Tensor:
     """(B, h, T, T) softmax weights of the recognized projections (no rotary, K/V heads in
     blocks), at SDPA's scale: what a module that returns no weights attends with."""
-    qkv, _, heads, _ = found
-    B, T, _ = x.shape
-    q, k, _ = qkv(x)
-    q = q.reshape(B, T, heads, -1).transpose(1, 2)  # (B, h, T, d)
-    k = k.reshape(B, T, -1, q.shape[-1]).transpose(1, 2)  # (B, h_kv, T, d)
-    k = k.repeat_interleave(heads // k.shape[1], dim=1)  # (B, h, T, d)
+    q, k, _ = split_heads(found, x)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, h, T, T)
     if keep is not None:
         scores = scores.masked_fill(~keep[:, None].to(scores.device), -math.inf)
     return scores.softmax(dim=-1)
+
+
+def split_heads(
+    found: Recognized, x: Tensor, rotary: str | None = None, tile_kv: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k and v of the recognized projections, each (B, h, T, d): rotated as ``rotary``
+    says, grouped key/value heads serving their group of query heads (``tile_kv``: tiled
+    instead, a known bug)."""
+    qkv, _, heads, _ = found
+    B, T, _ = x.shape
+    q, k, v = qkv(x)
+    q = q.reshape(B, T, heads, -1).transpose(1, 2)  # (B, h, T, d)
+    k = k.reshape(B, T, -1, q.shape[-1]).transpose(1, 2)  # (B, h_kv, T, d): fewer with GQA
+    v = v.reshape(B, T, k.shape[1], -1).transpose(1, 2)  # (B, h_kv, T, d_v)
+    if rotary is not None:
+        q, k = rotate(q, rotary), rotate(k, rotary)
+    if k.shape[1] != heads:  # grouped-query heads: each key/value head serves a group
+        groups = heads // k.shape[1]
+        k, v = (t.repeat(1, groups, 1, 1) if tile_kv else t.repeat_interleave(groups, dim=1)
+                for t in (k, v))  # fmt: skip
+    return q, k, v
 
 
 def attend(
@@ -328,18 +344,9 @@ def attend(
     RoPE style applied to q and k. ``tile_kv``: grouped key/value heads tiled (``repeat``)
     instead of each serving its own group of query heads, a known bug.
     """
-    qkv, out_proj, heads, _ = found
+    out_proj = found[1]
     B, T, _ = x.shape
-    q, k, v = qkv(x)
-    q = q.reshape(B, T, heads, -1).transpose(1, 2)  # (B, h, T, d)
-    k = k.reshape(B, T, -1, q.shape[-1]).transpose(1, 2)  # (B, h_kv, T, d): fewer with GQA
-    v = v.reshape(B, T, k.shape[1], -1).transpose(1, 2)  # (B, h_kv, T, d_v)
-    if rotary is not None:
-        q, k = rotate(q, rotary), rotate(k, rotary)
-    if k.shape[1] != heads:  # grouped-query heads: each key/value head serves a group
-        groups = heads // k.shape[1]
-        k, v = (t.repeat(1, groups, 1, 1) if tile_kv else t.repeat_interleave(groups, dim=1)
-                for t in (k, v))  # fmt: skip
+    q, k, v = split_heads(found, x, rotary, tile_kv)
     mask = None if keep is None else keep[:, None].to(x.device)  # (B, 1, T, T)
     out = kernel(q, k, v, attn_mask=mask)  # (B, h, T, d)
     out = out.transpose(1, 2).reshape(B, T, -1)  # (B, T, h * d)

@@ -15,9 +15,9 @@ detection of its mask convention) runs inside ``guarded()``, which
 
 ``KeyboardInterrupt`` passes through (after the settings are restored). Not covered: output
 written below Python (C code writing to file descriptor 1), ``os._exit``, and a single C call
-that never returns (see ``time_limit``). Threads the user code starts cannot be stopped:
-``started_threads`` names those still running, and the command line exits without waiting for
-them.
+that never returns (see ``time_limit``). Threads the user code starts cannot be stopped: the
+command line names those still running and exits without waiting for them
+(``harness.__main__.left_running``).
 """
 
 from __future__ import annotations

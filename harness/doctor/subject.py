@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.dependency import input_change, repeat_difference
+from harness.dependency import Repeats, repeat_calls
 from harness.doctor.options import BY_NAME
 from harness.errors import UsageError, shorten
 from harness.inputs import generator
@@ -328,21 +328,22 @@ class Subject:
         return change > float32_rounding(out.abs().max().item())
 
     @cached_property
+    def repeats(self) -> Repeats:
+        """Two identical calls in eval mode (``dependency.repeat_calls``)."""
+        cfg = self.config
+        keep = self.ordinary_keep(cfg.batch, cfg.seq_len)
+        return repeat_calls(self.bound(keep), self.x(cfg.batch, cfg.seq_len, 12), None, cfg.seed)
+
+    @property
     def repeat_difference(self) -> float:
         """Max |difference| of two identical calls in eval mode (0: deterministic; NaN: an
         output is not finite)."""
-        cfg = self.config
-        keep = self.ordinary_keep(cfg.batch, cfg.seq_len)
-        return repeat_difference(
-            self.bound(keep), self.x(cfg.batch, cfg.seq_len, 12), None, cfg.seed
-        )
+        return self.repeats.difference
 
-    @cached_property
+    @property
     def input_change(self) -> float:
         """Max |change| one call makes to its input tensor in place (0: left alone)."""
-        cfg = self.config
-        keep = self.ordinary_keep(cfg.batch, cfg.seq_len)
-        return input_change(self.bound(keep), self.x(cfg.batch, cfg.seq_len, 12), None, cfg.seed)
+        return self.repeats.input_change
 
     @property
     def deterministic(self) -> bool:
@@ -364,7 +365,8 @@ class Subject:
         keep = keep_mask(kind, batch, seq_len, generator(seed + 7), empty)
         if self.config.mask_shape in SHARED_LAYOUTS and kind != "causal":
             keep = self._shared(keep, seq_len)
-            keep &= causal_keep(batch, seq_len) if kind in CAUSAL_KINDS else True
+            if kind in CAUSAL_KINDS:
+                keep &= causal_keep(batch, seq_len)
         if left and kind == "padding":
             flipped = slice(None) if self.config.mask_shape in SHARED_LAYOUTS else slice(1, None, 2)
             keep[flipped] = keep[flipped].flip(-1)  # (B, T, T): real keys at the end
