@@ -341,7 +341,29 @@ def load_adapter(target: str, timeout: float = TIMEOUT) -> Callable[..., object]
         raise UsageError(f"loading --call {shorten(target)} stopped: it {exc}") from None
     if not callable(adapter) or isinstance(adapter, type):
         raise UsageError(f"--call {shorten(target)} is not a function")
-    return adapter
+    return with_make_cache(adapter, target)
+
+
+def with_make_cache(adapter: Callable[..., object], target: str) -> Callable[..., object]:
+    """The adapter with the ``make_cache`` of the file --call names, unless it has its own: a
+    function imported there from elsewhere (``from model import call``) gets the named file's
+    cache, not the cache of the file that defines it."""
+    if getattr(adapter, "make_cache", None) is not None:
+        return adapter  # its own (x_transformers.make_cache = XCache) stands
+    where = target.rpartition(":")[0]
+    try:
+        make = load_object(f"{where}:make_cache")
+    except UsageError:
+        return adapter  # the named file has none
+    if not callable(make):
+        return adapter
+
+    @functools.wraps(adapter)
+    def called(*args: object, **kwargs: object) -> object:
+        return adapter(*args, **kwargs)
+
+    called.make_cache = make  # type: ignore[attr-defined]
+    return called
 
 
 MAX_STEPS = 1_000_000  # learn --steps: 120 take seconds; more than this never ends in practice

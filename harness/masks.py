@@ -26,6 +26,14 @@ MASK_DTYPES = ("bool", "float")
 FILLS = ("-inf", "min")
 
 
+def lowest(dtype: torch.dtype) -> float:
+    """The fill of an additive mask as a model in ``dtype`` builds it (``finfo.min``), at most
+    float32's: a float64 probe of a module that upcasts its scores to float32 for the softmax
+    (transformers' eager attention) would otherwise pass -inf there, which no float32 model
+    does, and see NaN on a row with no key."""
+    return max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
+
+
 @dataclass(frozen=True)
 class MaskSpec:
     """How one module takes its mask."""
@@ -55,7 +63,7 @@ class MaskSpec:
                 )
             keep = keep[0]  # (T, T)
         if self.meaning == "additive":
-            blocked = float("-inf") if self.fill == "-inf" else torch.finfo(dtype).min
+            blocked = float("-inf") if self.fill == "-inf" else lowest(dtype)
             mask = torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, blocked)
         else:
             mask = keep if self.meaning == "keep" else ~keep

@@ -12,6 +12,7 @@ report shows the table. transformers and x-transformers come with the ``real`` e
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import types
 import warnings
@@ -83,11 +84,17 @@ def _transformers() -> types.SimpleNamespace:
                              intermediate_size=4 * D, attn_implementation=impl,
                              **options)  # fmt: skip
 
+    def model_class(path: str) -> type[nn.Module]:
+        """``transformers.models.<path>``: one attention class, imported where it lives."""
+        module, _, name = path.rpartition(".")
+        return getattr(importlib.import_module(f"transformers.models.{module}"), name)
+
     AttentionInterface.register("tiled_gqa", tiled_gqa_attention)
     AttentionInterface.register("double_scale", double_scale_attention)
     return types.SimpleNamespace(
         Bert=BertSelfAttention, GPT2=GPT2Attention, Llama=LlamaAttention,
         Mistral=MistralAttention, bert=bert, gpt2=gpt2, llama=llama, mistral=mistral,
+        model_class=model_class,
     )  # fmt: skip
 
 
@@ -179,6 +186,27 @@ new_keys_only.make_cache = adapters.XCache  # type: ignore[attr-defined]
 # shipped adapter (rotary from the model's own class, a DynamicCache).
 GENERATION = {"mask": "additive", "mask_shape": "b1qk", "call": adapters.transformers,
               "kv_grouping": "blocks"}  # fmt: skip
+
+
+def tiny(h: types.SimpleNamespace, path: str, impl: str = "eager", **init: object) -> nn.Module:
+    """A transformers attention class built the way the doctor builds a target (its config
+    class at d_model 64, 4 heads, layer 0), with ``init`` set on the config and the attention
+    implementation ``impl``."""
+    sizes = Sizes(D, H, init={"attn_implementation": impl, **init})
+    return build(h.model_class(path), sizes, 0)
+
+
+def encoder_call(module: nn.Module, x: Tensor, *, positions: Tensor, mask: Tensor | None,
+                 cache: object) -> object:  # fmt: skip
+    """``nn.MultiheadAttention`` as ``nn.TransformerEncoderLayer`` calls it: the same x as query,
+    key and value, the padding as ``key_padding_mask``, no weights."""
+    return module(x, x, x, key_padding_mask=mask, need_weights=False)[0]
+
+
+# How a decoder layer without rotary (OPT) or an encoder layer (CLIP) is called by its model:
+# the model's additive (B, 1, T, T) mask.
+ADDITIVE = {"mask": "additive", "mask_shape": "b1qk"}
+GEMMA3 = "gemma3.modeling_gemma3.Gemma3Attention"
 
 
 def with_attributes(module: nn.Module, **values: object) -> nn.Module:
@@ -311,6 +339,52 @@ CASES = [
     Case("llama-gqa-double-scale", "transformers",
          lambda h: h.Llama(GQA(h, "double_scale"), layer_idx=0), GENERATION, "agrees with SDPA",
          "double_scale"),
+    # ... and every other family's layer as its model calls it, built by the doctor's builder
+    # from the layer's own config class: partial rotary (GPT-NeoX's fused (h, 3, d) qkv, Phi),
+    # Gemma's sliding and global layers (the rotary class's layer_type), GPT-NeoX's layer_past,
+    # a decoder without rotary (OPT), an encoder (CLIP; BERT, whose cache parameter it never
+    # fills as an encoder)
+    Case("gpt-neox-partial-rotary-cache", "transformers",
+         lambda h: tiny(h, "gpt_neox.modeling_gpt_neox.GPTNeoXAttention"), GENERATION),
+    Case("phi-partial-rotary-cache", "transformers",
+         lambda h: tiny(h, "phi.modeling_phi.PhiAttention"), GENERATION),
+    Case("qwen2-gqa-cache", "transformers",
+         lambda h: tiny(h, "qwen2.modeling_qwen2.Qwen2Attention"), GENERATION),
+    Case("gemma2-sliding-cache", "transformers",
+         lambda h: tiny(h, "gemma2.modeling_gemma2.Gemma2Attention", sliding_window=4),
+         GENERATION),
+    Case("gemma3-sliding-cache", "transformers",
+         lambda h: tiny(h, GEMMA3, sliding_window=4),
+         GENERATION),
+    Case("gemma3-global-cache", "transformers",
+         lambda h: tiny(h, GEMMA3, sliding_window=4,
+                        layer_types=["full_attention"], num_hidden_layers=1), GENERATION),
+    Case("opt-cache", "transformers", lambda h: tiny(h, "opt.modeling_opt.OPTAttention"),
+         GENERATION),
+    Case("clip-encoder", "transformers", lambda h: tiny(h, "clip.modeling_clip.CLIPAttention"),
+         ADDITIVE),
+    Case("bert-encoder-cache-unused", "transformers", lambda h: h.Bert(h.bert("eager")),
+         {"mask": "additive", "mask_shape": "b11k"}),
+    Case("mha-as-encoder-layer-calls-it", "torch", lambda t: t.MHA(D, H, batch_first=True),
+         {"mask": "drop", "mask_shape": "bk", "call": encoder_call}),
+    # ... with the bugs of the reports above through their attention functions, and a partial
+    # rotary model whose layer turns the whole head (its config says a quarter)
+    Case("gpt-neox-double-scale", "transformers",
+         lambda h: tiny(h, "gpt_neox.modeling_gpt_neox.GPTNeoXAttention", "double_scale"),
+         GENERATION, "agrees with SDPA", "double_scale"),
+    Case("opt-double-scale", "transformers",
+         lambda h: tiny(h, "opt.modeling_opt.OPTAttention", "double_scale"),
+         GENERATION, "agrees with SDPA", "double_scale"),
+    Case("qwen2-kv-heads-tiled", "transformers",
+         lambda h: tiny(h, "qwen2.modeling_qwen2.Qwen2Attention", "tiled_gqa"), GENERATION,
+         "grouped heads", "gqa_kv_grouping"),
+    Case("clip-double-scale", "transformers",
+         lambda h: tiny(h, "clip.modeling_clip.CLIPAttention", "double_scale"), ADDITIVE,
+         "agrees with SDPA", "double_scale"),
+    Case("gemma3-dropout-left-on", "transformers",
+         lambda h: always_training(h.model_class(GEMMA3))(
+             tiny(h, GEMMA3, attention_dropout=0.1).config, layer_idx=0),
+         GENERATION, "eval determinism", "dropout"),
     # x_transformers.Attention: key padding mask (True = keep); softmax in float32
     Case("xt-default", "x_transformers", lambda x: xattention(x), detects="key padding"),
     Case("xt-causal", "x_transformers", lambda x: xattention(x, causal=True), {"causal": True}),
@@ -405,9 +479,12 @@ def real_markdown(table: pd.DataFrame) -> str:
         "## The doctor on real modules",
         "",
         "Attention modules from real libraries, built from their own config objects and "
-        "diagnosed as published (no wrapper; transformers' Llama also as its model calls it in "
-        "generation, through the shipped adapter `harness.doctor.adapters:transformers`: rotary "
-        "from the model's own class, grouped K/V heads, a DynamicCache): correct ones must be "
+        "diagnosed as published (no wrapper; transformers' decoder layers also as their models "
+        "call them, through the shipped adapter `harness.doctor.adapters:transformers`: rotary "
+        "from the model's own class, grouped K/V heads, a DynamicCache; Llama, Mistral, Qwen2, "
+        "Gemma2 and Gemma3's sliding and global layers, GPT-NeoX's fused (h, 3, d) projection "
+        "and partial rotary, Phi, OPT without rotary; CLIP and BERT as encoders; "
+        "`nn.MultiheadAttention` as `nn.TransformerEncoderLayer` calls it): correct ones must be "
         "healthy, misused ones (dropout left on in eval, an inverted mask convention, a scale "
         "changed through the module's own options, `is_causal` off, a cache without a mask, "
         "attention functions with tiled K/V heads or a doubled scale, registered as transformers "

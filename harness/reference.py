@@ -65,6 +65,7 @@ FUSED = (
     "to_qkv",
     "W_qkv",
     "Wqkv",
+    "wqkv",
     "w_qkv",
     "qkv_proj",
     "in_proj",
@@ -176,20 +177,62 @@ def _projections(module: nn.Module, transpose: bool) -> dict[str, tuple[Project,
     return found
 
 
+def fused_layouts(
+    fused: Project, heads: int, head_dim: int | None
+) -> list[tuple[Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], str]]:
+    """The two ways real code lays q, k and v out in one fused projection, as functions of x:
+    ``q | k | v`` (GPT-2's c_attn, gpt-fast's grouped wqkv: q's heads, then k's, then v's) and
+    ``per K/V group`` (each K/V head's queries, key and value side by side: GPT-NeoX's and
+    BLOOM's (h, 3, d), litgpt's query groups). The head width is ``head_dim``, else x's width
+    over ``heads``; fewer K/V heads than query heads are read off the fused width."""
+
+    def widths(x: Tensor, y: Tensor) -> tuple[int, int]:
+        d = head_dim or x.shape[-1] // heads
+        kv = (y.shape[-1] // d - heads) // 2
+        if kv < 1 or heads % kv or y.shape[-1] != (heads + 2 * kv) * d:
+            raise RuntimeError(f"a fused width of {y.shape[-1]} is not {heads} heads of {d}")
+        return d, kv  # (head width, K/V heads)
+
+    def blocks(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        y = fused(x)
+        d, kv = widths(x, y)
+        return y.split([heads * d, kv * d, kv * d], dim=-1)  # type: ignore[return-value]
+
+    def per_group(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        y = fused(x)
+        d, kv = widths(x, y)
+        grouped = y.unflatten(-1, (kv, heads // kv + 2, d))  # (..., kv, r + 2, d)
+        q = grouped[..., :-2, :].flatten(-3)  # (..., h * d): group by group
+        return q, grouped[..., -2, :].flatten(-2), grouped[..., -1, :].flatten(-2)
+
+    return [(blocks, "q | k | v"), (per_group, "per K/V group")]
+
+
+def _projection_list(module: nn.Module) -> tuple[str, list[nn.Module]] | None:
+    """A ModuleList of three or four projections of one width, in the order q, k, v (and the
+    output): the Annotated Transformer's ``self.linears = clones(nn.Linear(d, d), 4)``."""
+    for name, child in module.named_children():
+        listed = isinstance(child, nn.ModuleList) and len(child) in (3, 4)
+        if listed and all(isinstance(layer, nn.Linear) for layer in child):
+            return name, list(child)
+    return None
+
+
 def _heads_list(module: nn.Module) -> tuple[str, list[Recognized]] | None:
     """A ModuleList of single-head attentions (each with its own q, k and v), recognized."""
     for name, child in module.named_children():
         if isinstance(child, nn.ModuleList) and len(child) > 0:
-            each = [_recognize_one(head, True) for head in child]
+            each = [next(iter(_recognize_one(head, True)), None) for head in child]
             if all(r is not None and r[1] is None and r[2] == 1 for r in each):
                 return name, each  # type: ignore[return-value]
     return None
 
 
-def _recognize_one(module: nn.Module, transpose: bool) -> Recognized | None:
-    """The recognized projections of ``module`` with bare weights read one way, or None."""
+def _recognize_one(module: nn.Module, transpose: bool) -> list[Recognized]:
+    """The readings of ``module``'s projections with bare weights read one way (one per layout
+    of a fused weight); empty when they are not recognized."""
     found = _projections(module, transpose)
-    qkv, used, heads = None, [], None
+    qkv, used, heads, listed_out = None, [], None, None
     for names in SEPARATE:
         if all(n in found for n in names):
             q, k, v = (found[n][0] for n in names)
@@ -208,15 +251,23 @@ def _recognize_one(module: nn.Module, transpose: bool) -> Recognized | None:
 
             used = [q_name, kv_name]
             break
+    layouts: list[tuple[Callable, str]] = []
     for name in FUSED if qkv is None else ():
         if name in found:
-            fused = found[name][0]
-
-            def qkv(x, fused=fused):
-                return fused(x).chunk(3, dim=-1)
-
-            used = [name]
+            layouts = fused_layouts(found[name][0], head_count(module), int_attribute(
+                module, HEAD_DIM_ATTRS))  # fmt: skip
+            qkv, used = layouts[0][0], [name]
             break
+    if qkv is None and (group := _projection_list(module)) is not None:
+        name, layers = group  # the Annotated Transformer's linears: q, k, v (and the output)
+        for i, layer in enumerate(layers):
+            found[f"{name}.{i}"] = (_as_projection(layer), list(layer.parameters()))
+
+        def qkv(x, q=layers[0], k=layers[1], v=layers[2]):
+            return q(x), k(x), v(x)
+
+        used = [f"{name}.{i}" for i in range(3)]
+        listed_out = f"{name}.3" if len(layers) == 4 else None
     if qkv is None and (listed := _heads_list(module)) is not None:
         name, each = listed
 
@@ -227,17 +278,21 @@ def _recognize_one(module: nn.Module, transpose: bool) -> Recognized | None:
         used, heads = [name], len(each)
         found[name] = (None, list(module.get_submodule(name).parameters()))  # type: ignore[assignment]
     if qkv is None:
-        return None
-    out_name = next((n for n in OUTPUT if n in found and n not in used), None)
+        return []
+    out_name = listed_out or next((n for n in OUTPUT if n in found and n not in used), None)
     out = None if out_name is None else found[out_name][0]
     used += [out_name] if out_name else []
     covered = {id(p) for n in used for p in found[n][1]}
     if any(id(p) not in covered for p in module.parameters()):
-        return None
+        return []
     if not all(is_mask(b) for b in module.buffers()):  # slopes, rotary tables, ...
-        return None
+        return []
     heads = heads or head_count(module)
-    return qkv, out, heads, ", ".join(used) + f" with {heads} head(s)"
+    rest = "".join(f", {n}" for n in used[1:])
+    if layouts:  # one reading per layout of the fused weight
+        return [(fn, out, heads, f"{used[0]} ({words}){rest} with {heads} head(s)")
+                for fn, words in layouts]  # fmt: skip
+    return [(qkv, out, heads, ", ".join(used) + f" with {heads} head(s)")]
 
 
 def with_scale(found: Recognized, scale: float | None) -> Recognized:
@@ -276,18 +331,21 @@ def recognize(module: nn.Module) -> list[Recognized]:
 
         described = "nn.MultiheadAttention's in_proj and out_proj"
         return [(qkv_mha, inner.out_proj, inner.num_heads, described)]
-    readings = [_recognize_one(inner, transpose) for transpose in (True, False)]
     bare = any(p.dim() == 2 for p in inner.parameters(recurse=False))
-    return [r for r in readings[: 2 if bare else 1] if r is not None]
+    return [r for transpose in ((True, False) if bare else (True,))
+            for r in _recognize_one(inner, transpose)]  # fmt: skip
 
 
 ROTARY_STYLES = ("half", "pairs")
 
 
-def rotate(t: Tensor, style: str) -> Tensor:
+def rotate(t: Tensor, style: str, dims: int | None = None) -> Tensor:
     """Standard RoPE (base 10000) at positions 0..T-1 on (..., T, d): ``half`` turns dimension i
     with i + d/2 (transformers' rotate_half), ``pairs`` turns 2i with 2i + 1 (Meta's complex
-    form). The doctor passes forwards the tables of the same rotation."""
+    form); ``dims``: only the first ``dims`` of each head (partial rotary, as GPT-NeoX), the
+    rest passing through. The doctor passes forwards the tables of the same rotation."""
+    if dims is not None and dims < t.shape[-1]:
+        return torch.cat([rotate(t[..., :dims], style), t[..., dims:]], dim=-1)
     T, d = t.shape[-2], t.shape[-1]
     inv_freq = 10000.0 ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
     angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq  # (T, d / 2)
@@ -310,11 +368,12 @@ def attention_weights(found: Recognized, x: Tensor, keep: Tensor | None) -> Tens
 
 
 def split_heads(
-    found: Recognized, x: Tensor, rotary: str | None = None, tile_kv: bool = False
-) -> tuple[Tensor, Tensor, Tensor]:
+    found: Recognized, x: Tensor, rotary: str | None = None, tile_kv: bool = False,
+    rotary_dims: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """q, k and v of the recognized projections, each (B, h, T, d): rotated as ``rotary``
-    says, grouped key/value heads serving their group of query heads (``tile_kv``: tiled
-    instead, a known bug)."""
+    says (the first ``rotary_dims`` of each head, or all), grouped key/value heads serving their
+    group of query heads (``tile_kv``: tiled instead, a known bug)."""
     qkv, _, heads, _ = found
     B, T, _ = x.shape
     q, k, v = qkv(x)
@@ -322,7 +381,7 @@ def split_heads(
     k = k.reshape(B, T, -1, q.shape[-1]).transpose(1, 2)  # (B, h_kv, T, d): fewer with GQA
     v = v.reshape(B, T, k.shape[1], -1).transpose(1, 2)  # (B, h_kv, T, d_v)
     if rotary is not None:
-        q, k = rotate(q, rotary), rotate(k, rotary)
+        q, k = rotate(q, rotary, rotary_dims), rotate(k, rotary, rotary_dims)
     if k.shape[1] != heads:  # grouped-query heads: each key/value head serves a group
         groups = heads // k.shape[1]
         k, v = (t.repeat(1, groups, 1, 1) if tile_kv else t.repeat_interleave(groups, dim=1)
@@ -337,16 +396,18 @@ def attend(
     kernel: Kernel = F.scaled_dot_product_attention,
     rotary: str | None = None,
     tile_kv: bool = False,
+    rotary_dims: int | None = None,
 ) -> Tensor:
     """The recognized projections through ``kernel`` (SDPA unless told otherwise).
 
     ``keep`` is the bool keep-mask (B, T, T), True = attend (SDPA's convention). ``rotary``: a
-    RoPE style applied to q and k. ``tile_kv``: grouped key/value heads tiled (``repeat``)
-    instead of each serving its own group of query heads, a known bug.
+    RoPE style applied to q and k (to the first ``rotary_dims`` of each head, or all).
+    ``tile_kv``: grouped key/value heads tiled (``repeat``) instead of each serving its own
+    group of query heads, a known bug.
     """
     out_proj = found[1]
     B, T, _ = x.shape
-    q, k, v = split_heads(found, x, rotary, tile_kv)
+    q, k, v = split_heads(found, x, rotary, tile_kv, rotary_dims)
     mask = None if keep is None else keep[:, None].to(x.device)  # (B, 1, T, T)
     out = kernel(q, k, v, attn_mask=mask)  # (B, h, T, d)
     out = out.transpose(1, 2).reshape(B, T, -1)  # (B, T, h * d)

@@ -226,3 +226,96 @@ class RotaryGQA(nn.Module):
             k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
         y = F.scaled_dot_product_attention(q, k, v)  # (B, h, T, d)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+def rope_half(t: Tensor, positions: Tensor) -> Tensor:
+    """Standard RoPE (base 10000, rotate_half pairing) of t (B, h, T, d) at positions (B, T)."""
+    d = t.shape[-1]
+    inv_freq = 10000.0 ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = positions[:, None, :, None].double() * inv_freq  # (B, 1, T, d / 2): exact
+    table = torch.cat([angles, angles], -1)  # (B, 1, T, d)
+    cos, sin = table.cos().to(t.dtype), table.sin().to(t.dtype)
+    return t * cos + torch.cat([-t[..., d // 2 :], t[..., : d // 2]], -1) * sin
+
+
+class PartialRotary(Heads):
+    """GPT-NeoX and Phi's partial rotary: only the first ``rotary_ndims`` of each head turn.
+    ``whole`` is the bug of turning the whole head where its checkpoint turns a part."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4, whole: bool = False):
+        super().__init__(d_model, heads)
+        self.turned, self.whole = d_model // heads // 2, whole
+        self.rotary_ndims = self.turned  # what it says it turns
+
+    def forward(self, x, position_ids=None):
+        n = self.turned
+
+        def rotate(t: Tensor) -> Tensor:  # (B, h, T, d)
+            if self.whole:
+                return rope_half(t, position_ids)
+            return torch.cat([rope_half(t[..., :n], position_ids), t[..., n:]], -1)
+
+        causal = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()  # (T, T)
+        return self.attend(x, x, causal.expand(x.shape[0], -1, -1), rotate)
+
+
+class FusedGrouped(nn.Module):
+    """One fused projection for q, k and v with grouped K/V heads, in either real layout:
+    ``q | k | v`` (gpt-fast's wqkv) or ``per K/V group`` (each group's queries, key and value
+    side by side: GPT-NeoX's and BLOOM's (h, 3, d) when every head has its own K/V)."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4, kv_heads: int = 2,
+                 per_group: bool = False):  # fmt: skip
+        super().__init__()
+        self.n_head, self.n_kv, self.head_dim = heads, kv_heads, d_model // heads
+        self.per_group = per_group
+        self.wqkv = nn.Linear(d_model, (heads + 2 * kv_heads) * self.head_dim)
+        self.wo = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        d, r = self.head_dim, self.n_head // self.n_kv
+        fused = self.wqkv(x)  # (B, T, (h + 2 h_kv) d)
+        if self.per_group:
+            grouped = fused.view(B, T, self.n_kv, r + 2, d)
+            q, k, v = grouped[..., :r, :].flatten(2, 3), grouped[..., r, :], grouped[..., r + 1, :]
+        else:
+            q, k, v = fused.split([C, self.n_kv * d, self.n_kv * d], dim=-1)
+        q = q.reshape(B, T, self.n_head, d).transpose(1, 2)  # (B, h, T, d)
+        k, v = (t.reshape(B, T, self.n_kv, d).transpose(1, 2) for t in (k, v))  # (B, h_kv, T, d)
+        k, v = k.repeat_interleave(r, 1), v.repeat_interleave(r, 1)
+        y = F.scaled_dot_product_attention(q, k, v)  # (B, h, T, d)
+        return self.wo(y.transpose(1, 2).reshape(B, T, C))
+
+
+class Residual(Heads):
+    """A block without a norm: ``x + attention(x)``. Its attention is SDPA's; its output is not."""
+
+    def forward(self, x, mask=None):
+        return x + self.attend(x, x, mask)
+
+
+class ResidualWrongScale(Heads):
+    """``x + attention(x)`` with the scale left out: the residual must not hide it."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.n_head, -1).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        y = (q @ k.transpose(-2, -1)).softmax(-1) @ v  # (B, h, T, d): no 1/sqrt(d)
+        return x + self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class UpcastSoftmax(Heads):
+    """transformers' eager attention: an additive mask added to the scores, the softmax taken in
+    float32 whatever the scores' dtype."""
+
+    def forward(self, x, attention_mask=None):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.n_head, -1).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        scores = q @ k.transpose(-2, -1) / (C // self.n_head) ** 0.5  # (B, h, T, T)
+        if attention_mask is not None:
+            scores = scores + attention_mask[:, None]  # (B, 1, T, T) additive
+        weights = scores.softmax(-1, dtype=torch.float32).to(q.dtype)
+        return self.o_proj((weights @ v).transpose(1, 2).reshape(B, T, C))

@@ -56,6 +56,29 @@ class LayerPast(Projections):
         return (out, present) if use_cache else (out, None)
 
 
+class Rolling(Projections):
+    """A sliding window of ``sliding_window`` keys whose returned cache keeps only the last
+    window (a rolling buffer, as Mistral's): a fixed length by design. ``keep_all``: the same
+    window over a cache that keeps every token (also right)."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, sliding_window: int = 3):
+        super().__init__(d_model, n_heads)
+        self.sliding_window = sliding_window
+
+    def forward(self, x: Tensor, layer_past=None, use_cache: bool = False):
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if layer_past is not None:
+            k, v = torch.cat([layer_past[0], k], dim=2), torch.cat([layer_past[1], v], dim=2)
+        T, S, W = q.shape[2], k.shape[2], self.sliding_window
+        back = (S - T + torch.arange(T))[:, None] - torch.arange(S)  # (T, S): how far back
+        allowed = (back >= 0) & (back < W)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        out = F.softmax(scores.masked_fill(~allowed, -math.inf), -1) @ v  # (B, h, T, d)
+        present = (k[:, :, -W:], v[:, :, -W:])  # the oldest tokens dropped
+        out = self.o_proj(out.transpose(1, 2).reshape(x.shape[0], T, -1))
+        return (out, present) if use_cache else (out, None)
+
+
 class StartPos(Projections):
     """Meta's Llama convention: ``forward(x, start_pos)`` with the cache in buffers sized for
     the longest sequence. ``top_left``: the causal mask anchored at the top-left, as

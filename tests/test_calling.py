@@ -171,3 +171,54 @@ def test_rotary_modules_are_compared_with_sdpa_under_the_same_rope_and_tiled_hea
     undeclared = diagnose(cm.RotaryGQA(32, 4, 2, tile=True), Config()).findings
     sdpa = next(f for f in undeclared if f.probe == "agrees with SDPA")
     assert sdpa.status == "pass" and "strided grouping" in sdpa.message, sdpa
+
+
+CAUSAL = Config(causal=True)
+
+
+def _sdpa(module, config=None):
+    d = diagnose(module, config or Config())
+    return d, {f.probe: f for f in d.findings}["agrees with SDPA"]
+
+
+def test_partial_rotary_read_off_the_module_is_compared_on_the_dimensions_it_turns():
+    d, found = _sdpa(cm.PartialRotary(32, 4), CAUSAL)
+    assert found.status == "pass" and "on 4 dims a head" in found.message, d.text()
+
+
+def test_a_whole_head_rotation_where_the_module_says_partial_fails_the_comparison():
+    d, found = _sdpa(cm.PartialRotary(32, 4, whole=True), CAUSAL)
+    assert found.status == "fail" and not d.healthy, d.text()
+
+
+def test_declared_rotary_dims_beat_a_whole_head_rotation():
+    module = cm.PartialRotary(32, 4, whole=True)
+    del module.rotary_ndims  # it says nothing: only the declaration knows
+    _, undeclared = _sdpa(module, CAUSAL)
+    d, declared = _sdpa(module, Config(causal=True, rotary_dims=4))
+    assert undeclared.status == "pass" and declared.status == "fail", d.text()
+
+
+@pytest.mark.parametrize("per_group", [False, True])
+def test_fused_grouped_projections_are_read_in_either_real_layout(per_group):
+    d, found = _sdpa(cm.FusedGrouped(32, 4, 2, per_group))
+    layout = "per K/V group" if per_group else "q | k | v"
+    assert found.status == "pass" and layout in found.message, d.text()
+    assert d.healthy, d.text()
+
+
+def test_a_residual_around_attention_is_compared_before_it_not_failed_for_it():
+    d, found = _sdpa(cm.Residual(32, 4), Config(mask="keep"))
+    assert found.status == "pass" and "input of its output projection `o_proj`" in found.message
+    assert d.healthy, d.text()
+
+
+def test_a_residual_does_not_hide_a_wrong_scale_inside():
+    d, found = _sdpa(cm.ResidualWrongScale(32, 4))
+    assert found.status == "fail", d.text()
+
+
+def test_an_additive_fill_is_float32s_lowest_so_a_float32_softmax_keeps_a_keyless_row_finite():
+    d = diagnose(cm.UpcastSoftmax(32, 4), Config(mask="additive"))
+    found = {f.probe: f for f in d.findings}["all-masked rows"]
+    assert found.status == "pass" and d.healthy, d.text()

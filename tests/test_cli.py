@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -18,6 +19,7 @@ import harness
 from harness import cli, devices, interrupts
 from harness.catalogue import registry
 from harness.doctor import guard
+from harness.doctor.target import load_object
 from harness.progress import Progress
 from tests import misbehaving_modules
 
@@ -460,3 +462,113 @@ def test_an_interruption_after_a_step_that_changed_files_says_what_changed(capsy
 def test_a_size_too_large_to_probe_is_one_line_not_a_failure_of_the_module(capsys, size):
     message = one_error_line(capsys, "doctor", f"{MISBEHAVING}:Plain", *size)
     assert "more than the doctor probes (67,108,864: --seq-len 4096 with --batch 4)" in message
+
+
+MODEL_FILE = '''\
+import torch.nn.functional as F
+from torch import nn
+
+
+class KVCache:
+    """Keys and values so far, grown by update."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def update(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], 1)
+        self.v = v if self.v is None else torch.cat([self.v, v], 1)
+        return self.k, self.v
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[1]
+
+
+class Attention(nn.Module):
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, cache=None):
+        assert cache is None or isinstance(cache, KVCache), "a cache of its own file's class"
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # (B, T, d): one head
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, S, d): every key so far
+        T, S = q.shape[1], k.shape[1]
+        keep = torch.ones(T, S, dtype=torch.bool).tril(S - T)  # causal, the new tokens last
+        return self.out(F.scaled_dot_product_attention(q, k, v, attn_mask=keep))
+
+
+import torch  # noqa: E402
+'''
+ADAPTER_FILE = """\
+from {module} import KVCache
+
+
+def call(module, x, *, positions, mask, cache):
+    return module(x, cache=cache)
+
+
+def make_cache():
+    return KVCache()
+"""
+
+
+def test_an_adapter_file_named_like_the_target_file_is_its_own_module(tmp_path):
+    (tmp_path / "target").mkdir()
+    (tmp_path / "adapter").mkdir()
+    target, adapter = tmp_path / "target" / "model.py", tmp_path / "adapter" / "model.py"
+    target.write_text(MODEL_FILE)
+    (tmp_path / "adapter" / "real.py").write_text(MODEL_FILE)
+    adapter.write_text(ADAPTER_FILE.format(module="real"))
+    cls = load_object(f"{target}:Attention")
+    call = load_object(f"{adapter}:call")
+    # each finds its own file by its module name: the class's code, cache and rotary classes
+    assert sys.modules[cls.__module__].__file__ == str(target)
+    assert sys.modules[call.__module__].__file__ == str(adapter)
+    assert "def forward(self, x, cache=None)" in inspect.getsource(cls)
+
+
+def test_a_target_and_its_adapter_in_one_file_share_the_files_classes(capsys, tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL_FILE + "\n\n" + ADAPTER_FILE.split("\n", 1)[1])
+    cls, make_cache = load_object(f"{model}:Attention"), load_object(f"{model}:make_cache")
+    assert type(make_cache()) is cls.forward.__globals__["KVCache"]  # one module, not two
+    code, out, _ = run_cli(
+        capsys, "doctor", f"{model}:Attention", "--causal", "--call", f"{model}:call"
+    )
+    assert code == 0 and "a cache of its own file's class" not in out, out
+    model.write_text(MODEL_FILE.replace("class Attention", "class Renamed"))
+    os.utime(model, ns=(1, 1))  # a changed file is loaded again
+    assert load_object(f"{model}:Renamed").__name__ == "Renamed"
+
+
+def test_an_adapter_for_multihead_attention_gets_the_module_itself(capsys, tmp_path):
+    adapter = tmp_path / "encoder_call.py"
+    adapter.write_text(
+        "from torch import nn\n\n\ndef call(module, x, *, positions, mask, cache):\n"
+        "    assert type(module) is nn.MultiheadAttention, type(module)\n"
+        "    return module(x, x, x, key_padding_mask=mask, need_weights=False)[0]\n"
+    )
+    code, out, _ = run_cli(
+        capsys, "doctor", "torch.nn:MultiheadAttention", "--init", "batch_first=True",
+        "--mask", "drop", "--mask-shape", "bk", "--call", f"{adapter}:call",
+    )  # fmt: skip
+    assert code == 0 and "AssertionError" not in out, out
+
+
+def test_make_cache_comes_from_the_file_call_names_not_where_call_is_defined(tmp_path):
+    (tmp_path / "model_file.py").write_text(
+        "def call(module, x, *, positions, mask, cache):\n    return module(x)\n\n\n"
+        "def make_cache():\n    return 'the model file'\n"
+    )
+    adapter = tmp_path / "my_adapter.py"
+    adapter.write_text(
+        f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n"
+        "from model_file import call  # noqa: E402\n\n\n"
+        "def make_cache():\n    return 'the adapter file'\n"
+    )
+    loaded = cli.load_adapter(f"{adapter}:call")
+    assert loaded.make_cache() == "the adapter file"
+    own = cli.load_adapter("harness.doctor.adapters:x_transformers")  # its own make_cache stands
+    assert own.make_cache.__name__ == "XCache"

@@ -13,6 +13,7 @@ from harness.doctor.subject import Subject, code_names
 from harness.errors import UsageError
 from harness.masks import MaskSpec
 from harness.scenarios import SCENARIOS, make_call
+from tests import call_modules as cm
 from tests import generation_modules as gm
 from tests import object_cache_modules as ocm
 from tests.test_probes import catalogue, make, probe
@@ -31,6 +32,11 @@ def test_each_cache_convention_is_detected_and_a_correct_module_decodes(module, 
     assert found.status == PASS, found
 
 
+def test_a_rolling_cache_of_its_window_is_judged_on_that_window_not_its_length():
+    found = probe(make(gm.Rolling), CAUSAL, "cached decoding")
+    assert found.status == PASS and "up to its window of 3 (rolling)" in found.message, found
+
+
 def test_a_returned_cache_without_the_current_token_fails_decoding():
     found = probe(make(gm.LayerPast, stale=True), CAUSAL, "cached decoding")
     assert found.status == FAIL and "decode: max error" in found.message, found
@@ -40,6 +46,12 @@ def test_a_causal_mask_anchored_top_left_fails_decoding_and_is_named():
     found = probe(make(gm.StartPos, top_left=True), CAUSAL, "cached decoding")
     assert found.status == FAIL and "cache_causal_alignment" in found.message, found
     assert "wrong from position" in found.message
+
+
+def test_a_cache_of_a_module_that_is_not_causal_as_called_is_not_probed_as_a_decoder():
+    for name in ("cached decoding", "cache reuse"):
+        found = probe(make(gm.LayerPast), Config(), name)  # neither --causal nor a causal mask
+        assert found.status == SKIP and "bidirectional encoder" in found.message, found
 
 
 def test_a_module_without_a_cache_skips_the_generation_probes_and_says_why():
@@ -178,9 +190,16 @@ def test_the_transformers_adapter_names_a_missing_rotary_class_in_one_line():
 
     config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2)
     llama = transformers.models.llama.modeling_llama.LlamaAttention
-    mine = type("MyLlamaAttention", (llama,), {"__module__": __name__})  # no rotary class here
+    mine = type("MyLlamaAttention", (llama,), {"__module__": __name__})  # its base's rotary
+    assert diagnose(make(mine, config, layer_idx=0), Config(call=adapters.transformers)).healthy
+
+    class NoRotaryHere(cm.TransformersRotary):  # no base from a file with a rotary class
+        pass
+
+    alone = NoRotaryHere(32, 4)
+    alone.config = config
     with pytest.raises(UsageError, match=re.escape("no ...RotaryEmbedding class in tests.")):
-        diagnose(make(mine, config, layer_idx=0), Config(call=adapters.transformers))
+        diagnose(alone, Config(call=adapters.transformers))
 
 
 def test_a_cache_whose_length_is_not_the_tokens_fed_fails_even_with_right_outputs():

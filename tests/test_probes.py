@@ -7,6 +7,7 @@ costs one probe, not the whole diagnosis. The last tests run every probe in othe
 import importlib
 import random
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -164,9 +165,9 @@ def test_positions_break_permutation_unless_declared():
     assert probe(module, declared, "permutation equivariance").status == SKIP
 
 
-def test_a_dead_key_bias_is_a_warning():
+def test_a_dead_key_bias_is_said_and_passes_since_softmax_ignores_it():
     f = probe(*catalogue("qkv_bias"), "gradient flow")
-    assert f.status == WARN and "dead weight: W_k.bias" in f.message, f
+    assert f.status == PASS and "but W_k.bias, a key bias, which softmax ignores" in f.message, f
     assert probe(*catalogue("qkv_bias", "fixed"), "gradient flow").status == PASS
 
 
@@ -248,6 +249,17 @@ def test_a_module_whose_outputs_are_all_nan_fails_what_it_cannot_pass(name):
     assert f.status == FAIL and "NaN" in f.message, f
 
 
+COMPARING = ["cached decoding", "grouped heads", "position shift", "token order", "left padding",
+             "packed documents", "sliding window"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", COMPARING)
+def test_dropout_left_on_skips_every_probe_that_compares_two_calls(name):
+    module, config = catalogue("dropout_in_eval")
+    f = probe(module, replace(config, positions="relative", window=3, packed=True), name)
+    assert f.status == SKIP and "not deterministic in eval mode" in f.message, f
+
+
 @pytest.mark.parametrize("name", ["float16 robustness", "bfloat16 robustness"])
 def test_dropout_left_on_is_said_once_not_again_as_low_precision_error(name):
     f = probe(*catalogue("dropout_in_eval"), name)
@@ -261,13 +273,24 @@ def test_a_module_in_training_mode_is_probed_in_eval_mode():
     assert module.training
 
 
-def test_float16_overflow_before_the_scale_is_a_warning():
+def test_float16_overflow_before_the_scale_fails_a_module_declared_to_run_in_float16():
     module, config = catalogue("qk_overflow_half")
+    assert config.float16  # what the card's user knows
     f = probe(module, config, "float16 robustness")
-    assert f.status == WARN and "qk_overflow_half" in f.message, f
+    assert f.status == FAIL and "qk_overflow_half" in f.message, f
     assert probe(module, config, "bfloat16 robustness").status == PASS
     fixed = probe(*catalogue("qk_overflow_half", "fixed"), "float16 robustness")
-    assert fixed.status == PASS, fixed
+    assert fixed.status == PASS and "qk_overflow_half" not in fixed.message, fixed
+
+
+def test_textbook_float16_overflow_is_a_note_not_a_warning_unless_float16_is_declared():
+    """Most correct code computes (Q K^T) / sqrt(d): a warning there would fire on all of it."""
+    module, config = catalogue("qk_overflow_half")
+    f = probe(module, replace(config, float16=False), "float16 robustness")
+    assert f.status == PASS and "declare --float16" in f.message, f
+    textbook, fixed_config = catalogue("mask_bool", "fixed")
+    f = probe(textbook, fixed_config, "float16 robustness")
+    assert f.status == PASS, f
 
 
 def test_a_module_worse_than_sdpa_in_bfloat16_fails():

@@ -14,15 +14,19 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import UsageError
+from harness.masks import lowest
+from harness.reference import int_attribute
 
-CACHE_PARAMETERS = ("cache", "past_key_values", "past_key_value")  # by transformers version
+CACHE_WORDS = ("cache", "past")  # cache, past_key_value(s), layer_past: by version and model
 
 
 def _rotary_embedding(module: nn.Module) -> nn.Module:
     """The model's own rotary embedding for this layer: the ``...RotaryEmbedding`` class of the
-    layer's modeling file, built from the layer's config (as the model builds it)."""
-    source = sys.modules[type(module).__module__]
-    found = [v for n, v in vars(source).items() if n.endswith("RotaryEmbedding")]
+    layer's modeling file (or, for a subclass written elsewhere, of its nearest base's), built
+    from the layer's config (as the model builds it)."""
+    found = [v for cls in type(module).__mro__
+             for n, v in vars(sys.modules.get(cls.__module__, object)).items()
+             if n.endswith("RotaryEmbedding") and isinstance(v, type)]  # fmt: skip
     if not found:
         raise UsageError(
             f"--call ...adapters:transformers: no ...RotaryEmbedding class in "
@@ -32,32 +36,58 @@ def _rotary_embedding(module: nn.Module) -> nn.Module:
     return found[0](config=module.config)
 
 
+def _rotary_tables(rotary: nn.Module, module: nn.Module, x: Tensor, positions: Tensor) -> object:
+    """The rotary embedding's (cos, sin) at ``positions``, called as the model calls it: any
+    further parameter of its forward (Gemma3's ``layer_type``) is the layer's attribute of that
+    name."""
+    params = list(inspect.signature(rotary.forward).parameters.values())[2:]  # after x, positions
+    extra = {p.name: getattr(module, p.name) for p in params
+             if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+             and hasattr(module, p.name)}  # fmt: skip
+    return rotary(x, positions, **extra)
+
+
+def _cache_parameter(module: nn.Module) -> str | None:
+    """The forward parameter that takes the cache: the one annotated as a ``Cache``, else the
+    first whose name says cache or past (``past_key_values``, GPT-NeoX's ``layer_past``)."""
+    params = inspect.signature(module.forward).parameters
+    typed = [n for n, p in params.items() if "Cache" in str(p.annotation)]
+    named = [n for n in params if any(word in n.lower() for word in CACHE_WORDS)]
+    return next(iter(typed + named), None)
+
+
 def _with_window(module: nn.Module, mask: Tensor | None) -> Tensor | None:
-    """The model's sliding window (``config.sliding_window``, as Mistral's) added to an additive
+    """The layer's sliding window (``sliding_window``, its own or its config's, as Mistral's and
+    Gemma's sliding layers) added to an additive
     (B, 1, T, S) mask, as the model's own mask builder adds it: the i-th of T new tokens is
     token S - T + i, and key s is blocked for it when it is ``window`` or more tokens back."""
-    window = getattr(module.config, "sliding_window", None)
+    window = int_attribute(module, ("sliding_window",))  # the layer's own beats its config's
     if not window or mask is None or not mask.is_floating_point() or mask.dim() != 4:
         return mask
     T, S = mask.shape[-2:]
     queries = torch.arange(S - T, S, device=mask.device)  # (T,) token indices of the new ones
     far = queries[:, None] - torch.arange(S, device=mask.device) >= window  # (T, S)
-    return mask.masked_fill(far, torch.finfo(mask.dtype).min)
+    return mask.masked_fill(far, lowest(mask.dtype))
 
 
 def transformers(
     module: nn.Module, x: Tensor, *, positions: Tensor, mask: Tensor | None, cache: object
 ) -> object:
     """A transformers decoder attention layer (Llama, Mistral, Qwen2, Gemma, ...): (cos, sin)
-    from the model's rotary embedding at ``positions``, ``mask`` as its ``attention_mask`` (the
-    model builds it: declare --mask additive --mask-shape b1qk) and ``cache`` as its cache."""
-    rotary = _rotary_embedding(module).to(x.device)
-    cos, sin = rotary(x, positions.to(x.device))
-    mask = _with_window(module, mask)
-    kwargs: dict[str, object] = {"position_embeddings": (cos, sin), "attention_mask": mask}
+    from the model's rotary embedding at ``positions`` when its forward takes
+    ``position_embeddings`` (OPT's does not), ``mask`` as its ``attention_mask`` (the model
+    builds it: declare --mask additive --mask-shape b1qk) and ``cache`` as its cache."""
+    kwargs: dict[str, object] = {"attention_mask": _with_window(module, mask)}
+    if "position_embeddings" in inspect.signature(module.forward).parameters:  # rotary layers
+        rotary = _rotary_embedding(module).to(x.device)
+        kwargs["position_embeddings"] = _rotary_tables(rotary, module, x, positions.to(x.device))
     if cache is not None:
-        params = inspect.signature(module.forward).parameters
-        name = next((n for n in CACHE_PARAMETERS if n in params), CACHE_PARAMETERS[0])
+        name = _cache_parameter(module)
+        if name is None:
+            raise UsageError(
+                f"{type(module).__name__}.forward takes no cache parameter (annotated Cache, or "
+                "named ...cache... / ...past...): no cache to probe through this adapter"
+            )
         kwargs[name] = cache
     return module(x, **kwargs)
 

@@ -40,7 +40,8 @@ def respects(module: nn.Module, config: Config) -> bool:
     and its real outputs still respond to the real inputs. Raises when it does not run."""
     subject = Subject(module, config)
     with quietly_seeded(config.seed):
-        if _padding_leak(subject) is not None or not _responds(subject):
+        # at ordinary activations: what large logits do to a mask is the leak probes' to say
+        if _padding_leak(subject, (1.0,)) is not None or not _responds(subject):
             return False
         return config.mask_shape in KEY_LAYOUTS or _future_leak(subject, 1.0) is None
 

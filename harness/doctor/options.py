@@ -88,6 +88,12 @@ OPTIONS = (
         "rotate_half) or interleaved (2i with 2i + 1, Meta's complex form); auto: either",
     ),
     Option(
+        "rotary_dims", kind="int", metavar="N",
+        help="partial rotary: the rotation turns only the first N dimensions of each head (GPT-"
+        "NeoX, Phi, GPT-J); default: read off the module (rotary_ndims, rotary_dim) or its "
+        "config (partial_rotary_factor), else the whole head",
+    ),
+    Option(
         "kv_heads", kind="int", metavar="N",
         help="grouped K/V heads: built with N (default: half the heads) and probed as such when "
         "they cannot be read off the module",
@@ -128,6 +134,13 @@ OPTIONS = (
         "init", metavar="NAME=VALUE", config=False, repeat=True, default=(),
         help="a constructor or config value the doctor cannot guess (a Python literal, else a "
         "string); repeatable",
+    ),
+    Option(
+        "float16", kind="flag", default=False,
+        help="it runs in float16 (autocast or .half()) where activations grow large, as "
+        "mixed-precision training and Stable Diffusion's UNet do: Q K^T overflowing where "
+        "scaling Q first stays finite then fails (qk_overflow_half); without it that is a "
+        "note, since textbook attention does the same",
     ),
     Option("seed", kind="seed", default=0, help="seed for weights and inputs, 0 .. 2**32 - 1 (0)"),
     Option("batch", kind="int", default=4, help="sequences per probe call (4; at least 2)"),

@@ -88,6 +88,7 @@ class Config:
     kv_heads: int | None = option("kv_heads")
     window: int | None = option("window")
     rope_pairing: str = option("rope_pairing")
+    rotary_dims: int | None = option("rotary_dims")
     packed: bool = option("packed")
     kv_grouping: str = option("kv_grouping")
     # A call adapter, fn(module, x, *, positions, mask, cache), calling the module the way the
@@ -95,6 +96,7 @@ class Config:
     call: Callable[..., object] | None = field(
         default=None, repr=False, metadata={"option": BY_NAME["call"]}
     )
+    float16: bool = option("float16")
     strict: bool = option("strict")
     batch: int = option("batch")
     seq_len: int = option("seq_len")
@@ -130,6 +132,8 @@ class Config:
             raise UsageError("--kv-heads must be a positive number of K/V heads")
         if self.window is not None and self.window < 1:
             raise UsageError("--window must be a positive number of keys")
+        if self.rotary_dims is not None and (self.rotary_dims < 2 or self.rotary_dims % 2):
+            raise UsageError("--rotary-dims must be a positive even number of dimensions")
 
     @property
     def spec(self) -> MaskSpec | None:
@@ -240,7 +244,9 @@ class Subject:
     """The module under diagnosis, seen through the config: builds masks and calls it."""
 
     def __init__(self, module: nn.Module, config: Config):
-        self.module = as_self_attention(module, config.mask_shape)
+        # an adapter calls the module as the user's model does: it gets the module itself
+        wrap = config.call is None
+        self.module = as_self_attention(module, config.mask_shape) if wrap else module
         self.config = config
         self.device = torch.device(config.device)
         self.takes_mask = config.spec is not None
@@ -251,14 +257,16 @@ class Subject:
         if config.call is not None:
             self.plan: CallPlan = AdapterPlan(adapter=config.call)
         else:
-            self.plan = plan_call(self.module, self.takes_mask, config.mask_arg)
+            self.plan = plan_call(self.module, self.takes_mask, config.mask_arg,
+                                  config.rotary_dims)  # fmt: skip
         self.sequence_first = config.sequence_first or getattr(module, "batch_first", 1) is False
-        if isinstance(module, nn.MultiheadAttention):
-            self.sequence_first = False  # its adapter turns it round itself
+        if isinstance(module, nn.MultiheadAttention) and wrap:
+            self.sequence_first = False  # its wrapper turns it round itself
         self.original = module  # the module as given (its class's code is read for rotary)
         self.new_cache, self.cache_source = cache_convention(self.module, self.plan)
         self.window, self.window_source = window_of(self.module, config)
         self.context = declared_context(self.module)
+        self.rotary_dims = rotary_dims(self.module, config.rotary_dims)
         self.dtype = torch.float64
         self.d_model, self.dtype = self._input_width(config.d_model)
 
@@ -577,6 +585,11 @@ class Positions:
     firm: bool = True
 
 
+# An embedding of positions: learned absolute ones (pos_emb, wpe's position_embeddings) or a
+# learned relative bias (T5's relative_attention_bias, rel_pos_bias).
+POSITION_EMBEDDING = re.compile(r"pos|relative|\brel_", re.IGNORECASE)
+
+
 def position_scheme(subject: Subject) -> Positions:
     """Declared by --positions; else detected: rotary tables in the signature, positions the
     output responds to (rotary if its code names it), or rotary named in its code."""
@@ -596,7 +609,8 @@ def position_scheme(subject: Subject) -> Positions:
     if config.positional:
         return Positions("absolute", "declared (--positional)")
     embedding = next((n for n, m in subject.original.named_modules()
-                      if isinstance(m, nn.Embedding) and "pos" in n.lower()), None)  # fmt: skip
+                      if isinstance(m, nn.Embedding) and POSITION_EMBEDDING.search(n)),
+                     None)  # fmt: skip
     if embedding is not None:
         return Positions("absolute", f"it holds a position embedding, `{embedding}`")
     if given is not None:
@@ -788,6 +802,28 @@ def head_width(module: nn.Module) -> int:
     return linear.out_features // head_count(module) if linear is not None else 64
 
 
+ROTARY_DIM_ATTRS = ("rotary_ndims", "rotary_dim", "rotary_dims", "rot_dim", "rotary_emb_dim",
+                    "rope_n_elem")  # fmt: skip  # litgpt's config
+ROTARY_FACTORS = ("partial_rotary_factor", "rotary_pct", "rotary_percentage")
+
+
+def rotary_dims(module: nn.Module, declared: int | None = None) -> int | None:
+    """How many dimensions of each head its rotation turns, when fewer than all (partial
+    rotary): ``declared`` (--rotary-dims), else the module's own attribute or its config's
+    (litgpt's ``rope_n_elem``), else its config's fraction of the head width
+    (``partial_rotary_factor``, which transformers keeps in ``rope_parameters``, ``rotary_pct``,
+    litgpt's ``rotary_percentage``); None: the whole head."""
+    found = declared or int_attribute(module, ROTARY_DIM_ATTRS)
+    config = getattr(module, "config", None)
+    rope = getattr(config, "rope_parameters", None)
+    factors = [rope.get(n) for n in ROTARY_FACTORS] if isinstance(rope, Mapping) else []
+    factors += [getattr(config, n, None) for n in ROTARY_FACTORS]
+    factor = next((f for f in factors if f is not None), None)
+    if found is None and isinstance(factor, int | float) and 0 < factor < 1:
+        found = int(head_width(module) * factor)
+    return found if found is not None and found < head_width(module) else None
+
+
 def mask_parameters(module: nn.Module) -> list[str]:
     """forward's mask parameters under common names, in the order of MASK_NAMES."""
     try:
@@ -808,8 +844,12 @@ def _mask_name(params: Mapping[str, object], wanted: str | None = None) -> str |
     return next(iter(mask_names(params)), None)
 
 
-def plan_call(module: nn.Module, takes_mask: bool, mask_arg: str | None = None) -> CallPlan:
-    """How to call ``module``'s forward with x (and a mask); UsageError when it cannot be."""
+def plan_call(
+    module: nn.Module, takes_mask: bool, mask_arg: str | None = None,
+    declared_rotary: int | None = None,
+) -> CallPlan:  # fmt: skip
+    """How to call ``module``'s forward with x (and a mask); UsageError when it cannot be.
+    Rotary tables it takes are as wide as the dimensions it turns (``rotary_dims``)."""
     forward = as_self_attention(module).forward
     try:
         params = dict(inspect.signature(forward).parameters)
@@ -838,7 +878,8 @@ def plan_call(module: nn.Module, takes_mask: bool, mask_arg: str | None = None) 
     cache = next((n for n in CACHE_NAMES if n in named), None)
     plan = CallPlan(
         inputs=inputs, mask=mask if takes_mask else None, positions=positions,
-        head_dim=head_width(module) if positions else 0, mask_optional=optional,
+        head_dim=(rotary_dims(module, declared_rotary) or head_width(module)) if positions else 0,
+        mask_optional=optional,
         optional_positions=tuple(
             n for n in positions
             if named[n].default is not empty and n in POSITION_NAMES  # tables are never optional

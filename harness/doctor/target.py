@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -22,6 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from torch import nn
 
@@ -54,7 +56,13 @@ def load_object(target: str) -> object:
             if path.is_dir():
                 raise UsageError(f"{shown} is a folder; name a .py file in it (file.py:name)")
             raise UsageError(f"no such file: {shown}")
-        module_name = f"_attention_doctor_{path.stem}"
+        # one name per file: a target and an adapter both named model.py are two modules, and
+        # each class finds its own file's cache and rotary classes by its __module__
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+        module_name = f"_attention_doctor_{path.stem}_{digest}"
+        loaded = _LOADED.get(module_name)
+        if loaded is not None and loaded[0] == path.stat().st_mtime_ns:
+            return _attribute(loaded[1], where, name)  # the same file, unchanged: one module
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module  # dataclasses and the config lookup find it by name
@@ -68,6 +76,7 @@ def load_object(target: str) -> object:
             ) from None
         finally:
             sys.path.remove(str(path.parent.resolve()))
+        _LOADED[module_name] = (path.stat().st_mtime_ns, module)
     else:
         cwd = os.getcwd()
         here = any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path)
@@ -85,11 +94,22 @@ def load_object(target: str) -> object:
         finally:
             if not here:
                 sys.path.remove(cwd)
+    return _attribute(module, where, name)
+
+
+def _attribute(module: ModuleType, where: str, name: str) -> object:
+    """``module.name``, or a UsageError naming what is missing."""
     if not hasattr(module, name):
+        shown = shorten(where)
         if getattr(module, "__file__", None) is None and Path(where).is_dir():  # a namespace
             raise UsageError(f"{shown} is a folder; name a .py file in it (file.py:name)")
         raise UsageError(f"{shown} has no attribute {shorten(name, quote=True)}")
     return getattr(module, name)
+
+
+# Files loaded by path in this process, by module name: (modification time, module). A target
+# and its --call adapter in one file are one module, so the adapter's cache is the module's.
+_LOADED: dict[str, tuple[int, ModuleType]] = {}
 
 
 def _is_file(path: Path) -> bool:
@@ -141,6 +161,7 @@ HEAD_DIM_NAMES = (
 # rates and indices keep the module's own defaults.
 KV_HEADS_NAMES = ("num_key_value_heads", "n_kv_heads", "kv_heads", "num_kv_heads", "n_kv_head",
                   "n_query_groups")  # fmt: skip
+LAYER_INDEX_NAMES = ("layer_idx", "layer_id", "layer_number", "layer_index")
 SIZE_NAMES = frozenset(
     (*D_MODEL_NAMES, *HEADS_NAMES, *HEAD_DIM_NAMES, *KV_HEADS_NAMES, "query_pre_attn_scalar")
 )
@@ -173,7 +194,7 @@ NAMES: dict[str, Callable[[Sizes], object]] = {
         lambda s: 0.1,
     ),
     **dict.fromkeys(("bias", "qkv_bias", "use_bias", "batch_first"), lambda s: True),
-    **dict.fromkeys(("layer_idx", "layer_id", "layer_number", "layer_index"), lambda s: 0),
+    **dict.fromkeys(LAYER_INDEX_NAMES, lambda s: 0),
     **dict.fromkeys(("rope_theta", "rope_base", "rotary_base", "base"), lambda s: 10000.0),
     **dict.fromkeys(("layer_norm_eps", "norm_eps", "rms_norm_eps", "eps"), lambda s: 1e-5),
     **dict.fromkeys(("initializer_range",), lambda s: 0.02),
@@ -228,22 +249,26 @@ class DoctorConfig:
         return f"DoctorConfig(d_model={self._sizes.d_model}, heads={self._sizes.heads})"
 
 
-def _config_class(parameter: inspect.Parameter, factory: Callable[..., object]) -> type | None:
-    """The class of a config parameter: its annotation, else the one config class (``*Config``,
-    ``*Args``) that the factory's own module defines or imports; None when there is none."""
+def _config_classes(parameter: inspect.Parameter, factory: Callable[..., object]) -> list[type]:
+    """The classes a config parameter may take, likeliest first: its annotation, else the config
+    classes (``*Config``, ``*Args``) that the factory's own module defines or imports, its
+    namesake first (BertSelfAttention: BertConfig), then the rest (CLIPAttention: CLIPConfig,
+    then CLIPTextConfig and CLIPVisionConfig, which hold its sizes)."""
     annotation = parameter.annotation
     if isinstance(annotation, type) and annotation is not inspect.Parameter.empty:
-        return None if annotation.__module__ == "builtins" else annotation
+        return [] if annotation.__module__ == "builtins" else [annotation]
     home = sys.modules.get(getattr(factory, "__module__", ""), None)
     found = [
         v
         for k, v in vars(home).items()
         if isinstance(v, type) and k.endswith(CONFIG_SUFFIXES) and not issubclass(v, nn.Module)
     ] if home else []  # fmt: skip
-    if len(found) > 1:  # BertSelfAttention next to BertConfig and others: take the namesake
-        prefix = getattr(factory, "__name__", "")
-        found = [c for c in found if prefix.startswith(c.__name__.removesuffix("Config"))]
-    return found[0] if len(found) == 1 else None
+    if len(found) <= 1:
+        return found
+    prefix = getattr(factory, "__name__", "")
+    namesakes = [c for c in found if prefix.startswith(c.__name__.removesuffix("Config"))]
+    # no namesake among several: none of them is known to be its (the doctor's own config)
+    return namesakes + [c for c in found if c not in namesakes] if namesakes else []
 
 
 def _typed_config(cls: type, sizes: Sizes) -> object:
@@ -278,11 +303,20 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:200] if lines else ""
 
 
-def constructor_kwargs(factory: Callable[..., object], sizes: Sizes) -> dict[str, object]:
+def _unplaced(name: str, parameter: inspect.Parameter) -> bool:
+    """A layer index left at None: a model builds every layer with its index (a cache is
+    addressed by it), so the doctor builds layer 0 rather than a layer that cannot cache."""
+    return name in LAYER_INDEX_NAMES and parameter.default is None
+
+
+def constructor_kwargs(
+    factory: Callable[..., object], sizes: Sizes, choice: int = 0
+) -> dict[str, object]:
     """Keyword arguments for ``factory``, filled by parameter name; UsageError if one is left.
 
     A required parameter the table does not know is a usage error naming it; an optional one
-    keeps its default unless --init names it.
+    keeps its default unless --init names it. A config parameter gets the ``choice``-th of its
+    candidate classes (``_config_classes``).
     """
     try:
         params = inspect.signature(factory).parameters
@@ -297,9 +331,10 @@ def constructor_kwargs(factory: Callable[..., object], sizes: Sizes) -> dict[str
         if name in sizes.init:
             kwargs[name] = sizes.init[name]
         elif name in CONFIG_NAMES and required:
-            cls = _config_class(p, factory)
+            classes = _config_classes(p, factory)
+            cls = classes[min(choice, len(classes) - 1)] if classes else None
             kwargs[name] = _typed_config(cls, sizes) if cls else DoctorConfig(sizes)
-        elif name in NAMES and (required or name in SIZE_NAMES):
+        elif name in NAMES and (required or name in SIZE_NAMES or _unplaced(name, p)):
             kwargs[name] = value_for(name, sizes)
         elif required:
             missing.append(name)
@@ -336,14 +371,41 @@ def build(obj: object, sizes: Sizes, seed: int = 0) -> nn.Module:
     """Instantiate a class or call a factory under ``seed``; any failure is a UsageError.
 
     A module built from a ``DoctorConfig`` that asks for names the doctor does not know is
-    retried with those names set to None, to name every one of them in a single message.
+    retried with those names set to None, to name every one of them in a single message. A
+    config class that does not build it is followed by the next candidate (CLIPConfig, then
+    CLIPTextConfig); the first one's error is the one reported when none does.
     """
     if isinstance(obj, nn.Module):
         return obj
     if not callable(obj):
         raise UsageError(f"{obj!r} is neither an nn.Module class nor a factory")
+    first: UsageError | None = None
+    for choice in range(_config_choices(obj)):
+        kwargs = constructor_kwargs(obj, sizes, choice)  # a name no table knows: said at once
+        try:
+            return _build(obj, kwargs, sizes, seed)
+        except UsageError as exc:
+            first = first or exc
+    assert first is not None
+    raise first
+
+
+def _config_choices(factory: Callable[..., object]) -> int:
+    """How many config classes ``build`` may try for ``factory``'s config parameter (1 when it
+    has none, or takes the doctor's own config)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    found = [len(_config_classes(p, factory)) for p in params
+             if p.name in CONFIG_NAMES and p.default is inspect.Parameter.empty]  # fmt: skip
+    return max([1, *found])
+
+
+def _build(obj: Callable[..., object], kwargs: dict[str, object], sizes: Sizes,
+           seed: int) -> nn.Module:  # fmt: skip
+    """``obj(**kwargs)`` under ``seed``, with the retries of ``build``."""
     name = getattr(obj, "__name__", repr(obj))
-    kwargs = constructor_kwargs(obj, sizes)
     unknown: list[str] = []
     for _ in range(MAX_TRIES):
         try:

@@ -269,10 +269,27 @@ def probe_gradients(subject: Subject) -> Outcome:
         return failed(f"the gradient of {', '.join(broken)} is NaN or infinite on ordinary inputs")
     typical = max(norms.values())
     dead = [n for n, v in norms.items() if v <= 1e-9 * typical]
-    if dead:
+    # a key projection's bias adds q . b_k to every score of a row, which softmax takes away:
+    # no gradient is what correct attention gives it. It shows as a dead bias beside a live
+    # weight (an unused layer has both dead)
+    key_biases = [n for n in dead if _cancelled_bias(n, dead, norms)]
+    others = [n for n in dead if n not in key_biases]
+    if others:
         return warned(
-            f"dead weight: {', '.join(dead)} gets no gradient (norm "
-            f"{max(norms[n] for n in dead):.2g} against {typical:.3g}); a key bias is the usual "
-            "case: softmax ignores it",
+            f"dead weight: {', '.join(others)} gets no gradient (norm "
+            f"{max(norms[n] for n in others):.2g} against {typical:.3g})",
+        )
+    if key_biases:
+        return passed(
+            f"all {len(norms)} parameters get a gradient but {', '.join(key_biases)}, a key "
+            "bias, which softmax ignores (it shifts every score of a row alike), as it should"
         )
     return passed(f"all {len(norms)} parameters get a gradient")
+
+
+def _cancelled_bias(name: str, dead: list[str], norms: dict[str, float]) -> bool:
+    """``name`` is a layer's bias, dead, while the layer's weight gets a gradient: a bias that
+    the softmax cancels (a key projection's), not a layer left unused."""
+    layer, _, last = name.rpartition(".")
+    weight = f"{layer}.weight" if layer else "weight"
+    return last == "bias" and weight in norms and weight not in dead

@@ -16,7 +16,7 @@ from harness.consistency import Agreement, agreements
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import AdapterPlan, Returned, Subject
-from harness.masks import causal_keep
+from harness.masks import KEY_LAYOUTS, causal_keep
 from harness.scenarios import Invoke
 
 PROMPT_SEED = 21  # the prompt decoded
@@ -30,6 +30,11 @@ def _setup(subject: Subject) -> tuple[str | None, Tensor, Tensor | None]:
     keep = causal_keep(cfg.batch, cfg.seq_len) if subject.takes_mask else None
     if subject.new_cache is None:
         return subject.cache_source, x, keep
+    if not cfg.causal and (not subject.takes_mask or cfg.mask_shape in KEY_LAYOUTS):
+        return (
+            "not causal (--causal) and its mask cannot be a causal one (none, or key padding): "
+            "a bidirectional encoder as called, so it is not probed as a decoder"
+        ), x, keep  # fmt: skip
     if subject.sequence_first:
         return "sequence-first module: cached calls are not probed", x, keep
     if subject.new_cache is Returned and not _returns_a_cache(subject, x, keep):
@@ -100,7 +105,7 @@ def _cache_length(cache: object, layer: int | None = None) -> int | None:
     return None
 
 
-@probe("cached decoding")
+@probe("cached decoding", compares=True)
 def probe_decoding(subject: Subject) -> Outcome:
     """Prefill then one-token steps, and chunked prefill, equal the full forward; the cache
     grows by exactly the query length."""
@@ -121,21 +126,28 @@ def probe_decoding(subject: Subject) -> Outcome:
     if wrong:
         return failed(
             "; ".join(str(a) for a in wrong)
-            + (f"; {off}" if (off := _length_off(lengths)) else "")
+            + (f"; {off}" if (off := _length_off(lengths, subject.window)) else "")
             + _diagnose(subject, x, keep, wrong[0])
         )
     unmasked = _without_mask(subject, x)
     if unmasked is not None:
         return unmasked
-    if off := _length_off(lengths):
+    if off := _length_off(lengths, subject.window):
         return failed(f"{off} (stale_cache: appended twice or never cleared)")
+    rolling = subject.window is not None and any(held < fed for fed, held in lengths)
     counted = "; cache length = tokens fed" if lengths else ""
+    if rolling:
+        counted = f"; cache length = tokens fed, up to its window of {subject.window} (rolling)"
     return passed(f"{'; '.join(str(a) for a in found)} ({subject.cache_source}){counted}")
 
 
-def _length_off(lengths: list[tuple[int, int]]) -> str:
-    """``the cache holds N tokens after M were fed`` for the first call where they differ."""
-    bad = [(fed, held) for fed, held in lengths if fed != held]
+def _length_off(lengths: list[tuple[int, int]], window: int | None = None) -> str:
+    """``the cache holds N tokens after M were fed`` for the first call where they differ. A
+    module with a sliding window may keep only the last ``window`` (a rolling cache of fixed
+    length, as Mistral's): both lengths are right then, its outputs judged against the full
+    forward over the same window."""
+    bad = [(fed, held) for fed, held in lengths
+           if held != fed and (window is None or held != min(fed, window))]  # fmt: skip
     return f"the cache holds {bad[0][1]} tokens after {bad[0][0]} were fed" if bad else ""
 
 
@@ -195,7 +207,7 @@ def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement
     )
 
 
-@probe("cache reuse")
+@probe("cache reuse", compares=True)
 def probe_reuse(subject: Subject) -> Outcome:
     """A cache reset after another prompt gives what a fresh one gives."""
     why_not, x, keep = _setup(subject)

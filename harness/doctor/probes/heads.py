@@ -64,7 +64,7 @@ def reached(module: nn.Module, call, v_proj: nn.Linear, out_proj: nn.Linear, hea
     return set((change > MOVED * scale).nonzero().flatten().tolist())
 
 
-@probe("grouped heads")
+@probe("grouped heads", compares=True)
 def probe_grouped(subject: Subject) -> Outcome:
     """Each K/V head reaches exactly its own block of query heads."""
     module = subject.copy()

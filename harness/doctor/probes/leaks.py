@@ -3,12 +3,13 @@ those inputs, also with large logits; and queries that have no key at all."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
-from harness.dependency import MAX_SPLITS, Redraws, as_call, future_leak
+from harness.dependency import MAX_SPLITS, Leak, Redraws, as_call, future_leak
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
@@ -21,6 +22,12 @@ LARGE = 300.0  # activation scale for the large-logit leak checks (float64: no o
 FILL = (
     " and not at ordinary ones: the mask's fill is a finite constant these logits outgrow: "
     "fill_too_small (fill with -inf, or torch.finfo(dtype).min)"
+)
+# A NaN that shows only at large logits is no leak: softmax itself stays finite there, so an exp
+# of the scores without the row max subtracted overflowed.
+OVERFLOW = (
+    " and not at ordinary ones: NaN, not a leak, as exp of large scores without the row max "
+    "subtracted gives (naive_exp_softmax: subtract the row max, or use torch.softmax)"
 )
 NO_MASK = "no mask to probe with (forward takes none, or no convention of it worked: see above)"
 
@@ -37,12 +44,19 @@ def no_mask(subject: Subject) -> str:
 LARGE_SPLITS = 3  # a mask constant too small for large logits fails at every split: a few do
 
 
-def _future_leak(subject: Subject, scale: float) -> str | None:
+def _large(scale: float, nan: bool) -> str:
+    """What a leak found at ``scale`` means: nothing more at ordinary activations; at large ones a
+    finite fill the logits outgrow, or (a NaN) an exp that overflowed."""
+    if scale == 1.0:
+        return ""
+    return f" with activations scaled by {scale:g}{OVERFLOW if nan else FILL}"
+
+
+def _future_leak(subject: Subject, scale: float) -> Leak | None:
     cfg = subject.config
     keep = subject.keep("causal", cfg.batch, cfg.seq_len, 0) if subject.takes_mask else None
     x = subject.x(cfg.batch, cfg.seq_len, 3, scale)
-    leak = future_leak(subject.bound(keep), x, None, MAX_SPLITS if scale == 1.0 else LARGE_SPLITS)
-    return str(leak) if leak else None
+    return future_leak(subject.bound(keep), x, None, MAX_SPLITS if scale == 1.0 else LARGE_SPLITS)
 
 
 def _causal_leak(subject: Subject) -> str | None:
@@ -50,16 +64,16 @@ def _causal_leak(subject: Subject) -> str | None:
     for scale in (1.0, LARGE):
         leak = _future_leak(subject, scale)
         if leak:
-            return leak + ("" if scale == 1.0 else f" with activations scaled by {scale:g}{FILL}")
+            return str(leak) + _large(scale, math.isnan(leak.change))
     return None
 
 
-def _padding_leak(subject: Subject) -> str | None:
+def _padding_leak(subject: Subject, scales: tuple[float, ...] = (1.0, LARGE)) -> str | None:
     """Evidence that real outputs depend on padded inputs (also with large logits), or None."""
     cfg = subject.config
     keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
     real = keep.any(dim=1)  # (B, T)
-    for scale in (1.0, LARGE):
+    for scale in scales:
         x = subject.x(cfg.batch, cfg.seq_len, 4, scale)
         redraws = Redraws(as_call(subject.bound(keep), None), x)
         change = redraws.change(~real)  # (B, T)
@@ -67,7 +81,7 @@ def _padding_leak(subject: Subject) -> str | None:
         if leaked.any():
             finite = leaked & ~change.isnan()  # a dependency is better evidence than a NaN
             b, t = (int(i) for i in (finite if finite.any() else leaked).nonzero()[0])
-            where = "" if scale == 1.0 else f" with activations scaled by {scale:g}{FILL}"
+            where = _large(scale, bool(change[b, t].isnan()))
             padded = (~real[b]).nonzero().flatten().tolist()
             if change[b, t].isnan():
                 return f"real output {t} of sequence {b} is NaN with padding{where}"
@@ -119,14 +133,19 @@ def probe_causal(subject: Subject) -> Outcome:
         return skipped("not causal (--causal) and takes no (B, T, T) mask")
     leak = _causal_leak(subject)
     if leak:
-        return failed(leak + _convention_hint(subject, _causal_leak))
+        hint = _convention_hint(subject, _causal_leak)
+        if not hint and "scaled by" not in leak:  # at ordinary activations, no other reading
+            hint = (": the future is not masked (causal_leak: a mask dropped or built wrong, "
+                    "e.g. tril(diagonal=1); keep key s for query t only when s <= t)")  # fmt: skip
+        return failed(leak + hint)
     if cfg.causal and subject.takes_mask and subject.plan.mask_optional:
         x = subject.x(cfg.batch, cfg.seq_len, 3)
         alone = future_leak(subject.bound(None), x, None)  # called with no mask at all
         if alone:
             return failed(
                 f"called without a mask, {alone}: it does not mask the future by itself, as "
-                "--causal says (its caller must pass a causal mask)"
+                "--causal says (its caller must pass a causal mask; causal_leak if its own "
+                "causal mask is built wrong, e.g. tril(diagonal=1))"
             )
     return passed(f"no output depends on a later input (also at x {LARGE:g})")
 

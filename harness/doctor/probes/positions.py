@@ -43,7 +43,7 @@ def _largest(diff: Tensor) -> float:
     return diff.abs().nan_to_num(math.inf).max().item()
 
 
-@probe("position shift")
+@probe("position shift", compares=True)
 def probe_shift(subject: Subject) -> Outcome:
     """A relative scheme: shifting every position by 4096 or 100,000 leaves the output as it is
     (against moving half of the tokens one position further), in float64 and bfloat16."""
@@ -126,7 +126,7 @@ def _low_precision(subject: Subject, x: Tensor, keep: Tensor | None, base: Tenso
     return None
 
 
-@probe("token order")
+@probe("token order", compares=True)
 def probe_order(subject: Subject) -> Outcome:
     """A module with positions tells two swapped tokens apart: later outputs change."""
     found = subject.positions_found
@@ -158,7 +158,7 @@ def probe_order(subject: Subject) -> Outcome:
     return passed(f"swapping tokens 0 and 1 moves later outputs by {change:.3g}")
 
 
-@probe("left padding")
+@probe("left padding", compares=True)
 def probe_left_padding(subject: Subject) -> Outcome:
     """Left padding leaves real tokens' outputs as they are, with the module's own positions."""
     if subject.position_scheme == "none":
@@ -201,7 +201,7 @@ def probe_left_padding(subject: Subject) -> Outcome:
     return passed(f"{PAD} padding tokens on the left change real outputs by {change:.3g}")
 
 
-@probe("packed documents")
+@probe("packed documents", compares=True)
 def probe_packed(subject: Subject) -> Outcome:
     """Declared packing (--packed): where positions restart at 0 a new document begins, and its
     outputs do not depend on the document before it."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from harness import metrics
 from harness.doctor.findings import Outcome, failed, passed, skipped
@@ -76,23 +76,75 @@ Key = tuple[int, str | None]  # a reading: (projection reading, rotary style or 
 
 
 def _tolerance(subject: Subject, key: Key, x: Tensor, allowed: Tensor | None,
-               live: Tensor) -> float:  # fmt: skip
+               live: Tensor, bare: bool = False) -> float:  # fmt: skip
     """The float32 noise floor: twice SDPA's own float32 error on these projections (against
     SDPA in float64, both computed here), plus FlashAttention's atol; a module that computes in
-    float32 anywhere stays within it."""
+    float32 anywhere stays within it. ``bare``: of the attention before the output projection."""
     index, style = key
     exact = subject.readings(subject.copy(torch.float64))[index]
     low = subject.readings(subject.copy(torch.float32))[index]
+    if bare:
+        exact, low = _without_output(exact), _without_output(low)
     with torch.no_grad():
-        ref = attend(exact, x, allowed, rotary=style)
-        ref32 = attend(low, x.float(), allowed, rotary=style).double()
+        dims = subject.rotary_dims
+        ref = attend(exact, x, allowed, rotary=style, rotary_dims=dims)
+        ref32 = attend(low, x.float(), allowed, rotary=style, rotary_dims=dims).double()
     floor = metrics.Error(_error(ref32, ref, live), 0.0)
     return metrics.threshold(floor, metrics.atol(ref.cpu(), torch.float32), metrics.OUTPUT_FACTOR)
 
 
+def _without_output(reading: Recognized) -> Recognized:
+    """The reading stopped before its output projection: attention's own output (B, T, h d)."""
+    qkv, _, heads, described = reading
+    return qkv, None, heads, described
+
+
+@dataclass(frozen=True)
+class Inner:
+    """What enters the module's output projection ``name`` (B, T, h d), attention's own output,
+    with its error against SDPA there and the floor of that error."""
+
+    name: str
+    output: Tensor
+    error: float
+    tolerance: float
+
+
+def _before_output(
+    subject: Subject, reading_copy: nn.Module, key: Key, x: Tensor, keep: Tensor | None,
+    allowed: Tensor | None, live: Tensor,
+) -> Inner | None:  # fmt: skip
+    """Attention's output inside the module, read by a hook on the input of its output
+    projection, against SDPA's there; None when the projection is not one module called once.
+    A residual, a norm or an activation after that projection is not attention."""
+    index, style = key
+    reading = subject.readings(reading_copy)[index]
+    name = next((n for n, m in reading_copy.named_modules() if m is reading[1] and n), None)
+    if name is None:
+        return None
+    module = subject.copy()
+    seen: list[Tensor] = []
+    hook = module.get_submodule(name).register_forward_pre_hook(
+        lambda _, args: seen.append(args[0].detach()))  # fmt: skip
+    try:
+        with torch.no_grad():
+            subject.call(module, x.to(subject.device, subject.dtype), keep)
+    finally:
+        hook.remove()
+    if len(seen) != 1 or seen[0].shape[:2] != x.shape[:2]:
+        return None  # not called, called more than once, or not (B, T, ...): not attention's
+    with torch.no_grad():
+        strided = subject.kv_grouping == "strided"
+        ref = attend(_without_output(reading), x, allowed, rotary=style, tile_kv=strided,
+                     rotary_dims=subject.rotary_dims)  # fmt: skip
+    output = seen[0].double()
+    tolerance = _tolerance(subject, key, x, allowed, live, bare=True)
+    return Inner(name.removeprefix("mha."), output, _error(output, ref, live), tolerance)
+
+
 def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor, live: Tensor,
              tolerance: float, styles: tuple[str | None, ...] = (None,),
-             disagreement: float = math.inf) -> str:  # fmt: skip
+             disagreement: float = math.inf, dims: int | None = None) -> str:  # fmt: skip
     """The variant the output matches (with any of the rotary ``styles``); else the nearest one
     with its distance, when it explains at least half of the ``disagreement`` with SDPA (one
     that does not is no clue, and is not named)."""
@@ -100,7 +152,8 @@ def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor
     for variant in VARIANTS:
         for style in styles:
             with torch.no_grad():
-                ref = attend(reading, x, allowed, variant.kernel(x.shape[-1]), rotary=style)
+                ref = attend(reading, x, allowed, variant.kernel(x.shape[-1]), rotary=style,
+                             rotary_dims=dims)  # fmt: skip
             errors.append((_error(out, ref, live), variant))
     if not torch.isfinite(out[live.to(out.device)]).all():
         return "; its output has NaN or Inf where SDPA's is finite"
@@ -114,16 +167,18 @@ def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor
 
 def _references(
     readings: list[Recognized], x: Tensor, allowed: Tensor | None,
-    styles: tuple[str | None, ...], tile_kv: bool = False,
+    styles: tuple[str | None, ...], tile_kv: bool = False, dims: int | None = None,
 ) -> dict[Key, Tensor]:  # fmt: skip
     """SDPA's output for each reading that runs on ``x`` (a bare weight read the wrong way
-    round does not), by (reading, rotary style)."""
+    round, a fused layout of other widths do not), by (reading, rotary style); rotary turns
+    the first ``dims`` of each head (or all)."""
     refs = {}
     for index, reading in enumerate(readings):
         for style in styles:
             try:
                 with torch.no_grad():
-                    refs[index, style] = attend(reading, x, allowed, rotary=style, tile_kv=tile_kv)
+                    refs[index, style] = attend(reading, x, allowed, rotary=style,
+                                                tile_kv=tile_kv, rotary_dims=dims)  # fmt: skip
             except RuntimeError:
                 continue
     return refs
@@ -137,8 +192,8 @@ def _tiled(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Ten
     declared = subject.kv_grouping
     if declared == "strided":
         return None  # already compared tiled
-    tiled = _references(readings, x, allowed, styles, tile_kv=True)
-    if not tiled or min(_error(out, ref, live) for ref in tiled.values()) > tolerance:
+    tiled = _references(readings, x, allowed, styles, True, subject.rotary_dims)
+    if not _matches(tiled, out, live, tolerance):
         return None
     if declared == "blocks":
         return failed(
@@ -150,6 +205,11 @@ def _tiled(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Ten
         f"within {tolerance:.2g} with its grouped K/V heads tiled (repeat: strided grouping, as "
         "x-transformers lays them out; see grouped heads)"
     )
+
+
+def _matches(refs: dict[Key, Tensor], out: Tensor, live: Tensor, tolerance: float) -> bool:
+    """Some reference of ``refs`` is within ``tolerance`` of the module's output."""
+    return bool(refs) and min(_error(out, ref, live) for ref in refs.values()) <= tolerance
 
 
 def _not_compared() -> Outcome:
@@ -167,12 +227,30 @@ def _other_pairing(subject: Subject, readings: list[Recognized], x: Tensor,
     if declared == "auto":
         return None
     others = tuple(s for s in ROTARY_STYLES if s != ROTARY_STYLE[declared])
-    refs = _references(readings, x, allowed, others)
-    if refs and min(_error(out, ref, live) for ref in refs.values()) <= tolerance:
+    refs = _references(readings, x, allowed, others, dims=subject.rotary_dims)
+    if _matches(refs, out, live, tolerance):
         return failed(
             f"it pairs rotary dimensions the other way than the declared --rope-pairing "
             f"{declared}: weights laid out for one pairing read with the other "
             "(rope_pairing_mismatch)"
+        )
+    return None
+
+
+def _whole_head(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Tensor | None,
+                out: Tensor, live: Tensor, tolerance: float,
+                styles: tuple[str | None, ...]) -> Outcome | None:  # fmt: skip
+    """A failure when a partial rotary module (``rotary_dims``) turns the whole head."""
+    dims = subject.rotary_dims
+    if dims is None:
+        return None
+    strided = subject.kv_grouping == "strided"
+    refs = _references(readings, x, allowed, styles, strided)
+    if _matches(refs, out, live, tolerance):
+        return failed(
+            f"it turns every dimension of each head, where its rotary covers only the first "
+            f"{dims} (--rotary-dims, rotary_ndims or partial_rotary_factor): the dimensions "
+            "meant to pass through unrotated are rotated too"
         )
     return None
 
@@ -194,7 +272,8 @@ def probe_sdpa(subject: Subject) -> Outcome:
     if not subject.deterministic:
         return skipped("not deterministic in eval mode (see above)")
     module = subject.copy()  # float64, or float32 for a module that runs only in float32
-    readings = subject.readings(subject.copy(torch.float64))  # the reference is float64 either way
+    reading_copy = subject.copy(torch.float64)  # the reference is float64 either way
+    readings = subject.readings(reading_copy)
     if not readings:
         reason = "projections not recognized (or other parameters or non-mask buffers present)"
         return skipped(reason)
@@ -208,11 +287,12 @@ def probe_sdpa(subject: Subject) -> Outcome:
     x = x.double()
     styles = _styles(subject) if rotary else (None,)
     strided = subject.kv_grouping == "strided"
-    refs = _references(readings, x, allowed, styles, tile_kv=strided)
+    refs = _references(readings, x, allowed, styles, strided, subject.rotary_dims)
     if not refs:
         return skipped("projections recognized, but no reading of them runs on this input")
     best, ref = min(refs.items(), key=lambda item: _error(out, item[1], live))
-    described = readings[best[0]][3] + (f", RoPE ({best[1]})" if rotary else "")
+    turned = f" on {subject.rotary_dims} dims a head" if subject.rotary_dims else ""
+    described = readings[best[0]][3] + (f", RoPE ({best[1]}{turned})" if rotary else "")
     if out.shape != ref.shape:
         return failed(f"output {tuple(out.shape)} vs SDPA's {tuple(ref.shape)} on {described}")
     error = _error(out, ref, live)
@@ -220,12 +300,30 @@ def probe_sdpa(subject: Subject) -> Outcome:
     if error > tolerance and (found := _tiled(subject, readings, x, allowed, out, live,
                                               tolerance, styles)):  # fmt: skip
         return found
-    # the known wrong forms are of the usual scale: fitted on the projections as they are
+    inner = None
+    if error > tolerance:
+        inner = _before_output(subject, reading_copy, best, x, keep, allowed, live)
+    if inner is not None and inner.error <= inner.tolerance:
+        return passed(
+            f"within {inner.tolerance:.2g} (the float32 floor) at the input of its output "
+            f"projection `{inner.name}`, which is attention's output; what it does after that "
+            "projection (a residual, a norm) is not attention and is not compared"
+        )
+    # the known wrong forms are of the usual scale: fitted on the projections as they are, on
+    # attention's own output where it can be read
     as_is = recognize(subject.copy(torch.float64))[best[0]]
-    nearest = _nearest(as_is, x, allowed, out, live, tolerance, styles, error)
+    if inner is not None:
+        as_is, out, error, tolerance = _without_output(as_is), inner.output, inner.error, (
+            inner.tolerance)  # fmt: skip
+        readings = [_without_output(r) for r in readings]
+        described += f", read at the input of `{inner.name}`"
+    nearest = _nearest(as_is, x, allowed, out, live, tolerance, styles, error,
+                       subject.rotary_dims)  # fmt: skip
     if error > tolerance and rotary and "it behaves like" not in nearest:
-        return _other_pairing(subject, readings, x, allowed, out, live, tolerance) or (
-            _not_compared()
+        return (
+            _other_pairing(subject, readings, x, allowed, out, live, tolerance)
+            or _whole_head(subject, readings, x, allowed, out, live, tolerance, styles)
+            or _not_compared()
         )
     if error > tolerance:
         return failed(

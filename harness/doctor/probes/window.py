@@ -15,7 +15,7 @@ BEYOND = 3  # tokens past the window in the probed sequence
 LONGEST = 64  # the longest window probed: T backward passes of T tokens each
 
 
-@probe("sliding window")
+@probe("sliding window", compares=True)
 def probe_window(subject: Subject) -> Outcome:
     """Output t depends on inputs t - w + 1 .. t exactly (causal sliding window of w keys)."""
     window, source = subject.window, subject.window_source
