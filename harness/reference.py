@@ -34,6 +34,23 @@ def math_attention(
     return scores.softmax(dim=-1) @ v  # (..., T, d_v)
 
 
+def softcapped(cap: float, after_mask: bool = False) -> Kernel:
+    """Attention whose scores are capped as ``cap * tanh(scores / cap)`` before the mask, as
+    Gemma2's: a kernel for ``attend``. ``after_mask``: the known bug of capping after a finite
+    mask, which squashes the mask's fill to -cap, so masked keys get weight."""
+
+    def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, T)
+        if attn_mask is not None and after_mask:
+            scores = scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
+        scores = cap * torch.tanh(scores / cap)
+        if attn_mask is not None and not after_mask:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        return scores.softmax(dim=-1) @ v
+
+    return attention
+
+
 def scaled_first_attention(
     q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None
 ) -> Tensor:
@@ -208,6 +225,40 @@ def fused_layouts(
     return [(blocks, "q | k | v"), (per_group, "per K/V group")]
 
 
+QK_NORMS = (("q_norm", "k_norm"), ("query_norm", "key_norm"), ("norm_q", "norm_k"),
+            ("q_layernorm", "k_layernorm"), ("q_ln", "k_ln"))  # fmt: skip
+
+
+def _qk_norms(module: nn.Module) -> tuple[tuple[str, nn.Module], tuple[str, nn.Module]] | None:
+    """The module's query and key norms under a common pair of names, each a ``...Norm`` layer
+    (LayerNorm, RMSNorm) with a weight that says its width; None when it has none."""
+    children = dict(module.named_children())
+    for q_name, k_name in QK_NORMS:
+        pair = children.get(q_name), children.get(k_name)
+        if all(n is not None and "Norm" in type(n).__name__
+               and isinstance(getattr(n, "weight", None), Tensor) for n in pair):  # fmt: skip
+            return (q_name, pair[0]), (k_name, pair[1])  # type: ignore[return-value]
+    return None
+
+
+def _normed(qkv: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], q_norm: nn.Module,
+            k_norm: nn.Module) -> Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]:  # fmt: skip
+    """``qkv`` with q and k normalized as the norms' widths say: over the whole projection
+    (OLMo2's q_norm of h * d) or over each head (Qwen3's of d)."""
+
+    def apply(norm: nn.Module, t: Tensor) -> Tensor:
+        width = norm.weight.numel()
+        if width == t.shape[-1]:
+            return norm(t)
+        return norm(t.unflatten(-1, (-1, width))).flatten(-2)  # (..., h, d): each head
+
+    def normed(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = qkv(x)
+        return apply(q_norm, q), apply(k_norm, k), v
+
+    return normed
+
+
 def _projection_list(module: nn.Module) -> tuple[str, list[nn.Module]] | None:
     """A ModuleList of three or four projections of one width, in the order q, k, v (and the
     output): the Annotated Transformer's ``self.linears = clones(nn.Linear(d, d), 4)``."""
@@ -279,6 +330,14 @@ def _recognize_one(module: nn.Module, transpose: bool) -> list[Recognized]:
         found[name] = (None, list(module.get_submodule(name).parameters()))  # type: ignore[assignment]
     if qkv is None:
         return []
+    norms = _qk_norms(module)
+    if norms is not None:  # q and k normalized before the scores (Qwen3, OLMo2, Gemma3)
+        (q_name, q_norm), (k_name, k_norm) = norms
+        qkv = _normed(qkv, q_norm, k_norm)
+        layouts = [(_normed(fn, q_norm, k_norm), words) for fn, words in layouts]
+        for name, norm in norms:
+            found[name] = (norm, list(norm.parameters()))  # type: ignore[assignment]
+        used += [q_name, k_name]
     out_name = listed_out or next((n for n in OUTPUT if n in found and n not in used), None)
     out = None if out_name is None else found[out_name][0]
     used += [out_name] if out_name else []

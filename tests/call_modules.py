@@ -319,3 +319,53 @@ class UpcastSoftmax(Heads):
             scores = scores + attention_mask[:, None]  # (B, 1, T, T) additive
         weights = scores.softmax(-1, dtype=torch.float32).to(q.dtype)
         return self.o_proj((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class QKNorm(Heads):
+    """Queries and keys normalized before the scores, per head (Qwen3's q_norm of d) or over
+    the whole projection (OLMo2's of h * d); ``twice`` is the bug of scaling q by 1/sqrt(d) and
+    then letting SDPA scale again."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4, per_head: bool = True,
+                 twice: bool = False):  # fmt: skip
+        super().__init__(d_model, heads)
+        width = d_model // heads if per_head else d_model
+        self.q_norm, self.k_norm = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.per_head, self.twice = per_head, twice
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (p(x) for p in (self.q_proj, self.k_proj, self.v_proj))  # (B, T, C)
+        if not self.per_head:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = (t.view(B, T, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        if self.per_head:
+            q, k = self.q_norm(q), self.k_norm(k)  # (B, h, T, d): each head
+        if self.twice:
+            q = q / (C // self.n_head) ** 0.5
+        y = F.scaled_dot_product_attention(q, k, v)  # (B, h, T, d)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class Softcapped(Heads):
+    """Gemma2's score cap, cap * tanh(s / cap), then the mask; ``after`` is the bug of capping
+    after a finite mask, which turns the fill into -cap."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4, after: bool = False):
+        super().__init__(d_model, heads)
+        self.attn_logit_softcapping, self.after = 5.0, after
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        cap = self.attn_logit_softcapping
+        q, k, v = (p(x).view(B, T, self.n_head, -1).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        scores = q @ k.transpose(-2, -1) / (C // self.n_head) ** 0.5  # (B, h, T, T)
+        blocked = None if mask is None else ~mask[:, None]  # (B, 1, T, T), keep-mask given
+        if self.after and blocked is not None:
+            scores = scores.masked_fill(blocked, -1e9)
+        scores = cap * torch.tanh(scores / cap)
+        if not self.after and blocked is not None:
+            scores = scores.masked_fill(blocked, float("-inf"))
+        y = scores.softmax(-1) @ v  # (B, h, T, d)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))

@@ -173,10 +173,13 @@ def einsum_nearly_scaled(d_model, heads):
 
 
 def einsum_huge_output(d_model, heads):
-    """Correct, with an output projection 1e12 times too large: outputs near 1e12."""
+    """Correct, with a value projection 1e12 times too large: outputs near 1e12, before its
+    output projection and after it."""
     module = EinsumAttention(d_model, heads)
     with torch.no_grad():
-        module.o.weight.mul_(1e12)
+        module.v.weight.mul_(1e12)
+        if module.v.bias is not None:
+            module.v.bias.mul_(1e12)
     return module
 
 

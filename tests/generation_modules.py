@@ -38,11 +38,12 @@ class LayerPast(Projections):
     """GPT-2's old convention: ``forward(x, layer_past=None, use_cache=False)`` returns
     ``(output, present)``, present = (k, v) to give back next time. ``stale``: the bug of
     returning the past without this call's keys and values (the current token missing from its
-    own cache)."""
+    own cache). ``stacked``: keys and values returned stacked in one tensor."""
 
-    def __init__(self, d_model: int = 32, n_heads: int = 4, stale: bool = False):
+    def __init__(self, d_model: int = 32, n_heads: int = 4, stale: bool = False,
+                 stacked: bool = False):  # fmt: skip
         super().__init__(d_model, n_heads)
-        self.stale = stale
+        self.stale, self.stacked = stale, stacked
 
     def forward(self, x: Tensor, layer_past=None, use_cache: bool = False):
         q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
@@ -52,6 +53,8 @@ class LayerPast(Projections):
         else:
             k_all, v_all = k, v
         present = (k_all, v_all) if not self.stale or layer_past is None else layer_past
+        if self.stacked:  # old GPT-2 code: one (2, B, h, T, d) tensor
+            present = torch.stack(present)
         out = self.attend(q, k_all, v_all)
         return (out, present) if use_cache else (out, None)
 

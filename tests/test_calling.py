@@ -222,3 +222,24 @@ def test_an_additive_fill_is_float32s_lowest_so_a_float32_softmax_keeps_a_keyles
     d = diagnose(cm.UpcastSoftmax(32, 4), Config(mask="additive"))
     found = {f.probe: f for f in d.findings}["all-masked rows"]
     assert found.status == "pass" and d.healthy, d.text()
+
+
+@pytest.mark.parametrize("per_head", [True, False])
+def test_query_and_key_norms_are_part_of_the_reading_so_the_scale_is_still_checked(per_head):
+    d, found = _sdpa(cm.QKNorm(32, 4, per_head))
+    assert found.status == "pass" and "q_norm, k_norm" in found.message and d.healthy, d.text()
+    d, found = _sdpa(cm.QKNorm(32, 4, per_head, twice=True))
+    assert found.status == "fail" and "double_scale" in found.message, d.text()
+
+
+def test_a_softcap_read_off_the_module_caps_the_reference_and_after_the_mask_is_named():
+    d, found = _sdpa(cm.Softcapped(32, 4), Config(mask="keep"))
+    assert found.status == "pass" and "scores capped at 5" in found.message, d.text()
+    d, found = _sdpa(cm.Softcapped(32, 4, after=True), Config(mask="keep"))
+    assert found.status == "fail" and "softcap_after_mask" in found.message, d.text()
+
+
+def test_cross_attention_multihead_is_one_usage_line():
+    module = torch.nn.MultiheadAttention(32, 4, kdim=16, vdim=24, batch_first=True)
+    with pytest.raises(UsageError, match=r"is cross-attention: its keys and values"):
+        diagnose(module, Config(mask="drop"))

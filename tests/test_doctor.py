@@ -403,3 +403,14 @@ def test_a_softmax_over_another_axis_is_named_softmax_dim(dim, words):
     weights = found["attention weights"]
     assert weights.status == FAIL and "softmax_dim" in weights.message, weights
     assert words in weights.message
+
+
+def test_a_declared_mask_shape_narrows_convention_detection_to_it():
+    """--mask auto --mask-shape b1qk: only (B, 1, T, T) readings are tried, so the tutorial's
+    module, which takes (B, T, T) only, is not passed under a shape its caller never uses."""
+    d = diagnose(dm.TutorialMultiHead(64, 4), Config(mask_shape="b1qk"), "TutorialMultiHead")
+    found = next(f for f in d.findings if f.probe == "mask convention")
+    assert found.status == FAIL and "every call raises" in found.message, d.text()
+    auto = diagnose(dm.TutorialMultiHead(64, 4), Config(), "TutorialMultiHead")
+    detected = next(f for f in auto.findings if f.probe == "mask convention")
+    assert detected.status == PASS and "(B, T, T)" in detected.message, auto.text()

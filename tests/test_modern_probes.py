@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch import Tensor
 
 from harness.doctor import FAIL, PASS, SKIP, WARN, Config, diagnose
 from harness.doctor.subject import Subject, code_names
@@ -35,6 +36,13 @@ def test_each_cache_convention_is_detected_and_a_correct_module_decodes(module, 
 def test_a_rolling_cache_of_its_window_is_judged_on_that_window_not_its_length():
     found = probe(make(gm.Rolling), CAUSAL, "cached decoding")
     assert found.status == PASS and "up to its window of 3 (rolling)" in found.message, found
+
+
+def test_a_cache_returned_stacked_in_one_tensor_is_passed_back_and_judged():
+    found = probe(make(gm.LayerPast, stacked=True), CAUSAL, "cached decoding")
+    assert found.status == PASS and "cache length = tokens fed" in found.message, found
+    stale = probe(make(gm.LayerPast, stale=True, stacked=True), CAUSAL, "cached decoding")
+    assert stale.status == FAIL, stale
 
 
 def test_a_returned_cache_without_the_current_token_fails_decoding():
@@ -267,3 +275,25 @@ def test_a_transformers_layer_past_the_first_is_asked_for_its_own_cache_length(l
         "cached decoding",
     )
     assert found.status == PASS, found
+
+
+def test_the_transformers_adapter_fills_optional_inputs_and_names_one_it_cannot_make():
+    transformers = pytest.importorskip("transformers")
+    from harness.doctor import adapters
+
+    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2)
+    llama = transformers.models.llama.modeling_llama.LlamaAttention
+
+    class WithAlibi(llama):  # Falcon's way: an input its rotary model leaves as None
+        def forward(self, hidden_states, alibi: Tensor | None, position_embeddings, **kwargs):
+            assert alibi is None
+            return super().forward(hidden_states, position_embeddings, **kwargs)
+
+    class WithBias(llama):  # MPT's way: a bias the model builds
+        def forward(self, hidden_states, position_bias: Tensor, position_embeddings, **kwargs):
+            return super().forward(hidden_states, position_embeddings, **kwargs)
+
+    call = Config(call=adapters.transformers)
+    assert diagnose(make(WithAlibi, config, layer_idx=0), call).healthy
+    with pytest.raises(UsageError, match=r"needs `position_bias`, which its model builds"):
+        diagnose(make(WithBias, config, layer_idx=0), call)

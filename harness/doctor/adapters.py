@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
@@ -47,6 +48,27 @@ def _rotary_tables(rotary: nn.Module, module: nn.Module, x: Tensor, positions: T
     return rotary(x, positions, **extra)
 
 
+def _optional_inputs(
+    module: nn.Module, params: Mapping[str, inspect.Parameter], given: Mapping[str, object]
+) -> dict[str, object]:
+    """None for the other required parameters that may be None (Falcon's ``alibi`` when its
+    model uses rotary instead); UsageError naming one that may not (MPT's ``position_bias``,
+    the ALiBi bias its model builds), rather than every probe raising the same TypeError."""
+    filled: dict[str, object] = {}
+    for name, p in list(params.items())[1:]:  # after the hidden states
+        if p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if name in given or any(word in name.lower() for word in CACHE_WORDS):
+            continue
+        if "None" not in str(p.annotation):
+            raise UsageError(
+                f"{type(module).__name__}.forward needs `{name}`, which its model builds and "
+                "--call ...adapters:transformers cannot: write an adapter that passes it"
+            )
+        filled[name] = None
+    return filled
+
+
 def _cache_parameter(module: nn.Module) -> str | None:
     """The forward parameter that takes the cache: the one annotated as a ``Cache``, else the
     first whose name says cache or past (``past_key_values``, GPT-NeoX's ``layer_past``)."""
@@ -77,10 +99,12 @@ def transformers(
     from the model's rotary embedding at ``positions`` when its forward takes
     ``position_embeddings`` (OPT's does not), ``mask`` as its ``attention_mask`` (the model
     builds it: declare --mask additive --mask-shape b1qk) and ``cache`` as its cache."""
+    params = inspect.signature(module.forward).parameters
     kwargs: dict[str, object] = {"attention_mask": _with_window(module, mask)}
-    if "position_embeddings" in inspect.signature(module.forward).parameters:  # rotary layers
+    if "position_embeddings" in params:  # rotary layers
         rotary = _rotary_embedding(module).to(x.device)
         kwargs["position_embeddings"] = _rotary_tables(rotary, module, x, positions.to(x.device))
+    kwargs.update(_optional_inputs(module, params, kwargs))
     if cache is not None:
         name = _cache_parameter(module)
         if name is None:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from harness.doctor.findings import FAIL, PASS, Finding
+from harness.doctor.options import BY_NAME
 from harness.doctor.probes.leaks import _future_leak, _padding_leak, _responds
 from harness.doctor.subject import Config, Subject, mask_parameters, quietly_seeded
 from harness.errors import UsageError
@@ -55,14 +56,16 @@ def runs(module: nn.Module, config: Config) -> bool:
     return True
 
 
-def readings(parameters: list[str], given: str | None) -> list[tuple[str, MaskSpec]]:
+def readings(
+    parameters: list[str], given: str | None, layout: str | None = None
+) -> list[tuple[str, MaskSpec]]:
     """(parameter, convention) pairs to try, in order: a parameter named for key padding is read
-    only as (B, T); the others every way."""
+    only as (B, T); the others every way; only in ``layout`` when one is declared."""
     pairs = []
     for name in [given] if given else parameters:
-        keys_only = "padding" in name
+        keys_only = "padding" in name and layout is None
         specs = [s for s in CANDIDATES if s.layout in KEY_LAYOUTS] if keys_only else CANDIDATES
-        pairs += [(name, spec) for spec in specs]
+        pairs += [(name, spec) for spec in specs if layout is None or spec.layout == layout]
     return pairs
 
 
@@ -71,7 +74,9 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
     parameters = mask_parameters(module)
     if config.mask != "auto" or not parameters:  # declared, or none is ever passed
         return config, None
-    tried = readings(parameters, config.mask_arg)
+    # a --mask-shape other than the default is a declaration: only its readings are tried
+    declared = config.mask_shape if config.mask_shape != BY_NAME["mask_shape"].default else None
+    tried = readings(parameters, config.mask_arg, declared)
     errors: list[str] = []
     for parameter, spec in tried:
         arg = None if len(parameters) == 1 and config.mask_arg is None else parameter

@@ -126,6 +126,13 @@ OPTIONS = (
         "SDPA's",
     ),
     Option(
+        "softcap", kind="float", metavar="CAP",
+        help="it caps its scores as cap * tanh(scores / cap) before the mask (Gemma2's "
+        "attn_logit_softcapping, Grok): SDPA's reference is capped the same; default: read off "
+        "the module or its config (attn_logit_softcapping, softcap, logit_softcapping), else "
+        "none",
+    ),
+    Option(
         "d_model", kind="int", default=64,
         help="its width, passed to the factory (64; in Python: read off the module when None)",
     ),

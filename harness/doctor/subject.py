@@ -106,6 +106,7 @@ class Config:
     device: str = option("device")
     seed: int = option("seed")
     scale: float | None = option("scale")
+    softcap: float | None = option("softcap")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -128,6 +129,8 @@ class Config:
             isinstance(self.scale, int | float) and 0 < self.scale < math.inf
         ):
             raise UsageError(f"--scale must be a positive number or none, not {self.scale!r}")
+        if self.softcap is not None and not 0 < self.softcap < math.inf:
+            raise UsageError(f"--softcap must be a positive number, not {self.softcap!r}")
         if self.kv_heads is not None and self.kv_heads < 1:
             raise UsageError("--kv-heads must be a positive number of K/V heads")
         if self.window is not None and self.window < 1:
@@ -187,6 +190,13 @@ def as_self_attention(module: nn.Module, layout: str | None = None) -> nn.Module
     """The module itself, or an adapter for torch's own ``nn.MultiheadAttention`` that passes
     masks of ``layout`` where it takes them."""
     if isinstance(module, nn.MultiheadAttention):
+        if not module._qkv_same_embed_dim:
+            raise UsageError(
+                f"nn.MultiheadAttention(embed_dim={module.embed_dim}, kdim={module.kdim}, "
+                f"vdim={module.vdim}) is cross-attention: its keys and values are not the "
+                "queries' width, and the doctor probes self-attention (give it kdim = vdim = "
+                "embed_dim, or call it your way with --call)"
+            )
         return MultiheadSelfAttention(module, layout)
     return module
 
@@ -267,6 +277,7 @@ class Subject:
         self.window, self.window_source = window_of(self.module, config)
         self.context = declared_context(self.module)
         self.rotary_dims = rotary_dims(self.module, config.rotary_dims)
+        self.softcap = config.softcap or float_attribute(self.module, SOFTCAP_NAMES)
         self.dtype = torch.float64
         self.d_model, self.dtype = self._input_width(config.d_model)
 
@@ -481,9 +492,12 @@ class Subject:
 
 
 def _is_cache(value: object) -> bool:
-    """A returned cache: keys and values as a tuple of tensors, or an object with ``update``."""
+    """A returned cache: keys and values as a tuple of tensors, or stacked in one (2, B, h, T, d)
+    tensor (old GPT-2 code's ``torch.stack((key, value))``), or an object with ``update``."""
     if isinstance(value, tuple | list):
         return len(value) >= 2 and all(isinstance(t, Tensor) for t in value)
+    if isinstance(value, Tensor):  # attention weights are 4-D: (B, h, T, T)
+        return value.dim() == 5 and value.shape[0] == 2
     return callable(getattr(value, "update", None))
 
 
@@ -686,7 +700,8 @@ class Returned:
         self.value = None
 
     def __len__(self) -> int:
-        keys = self.value[0] if isinstance(self.value, tuple | list) and self.value else None
+        held = isinstance(self.value, tuple | list | Tensor) and len(self.value) > 0
+        keys = self.value[0] if held else None  # a stacked (2, B, h, T, d) one: keys first
         return 0 if not isinstance(keys, Tensor) else keys.shape[-2]
 
 
@@ -800,6 +815,22 @@ def head_width(module: nn.Module) -> int:
         return head_dim
     linear = next((m for m in module.modules() if isinstance(m, nn.Linear)), None)
     return linear.out_features // head_count(module) if linear is not None else 64
+
+
+SOFTCAP_NAMES = ("attn_logit_softcapping", "softcap", "logit_softcapping", "logits_soft_cap")
+
+
+def float_attribute(module: nn.Module, names: tuple[str, ...]) -> float | None:
+    """The first positive number under ``names``, of the module or else its config; what the
+    module says beats its config, None included (as ``int_attribute``)."""
+    for owner in (module, getattr(module, "config", None)):
+        present = [n for n in names if owner is not None and hasattr(owner, n)]
+        if owner is module and not present:
+            continue
+        values = [getattr(owner, n) for n in present]
+        found = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        return next((float(v) for v in found if v > 0), None)
+    return None
 
 
 ROTARY_DIM_ATTRS = ("rotary_ndims", "rotary_dim", "rotary_dims", "rot_dim", "rotary_emb_dim",

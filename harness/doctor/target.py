@@ -303,6 +303,12 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:200] if lines else ""
 
 
+def _unset_config(parameter: inspect.Parameter, factory: Callable[..., object]) -> bool:
+    """An optional config parameter left at None beside a config class of its own (Marian's
+    ``config: MarianConfig | None = None``): a module built without it breaks when called."""
+    return parameter.default is None and bool(_config_classes(parameter, factory))
+
+
 def _unplaced(name: str, parameter: inspect.Parameter) -> bool:
     """A layer index left at None: a model builds every layer with its index (a cache is
     addressed by it), so the doctor builds layer 0 rather than a layer that cannot cache."""
@@ -330,7 +336,7 @@ def constructor_kwargs(
         required = p.default is inspect.Parameter.empty
         if name in sizes.init:
             kwargs[name] = sizes.init[name]
-        elif name in CONFIG_NAMES and required:
+        elif name in CONFIG_NAMES and (required or _unset_config(p, factory)):
             classes = _config_classes(p, factory)
             cls = classes[min(choice, len(classes) - 1)] if classes else None
             kwargs[name] = _typed_config(cls, sizes) if cls else DoctorConfig(sizes)
@@ -397,8 +403,9 @@ def _config_choices(factory: Callable[..., object]) -> int:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
         return 1
+    unset = (inspect.Parameter.empty, None)
     found = [len(_config_classes(p, factory)) for p in params
-             if p.name in CONFIG_NAMES and p.default is inspect.Parameter.empty]  # fmt: skip
+             if p.name in CONFIG_NAMES and p.default in unset]  # fmt: skip
     return max([1, *found])
 
 

@@ -8,13 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness import metrics
 from harness.doctor.findings import Outcome, failed, passed, skipped
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import ROTARY_STYLE, Subject
-from harness.reference import ROTARY_STYLES, Kernel, Recognized, attend, recognize
+from harness.reference import ROTARY_STYLES, Kernel, Recognized, attend, recognize, softcapped
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,9 @@ def _tolerance(subject: Subject, key: Key, x: Tensor, allowed: Tensor | None,
         exact, low = _without_output(exact), _without_output(low)
     with torch.no_grad():
         dims = subject.rotary_dims
-        ref = attend(exact, x, allowed, rotary=style, rotary_dims=dims)
-        ref32 = attend(low, x.float(), allowed, rotary=style, rotary_dims=dims).double()
+        kernel = _kernel(subject)
+        ref = attend(exact, x, allowed, kernel, rotary=style, rotary_dims=dims)
+        ref32 = attend(low, x.float(), allowed, kernel, rotary=style, rotary_dims=dims).double()
     floor = metrics.Error(_error(ref32, ref, live), 0.0)
     return metrics.threshold(floor, metrics.atol(ref.cpu(), torch.float32), metrics.OUTPUT_FACTOR)
 
@@ -135,7 +137,8 @@ def _before_output(
         return None  # not called, called more than once, or not (B, T, ...): not attention's
     with torch.no_grad():
         strided = subject.kv_grouping == "strided"
-        ref = attend(_without_output(reading), x, allowed, rotary=style, tile_kv=strided,
+        ref = attend(_without_output(reading), x, allowed, _kernel(subject), rotary=style,
+                     tile_kv=strided,
                      rotary_dims=subject.rotary_dims)  # fmt: skip
     output = seen[0].double()
     tolerance = _tolerance(subject, key, x, allowed, live, bare=True)
@@ -168,6 +171,7 @@ def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor
 def _references(
     readings: list[Recognized], x: Tensor, allowed: Tensor | None,
     styles: tuple[str | None, ...], tile_kv: bool = False, dims: int | None = None,
+    kernel: Kernel = F.scaled_dot_product_attention,
 ) -> dict[Key, Tensor]:  # fmt: skip
     """SDPA's output for each reading that runs on ``x`` (a bare weight read the wrong way
     round, a fused layout of other widths do not), by (reading, rotary style); rotary turns
@@ -177,7 +181,7 @@ def _references(
         for style in styles:
             try:
                 with torch.no_grad():
-                    refs[index, style] = attend(reading, x, allowed, rotary=style,
+                    refs[index, style] = attend(reading, x, allowed, kernel, rotary=style,
                                                 tile_kv=tile_kv, rotary_dims=dims)  # fmt: skip
             except RuntimeError:
                 continue
@@ -192,7 +196,7 @@ def _tiled(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Ten
     declared = subject.kv_grouping
     if declared == "strided":
         return None  # already compared tiled
-    tiled = _references(readings, x, allowed, styles, True, subject.rotary_dims)
+    tiled = _references(readings, x, allowed, styles, True, subject.rotary_dims, _kernel(subject))
     if not _matches(tiled, out, live, tolerance):
         return None
     if declared == "blocks":
@@ -205,6 +209,13 @@ def _tiled(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Ten
         f"within {tolerance:.2g} with its grouped K/V heads tiled (repeat: strided grouping, as "
         "x-transformers lays them out; see grouped heads)"
     )
+
+
+def _kernel(subject: Subject) -> Kernel:
+    """The reference kernel: SDPA, or attention with the module's softcap on the scores."""
+    if subject.softcap is None:
+        return F.scaled_dot_product_attention
+    return softcapped(subject.softcap)
 
 
 def _matches(refs: dict[Key, Tensor], out: Tensor, live: Tensor, tolerance: float) -> bool:
@@ -227,7 +238,8 @@ def _other_pairing(subject: Subject, readings: list[Recognized], x: Tensor,
     if declared == "auto":
         return None
     others = tuple(s for s in ROTARY_STYLES if s != ROTARY_STYLE[declared])
-    refs = _references(readings, x, allowed, others, dims=subject.rotary_dims)
+    refs = _references(readings, x, allowed, others, dims=subject.rotary_dims,
+                       kernel=_kernel(subject))  # fmt: skip
     if _matches(refs, out, live, tolerance):
         return failed(
             f"it pairs rotary dimensions the other way than the declared --rope-pairing "
@@ -245,7 +257,7 @@ def _whole_head(subject: Subject, readings: list[Recognized], x: Tensor, allowed
     if dims is None:
         return None
     strided = subject.kv_grouping == "strided"
-    refs = _references(readings, x, allowed, styles, strided)
+    refs = _references(readings, x, allowed, styles, strided, kernel=_kernel(subject))
     if _matches(refs, out, live, tolerance):
         return failed(
             f"it turns every dimension of each head, where its rotary covers only the first "
@@ -287,12 +299,14 @@ def probe_sdpa(subject: Subject) -> Outcome:
     x = x.double()
     styles = _styles(subject) if rotary else (None,)
     strided = subject.kv_grouping == "strided"
-    refs = _references(readings, x, allowed, styles, strided, subject.rotary_dims)
+    refs = _references(readings, x, allowed, styles, strided, subject.rotary_dims,
+                       _kernel(subject))  # fmt: skip
     if not refs:
         return skipped("projections recognized, but no reading of them runs on this input")
     best, ref = min(refs.items(), key=lambda item: _error(out, item[1], live))
     turned = f" on {subject.rotary_dims} dims a head" if subject.rotary_dims else ""
-    described = readings[best[0]][3] + (f", RoPE ({best[1]}{turned})" if rotary else "")
+    capped = f", scores capped at {subject.softcap:g}" if subject.softcap else ""
+    described = readings[best[0]][3] + (f", RoPE ({best[1]}{turned})" if rotary else "") + capped
     if out.shape != ref.shape:
         return failed(f"output {tuple(out.shape)} vs SDPA's {tuple(ref.shape)} on {described}")
     error = _error(out, ref, live)
@@ -325,6 +339,12 @@ def probe_sdpa(subject: Subject) -> Outcome:
             or _whole_head(subject, readings, x, allowed, out, live, tolerance, styles)
             or _not_compared()
         )
+    if error > tolerance and subject.softcap and "it behaves like" not in nearest:
+        after = softcapped(subject.softcap, after_mask=True)
+        if _matches(_references(readings, x, allowed, styles, strided, subject.rotary_dims,
+                                after), out, live, tolerance):  # fmt: skip
+            nearest = (f"; it behaves like its softcap applied after the mask, which squashes "
+                       f"the mask to -{subject.softcap:g}: softcap_after_mask")  # fmt: skip
     if error > tolerance:
         return failed(
             f"max |output - SDPA| = {error:.3g} on {described} (float32 floor "
