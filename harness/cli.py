@@ -8,6 +8,7 @@ line on stderr with exit status 2, before any work is done and without writing a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import math
 import os
@@ -15,7 +16,7 @@ import re
 import signal
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -304,6 +305,20 @@ def cmd_run(args: argparse.Namespace) -> str:
     return table.to_markdown(index=False, floatfmt=".3g")
 
 
+@contextlib.contextmanager
+def every_core() -> Iterator[None]:
+    """torch on every core this process may use, then back to what it was: a diagnosis at long
+    sequences multiplies large tensors (the other commands keep one thread, so that their
+    numbers never depend on the core count; the doctor's verdicts hold within its floors)."""
+    before = torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch.set_num_threads(max(1, cores or 1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     device = resolve_device(args.device)
     sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init), kv_heads=args.kv_heads)
@@ -319,7 +334,7 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
             module = build_target(load_object(args.target), sizes, args.seed)
     except UserCodeError as exc:
         raise UsageError(f"building {shorten(args.target)} stopped: it {exc}") from None
-    with Progress(len(STEPS)) as bar:  # on stderr, on a terminal, after the first second
+    with Progress(len(STEPS)) as bar, every_core():  # progress on stderr, on a terminal
         diagnosis = diagnose(module, config, args.target, args.timeout, progress=bar.step)
     if args.report is not None:
         try:

@@ -572,3 +572,18 @@ def test_make_cache_comes_from_the_file_call_names_not_where_call_is_defined(tmp
     assert loaded.make_cache() == "the adapter file"
     own = cli.load_adapter("harness.doctor.adapters:x_transformers")  # its own make_cache stands
     assert own.make_cache.__name__ == "XCache"
+
+
+def test_the_doctor_runs_on_every_core_and_gives_the_thread_count_back(capsys, monkeypatch):
+    seen = []
+    real = cli.diagnose
+
+    def counting(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "diagnose", counting)
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    code, _, _ = run_doctor(capsys, "Plain")
+    assert code == 0 and seen == [3]
+    assert torch.get_num_threads() == 1  # what main set for every other command

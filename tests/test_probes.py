@@ -171,6 +171,20 @@ def test_a_dead_key_bias_is_said_and_passes_since_softmax_ignores_it():
     assert probe(*catalogue("qkv_bias", "fixed"), "gradient flow").status == PASS
 
 
+def test_a_dead_bias_beside_a_dead_weight_is_dead_weight_not_a_cancelled_key_bias():
+    class UnusedLayer(torch.nn.Module):  # an extra layer whose output is thrown away
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            self.attn, self.extra = dm.EinsumAttention(d_model, n_heads), torch.nn.Linear(8, 8)
+
+        def forward(self, x, mask=None):
+            out, weights = self.attn(x, mask)
+            return out + 0.0 * self.extra(x[..., :8]).sum(), weights
+
+    f = probe(make(UnusedLayer, 64, 4), Config(), "gradient flow")
+    assert f.status == WARN and "extra.weight, extra.bias" in f.message, f
+
+
 def test_no_gradient_to_any_parameter_is_dead_weight_not_health():
     f = probe(make(dm.SwitchedOffBranch, 64, 4), Config(), "gradient flow")
     assert f.status == WARN and "dead weight: attn.q.weight, attn.k.weight" in f.message, f
