@@ -404,3 +404,10 @@ def test_float16_overflow_that_scaling_first_shares_is_the_range_not_the_module(
     mha = nn.MultiheadAttention(64, 4, batch_first=True)
     f = probe(mha, Config(mask="drop", mask_shape="bk"), "float16 robustness")
     assert f.status == PASS, f
+
+
+@pytest.mark.parametrize("pitfall", ["head_split_view", "head_merge_no_transpose"])
+def test_heads_split_or_merged_without_the_transpose_are_named_by_their_fit(pitfall):
+    f = probe(*catalogue(pitfall), "agrees with SDPA")
+    assert f.status == FAIL and f"(within 0): {pitfall}" in f.message, f
+    assert probe(*catalogue(pitfall, "fixed"), "agrees with SDPA").status == PASS

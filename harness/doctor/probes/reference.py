@@ -27,17 +27,32 @@ class Variant:
     scale: Callable[[int, int], float]  # (d_k, d_model) -> the factor on the scores
     softmax_dim: int = -1
     after_softmax: bool = False
+    split_by_view: bool = False  # q, k, v split into heads by view(B, h, T, d), no transpose
+    merge_by_view: bool = False  # the heads merged by reshape(B, T, h d), no transpose
 
     def kernel(self, d_model: int) -> Kernel:
         def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+            if self.split_by_view:
+                q, k, v = (_viewed(t) for t in (q, k, v))
             factor = self.scale(q.size(-1), d_model)
             scores = q @ k.transpose(-2, -1) * (1.0 if self.after_softmax else factor)
             if attn_mask is not None:
                 scores = scores.masked_fill(~attn_mask, -math.inf)
             weights = scores.softmax(dim=self.softmax_dim)  # (B, h, T, T)
-            return (weights * factor if self.after_softmax else weights) @ v
+            out = (weights * factor if self.after_softmax else weights) @ v  # (B, h, T, d)
+            if self.merge_by_view:  # what attend's transpose-then-merge turns into reshape
+                B, h, T, d = out.shape
+                out = out.reshape(B, T, h, d).transpose(1, 2)
+            return out
 
         return attention
+
+
+def _viewed(t: Tensor) -> Tensor:
+    """(B, h, T, d) heads as ``x.view(B, h, T, d)`` makes them of the (B, T, h d) projection:
+    positions and heads mixed (head_split_view)."""
+    B, h, T, d = t.shape
+    return t.transpose(1, 2).reshape(B, T, h * d).reshape(B, h, T, d)
 
 
 VARIANTS = (
@@ -51,6 +66,10 @@ VARIANTS = (
     Variant("the scale applied after the softmax", "scale_after_softmax", lambda d_k, d: d_k**-0.5,
             after_softmax=True),
     Variant("the scale applied twice (1/d_k)", "double_scale", lambda d_k, d: 1.0 / d_k),
+    Variant("heads split by view(B, h, T, d) without the transpose", "head_split_view",
+            lambda d_k, d: d_k**-0.5, split_by_view=True),
+    Variant("heads merged by reshape(B, T, h * d) without the transpose",
+            "head_merge_no_transpose", lambda d_k, d: d_k**-0.5, merge_by_view=True),
 )  # fmt: skip
 
 
