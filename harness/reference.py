@@ -111,6 +111,16 @@ def int_attribute(
     config whose ``sliding_window`` is 4 has no window). ``include_config=False``: the module's
     own attributes only.
     """
+    found = positive_attribute(module, names, include_config)
+    return found if isinstance(found, int) else None
+
+
+def positive_attribute(
+    module: nn.Module, names: tuple[str, ...], include_config: bool = True, real: bool = False
+) -> int | float | None:
+    """``int_attribute``'s reading, of ints, or with ``real`` of any positive number (as a
+    float): the module's answer under ``names`` stands when it has one, else its config's."""
+    kinds = (int, float) if real else (int,)
     config = getattr(module, "config", None) if include_config else None
     for owner in (module, config):
         present = [name for name in names if owner is not None and hasattr(owner, name)]
@@ -118,8 +128,8 @@ def int_attribute(
             continue  # the module says nothing: ask its config
         for name in present:
             value = getattr(owner, name)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
+            if isinstance(value, kinds) and not isinstance(value, bool) and value > 0:
+                return float(value) if real else value
         return None
     return None
 

@@ -39,6 +39,7 @@ from harness.reference import (
     head_count,
     int_attribute,
     is_mask,
+    positive_attribute,
     recognize,
     with_scale,
 )
@@ -277,7 +278,7 @@ class Subject:
         self.window, self.window_source = window_of(self.module, config)
         self.context = declared_context(self.module)
         self.rotary_dims = rotary_dims(self.module, config.rotary_dims)
-        self.softcap = config.softcap or float_attribute(self.module, SOFTCAP_NAMES)
+        self.softcap = config.softcap or positive_attribute(self.module, SOFTCAP_NAMES, real=True)
         self.dtype = torch.float64
         self.d_model, self.dtype = self._input_width(config.d_model)
 
@@ -818,19 +819,6 @@ def head_width(module: nn.Module) -> int:
 
 
 SOFTCAP_NAMES = ("attn_logit_softcapping", "softcap", "logit_softcapping", "logits_soft_cap")
-
-
-def float_attribute(module: nn.Module, names: tuple[str, ...]) -> float | None:
-    """The first positive number under ``names``, of the module or else its config; what the
-    module says beats its config, None included (as ``int_attribute``)."""
-    for owner in (module, getattr(module, "config", None)):
-        present = [n for n in names if owner is not None and hasattr(owner, n)]
-        if owner is module and not present:
-            continue
-        values = [getattr(owner, n) for n in present]
-        found = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-        return next((float(v) for v in found if v > 0), None)
-    return None
 
 
 ROTARY_DIM_ATTRS = ("rotary_ndims", "rotary_dim", "rotary_dims", "rot_dim", "rotary_emb_dim",
