@@ -13,15 +13,33 @@ import signal
 import sys
 import threading
 
+INTERRUPTED = "python -m harness: interrupted"
+
 
 def run() -> int:
-    """Import the command line and run it; the console script's entry point."""
+    """Import the command line and run it; the console script's entry point. The doctor's
+    command runs in a child process where it can (``harness.doctor.shield``): a crash in native
+    code there ends a probe, not the command."""
+    if sys.argv[1:2] == ["doctor"]:
+        try:
+            from harness.doctor import shield
+            from harness.doctor.probes import PROBES
+        except KeyboardInterrupt:
+            print(INTERRUPTED, file=sys.stderr)
+            return 130
+        if shield.available():
+            return shield.run(command, PROBES)
+    return command()
+
+
+def command() -> int:
+    """The command line's exit status; Ctrl-C is one line and 130."""
     try:
         from harness.cli import main
 
         status = main()
     except KeyboardInterrupt:
-        print("python -m harness: interrupted", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         status = 130
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_IGN)

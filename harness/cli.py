@@ -44,6 +44,7 @@ from harness.doctor import (
     UserCodeError,
     diagnose,
     guarded,
+    shield,
 )
 from harness.doctor.options import Option
 from harness.doctor.target import Sizes, load_object, parse_init
@@ -335,7 +336,13 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     except UserCodeError as exc:
         raise UsageError(f"building {shorten(args.target)} stopped: it {exc}") from None
     with Progress(len(STEPS)) as bar, every_core():  # progress on stderr, on a terminal
-        diagnosis = diagnose(module, config, args.target, args.timeout, progress=bar.step)
+
+        def progress(step: str) -> None:
+            bar.step(step)
+            shield.note(step)  # for the parent process, when a crash ends this one
+
+        diagnosis = diagnose(module, config, args.target, args.timeout, progress=progress,
+                             crashed=shield.crashed())  # fmt: skip
     if args.report is not None:
         try:
             write_atomically(Path(args.report), diagnosis.markdown())

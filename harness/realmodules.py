@@ -207,6 +207,8 @@ def encoder_call(module: nn.Module, x: Tensor, *, positions: Tensor, mask: Tenso
 # the model's additive (B, 1, T, T) mask.
 ADDITIVE = {"mask": "additive", "mask_shape": "b1qk"}
 GEMMA3 = "gemma3.modeling_gemma3.Gemma3Attention"
+T5 = "t5.modeling_t5.T5Attention"
+T5_MASK = {"mask": "additive", "mask_shape": "b11k"}  # T5's extended mask, as BERT's
 
 
 def with_attributes(module: nn.Module, **values: object) -> nn.Module:
@@ -377,6 +379,15 @@ CASES = [
          ADDITIVE),
     Case("bert-encoder-cache-unused", "transformers", lambda h: h.Bert(h.bert("eager")),
          {"mask": "additive", "mask_shape": "b11k"}),
+    Case("gptj-partial-rotary-cache", "transformers",
+         lambda h: tiny(h, "gptj.modeling_gptj.GPTJAttention"),
+         {**GENERATION, "rope_pairing": "interleaved"}),
+    Case("codegen-partial-rotary-cache", "transformers",
+         lambda h: tiny(h, "codegen.modeling_codegen.CodeGenAttention"), GENERATION),
+    Case("esm-encoder-absolute-positions", "transformers",
+         lambda h: tiny(h, "esm.modeling_esm.EsmSelfAttention"), ADDITIVE),
+    Case("t5-relative-bias-unscaled", "transformers",
+         lambda h: tiny(h, T5, has_relative_attention_bias=True), {**T5_MASK, "scale": 1.0}),
     Case("mha-as-encoder-layer-calls-it", "torch", lambda t: t.MHA(D, H, batch_first=True),
          {"mask": "drop", "mask_shape": "bk", "call": encoder_call}),
     # ... with the bugs of the reports above through their attention functions, and a partial
@@ -396,6 +407,9 @@ CASES = [
     Case("clip-double-scale", "transformers",
          lambda h: tiny(h, "clip.modeling_clip.CLIPAttention", "double_scale"), ADDITIVE,
          "agrees with SDPA", "double_scale"),
+    Case("t5-relative-bias-scale-undeclared", "transformers",
+         lambda h: tiny(h, T5, has_relative_attention_bias=True), T5_MASK,
+         "agrees with SDPA", "missing_scale"),
     Case("gemma3-dropout-left-on", "transformers",
          lambda h: always_training(h.model_class(GEMMA3))(
              tiny(h, GEMMA3, attention_dropout=0.1).config, layer_idx=0),

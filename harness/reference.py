@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -155,6 +156,9 @@ def is_mask(buffer: Tensor) -> bool:
     return bool(((finite == 0) | (finite == 1)).all()) and not bool((buffer == math.inf).any())
 
 
+# The buffers of a rotary embedding (GPT-NeoX's cos_cached and sin_cached, inv_freq, Meta's
+# freqs_cis): tables the reference reproduces with its own RoPE, not weights it would miss.
+ROTARY_TABLE = re.compile(r"(?:^|\.)_?(?:cos|sin)(?:_cached)?$|inv_freq|freqs")
 Project = Callable[[Tensor], Tensor]
 Recognized = tuple[Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], Project | None, int, str]
 PASSIVE = (nn.Dropout, nn.Identity)  # layers that do nothing in eval mode
@@ -289,9 +293,10 @@ def _heads_list(module: nn.Module) -> tuple[str, list[Recognized]] | None:
     return None
 
 
-def _recognize_one(module: nn.Module, transpose: bool) -> list[Recognized]:
+def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> list[Recognized]:
     """The readings of ``module``'s projections with bare weights read one way (one per layout
-    of a fused weight); empty when they are not recognized."""
+    of a fused weight); empty when they are not recognized. ``extra``: other parameters and
+    buffers (a position bias) may sit beside them."""
     found = _projections(module, transpose)
     qkv, used, heads, listed_out = None, [], None, None
     for names in SEPARATE:
@@ -352,10 +357,12 @@ def _recognize_one(module: nn.Module, transpose: bool) -> list[Recognized]:
     out = None if out_name is None else found[out_name][0]
     used += [out_name] if out_name else []
     covered = {id(p) for n in used for p in found[n][1]}
-    if any(id(p) not in covered for p in module.parameters()):
+    if not extra and any(id(p) not in covered for p in module.parameters()):
         return []
-    if not all(is_mask(b) for b in module.buffers()):  # slopes, rotary tables, ...
-        return []
+    if not extra and not all(
+        is_mask(b) or ROTARY_TABLE.search(n) for n, b in module.named_buffers()
+    ):
+        return []  # slopes, position tables, ...: SDPA would not (rotary tables it rotates alike)
     heads = heads or head_count(module)
     rest = "".join(f", {n}" for n in used[1:])
     if layouts:  # one reading per layout of the fused weight
@@ -379,13 +386,15 @@ def with_scale(found: Recognized, scale: float | None) -> Recognized:
     return scaled, out_proj, heads, f"{described}, scale {scale:g}"
 
 
-def recognize(module: nn.Module) -> list[Recognized]:
+def recognize(module: nn.Module, extra: bool = False) -> list[Recognized]:
     """Every reading of the module's projections: (q/k/v function, output projection, heads,
     description); empty when they are not recognized.
 
     Recognized only when those projections are all of the module's parameters, so a module
-    with anything else (norms, rotary tables, gates) is not compared. Square bare weights can be
-    read (out, in) or (in, out): both readings are given, the (out, in) one first.
+    with anything else (norms, rotary tables, gates) is not compared; with ``extra``, other
+    parameters and buffers may sit beside them (a position bias, for a comparison that measures
+    it). Square bare weights can be read (out, in) or (in, out): both readings are given, the
+    (out, in) one first.
     """
     inner = (
         module.mha if isinstance(getattr(module, "mha", None), nn.MultiheadAttention) else module
@@ -402,7 +411,7 @@ def recognize(module: nn.Module) -> list[Recognized]:
         return [(qkv_mha, inner.out_proj, inner.num_heads, described)]
     bare = any(p.dim() == 2 for p in inner.parameters(recurse=False))
     return [r for transpose in ((True, False) if bare else (True,))
-            for r in _recognize_one(inner, transpose)]  # fmt: skip
+            for r in _recognize_one(inner, transpose, extra)]  # fmt: skip
 
 
 ROTARY_STYLES = ("half", "pairs")

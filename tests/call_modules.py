@@ -89,6 +89,20 @@ class TransformersRotary(Heads):
         return self.attend(hidden_states, hidden_states, attention_mask, rotate)
 
 
+class InterleavedOnHalfTables(Heads):
+    """Buggy: transformers' call, with (cos, sin) laid out for rotate_half, but its rotation pairs
+    dimensions 2i with 2i + 1 (Meta's code on a converted checkpoint): no rotation at all."""
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None):
+        cos, sin = (t[:, None] for t in position_embeddings)  # (B, 1, T, d)
+
+        def rotate(t: Tensor) -> Tensor:
+            turned = torch.stack([-t[..., 1::2], t[..., 0::2]], dim=-1).flatten(-2)
+            return t * cos + turned * sin
+
+        return self.attend(hidden_states, hidden_states, attention_mask, rotate)
+
+
 class NoMaskParameter(Heads):
     """Takes no mask at all."""
 
@@ -351,15 +365,20 @@ class Softcapped(Heads):
     """Gemma2's score cap, cap * tanh(s / cap), then the mask; ``after`` is the bug of capping
     after a finite mask, which turns the fill into -cap."""
 
-    def __init__(self, d_model: int = 32, heads: int = 4, after: bool = False):
+    def __init__(self, d_model: int = 32, heads: int = 4, after: bool = False, cap: float = 5.0):
         super().__init__(d_model, heads)
-        self.attn_logit_softcapping, self.after = 5.0, after
+        self.attn_logit_softcapping, self.after = cap, after
 
     def forward(self, x, mask=None):
+        return self.capped(x, mask)
+
+    def capped(self, x: Tensor, mask: Tensor | None, rotate=None) -> Tensor:
         B, T, C = x.shape
         cap = self.attn_logit_softcapping
         q, k, v = (p(x).view(B, T, self.n_head, -1).transpose(1, 2)
                    for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        if rotate is not None:
+            q, k = rotate(q), rotate(k)
         scores = q @ k.transpose(-2, -1) / (C // self.n_head) ** 0.5  # (B, h, T, T)
         blocked = None if mask is None else ~mask[:, None]  # (B, 1, T, T), keep-mask given
         if self.after and blocked is not None:
@@ -369,3 +388,17 @@ class Softcapped(Heads):
             scores = scores.masked_fill(blocked, float("-inf"))
         y = scores.softmax(-1) @ v  # (B, h, T, d)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class RotarySoftcapped(Softcapped):
+    """Gemma2 as a whole: rotary tables in transformers' order, then the score cap."""
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None):
+        cos, sin = position_embeddings
+        cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, d)
+        half = cos.shape[-1] // 2
+
+        def rotate(t: Tensor) -> Tensor:  # rotate_half: i with i + d/2
+            return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
+
+        return self.capped(hidden_states, attention_mask, rotate)

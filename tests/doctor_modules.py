@@ -48,9 +48,9 @@ def einsum_wrong_scale(d_model, heads):
 class CausalSelfAttention(nn.Module):
     """nanoGPT style: fused c_attn, a registered causal buffer, no mask argument."""
 
-    def __init__(self, n_embd, n_head, block_size=128, diagonal=0):
+    def __init__(self, n_embd, n_head, block_size=128, diagonal=0, split_by_view=False):
         super().__init__()
-        self.n_head = n_head
+        self.n_head, self.split_by_view = n_head, split_by_view
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
         bias = torch.tril(torch.ones(block_size, block_size), diagonal=diagonal)
@@ -59,7 +59,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if self.split_by_view:  # a bug: heads and positions mixed
+            q, k, v = (t.reshape(B, self.n_head, T, C // self.n_head) for t in (q, k, v))
+        else:
+            q, k, v = (t.view(B, T, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
         att = F.softmax(att, dim=-1)
@@ -73,6 +76,113 @@ def gpt_ok(n_embd, n_head):
 
 def gpt_leaky(n_embd, n_head):
     return CausalSelfAttention(n_embd, n_head, diagonal=1)
+
+
+class OneWindow(nn.Module):
+    """Swin's window attention: a bias table indexed by an N x N relative position index for one
+    window of N tokens, so it takes exactly N tokens."""
+
+    def __init__(self, dim, heads, tokens=8):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.relative_position_bias_table = nn.Parameter(0.1 * torch.randn(2 * tokens - 1, heads))
+        pos = torch.arange(tokens)
+        self.register_buffer("relative_position_index", pos[:, None] - pos[None, :] + tokens - 1)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = (t.view(B, N, self.heads, -1).transpose(1, 2) for t in self.qkv(x).split(C, -1))
+        index = self.relative_position_index.view(-1)
+        bias = self.relative_position_bias_table[index].view(N, N, -1).permute(2, 0, 1)  # (h, N, N)
+        att = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias).softmax(-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(B, N, C))
+
+
+class BertStyle(nn.Module):
+    """query, key and value Linear layers and SDPA, as transformers' encoders lay them out;
+    ``attend`` takes SDPA's bool mask (True attends)."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.query, self.key, self.value = (nn.Linear(dim, dim) for _ in range(3))
+
+    def attend(self, hidden_states, keep=None):
+        B, T, C = hidden_states.shape
+        q, k, v = (p(hidden_states).view(B, T, self.heads, -1).transpose(1, 2)
+                   for p in (self.query, self.key, self.value))  # fmt: skip
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (B, h, T, d)
+        return out.transpose(1, 2).reshape(B, T, C)
+
+
+class IgnoresRotaryTables(BertStyle):
+    """ESM's layer built with absolute positions: its forward takes rotary tables and never
+    uses them (the model adds its positions before the layer)."""
+
+    def forward(self, hidden_states, position_embeddings=None):
+        return self.attend(hidden_states)
+
+
+class OwnRotaryTables(nn.Module):
+    """Old GPT-NeoX's way: causal attention rotating q and k (rotate_half) by cos and sin
+    tables it keeps in buffers, for positions 0..T-1."""
+
+    def __init__(self, dim, heads, max_len=64):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.dense = nn.Linear(dim, dim)
+        head = dim // heads
+        inv_freq = 10000.0 ** -(torch.arange(0, head, 2, dtype=torch.float64) / head)
+        angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq
+        angles = torch.cat([angles, angles], dim=-1)  # (max_len, head)
+        self.register_buffer("cos_cached", angles.cos().float())
+        self.register_buffer("sin_cached", angles.sin().float())
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).split(C, -1))
+        cos, sin = self.cos_cached[:T].to(x.dtype), self.sin_cached[:T].to(x.dtype)  # (T, d)
+
+        def rotate(t):
+            half = t.shape[-1] // 2
+            return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
+
+        y = F.scaled_dot_product_attention(rotate(q), rotate(k), v, is_causal=True)
+        return self.dense(y.transpose(1, 2).reshape(B, T, C))
+
+
+class InvertsAdditive(BertStyle):
+    """Buggy: takes a transformers-style additive mask and hands SDPA ``mask < 0`` as its bool
+    mask, which SDPA reads as the keys to attend: exactly the blocked ones."""
+
+    def forward(self, hidden_states, attention_mask=None):
+        blocked = None if attention_mask is None else attention_mask < 0
+        return self.attend(hidden_states, blocked)
+
+
+class QuerySoftmaxPadded(nn.Module):
+    """Buggy: lucidrains-style attention whose softmax runs over the queries (dim=-2), with its
+    key padding filled by the dtype's lowest value."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.to_out = nn.Linear(dim, dim)
+
+    def forward(self, x, mask=None):  # mask: (B, T), True = a real token
+        B, T, C = x.shape
+        q, k, v = (
+            t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.to_qkv(x).chunk(3, -1)
+        )
+        dots = q @ k.transpose(-2, -1) * q.size(-1) ** -0.5  # (B, h, T, T)
+        if mask is not None:
+            dots = dots.masked_fill(~mask[:, None, None, :], torch.finfo(dots.dtype).min)
+        out = dots.softmax(dim=-2) @ v
+        return self.to_out(out.transpose(1, 2).reshape(B, T, C))
 
 
 class SeqFirstWrapper(nn.Module):
@@ -116,9 +226,9 @@ class NoInputs(nn.Module):
 class AlibiCausal(nn.Module):
     """Correct causal attention with ALiBi position biases kept in a buffer (uses positions)."""
 
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, scale=True):
         super().__init__()
-        self.heads = heads
+        self.heads, self.scale = heads, scale
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
         self.register_buffer("slopes", 2.0 ** -torch.arange(1, heads + 1, dtype=torch.float32))
@@ -130,9 +240,71 @@ class AlibiCausal(nn.Module):
         distance = (pos[None, :] - pos[:, None]).to(x.dtype)  # (T, T): key - query
         bias = self.slopes[:, None, None].to(x.dtype) * distance  # (h, T, T)
         bias = bias.masked_fill(distance > 0, float("-inf"))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias
+        factor = 1 / math.sqrt(q.size(-1)) if self.scale else 1.0  # no scale: a bug
+        scores = q @ k.transpose(-2, -1) * factor + bias
         out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
         return self.proj(out)
+
+
+def alibi_unscaled(dim, heads):
+    """Buggy: ALiBi's biases on scores that were never scaled by 1/sqrt(d)."""
+    return AlibiCausal(dim, heads, scale=False)
+
+
+class T5Style(nn.Module):
+    """T5's attention: a learned bias per head and relative distance (clipped to ``span``), no
+    scale by design; a ``factor`` other than 1 is a bug, such as 1/sqrt(d) added where the
+    checkpoint's weights already account for it."""
+
+    def __init__(self, dim, heads, factor=1.0, span=4):
+        super().__init__()
+        self.heads, self.span, self.factor = heads, span, factor
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.relative_attention_bias = nn.Embedding(2 * span + 1, heads)
+
+    def split(self, x):
+        """q, k, v (B, h, T, d) and the clipped relative distances (T, T), shifted to >= 0."""
+        b, t, _ = x.shape
+        q, k, v = (
+            p(x).view(b, t, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v)
+        )
+        pos = torch.arange(t, device=x.device)
+        return q, k, v, (pos[None, :] - pos[:, None]).clamp(-self.span, self.span) + self.span
+
+    def forward(self, x):
+        q, k, v, distance = self.split(x)
+        bias = self.relative_attention_bias(distance).permute(2, 0, 1)  # (h, T, T)
+        scores = q @ k.transpose(-2, -1) * self.factor  # (B, h, T, T)
+        return self.o(((scores + bias).softmax(-1) @ v).transpose(1, 2).flatten(2))
+
+
+class QueryRelative(T5Style):
+    """Correct relative attention whose position term reads the query (Shaw et al.: q . r_{j-i}
+    added to q . k_j): no bias of positions alone, so its scale cannot be measured that way."""
+
+    def __init__(self, dim, heads, span=4):
+        super().__init__(dim, heads, span=span)
+        self.relative_keys = nn.Embedding(2 * span + 1, dim // heads)
+
+    def forward(self, x):
+        q, k, v, distance = self.split(x)
+        r = self.relative_keys(distance)  # (T, T, d)
+        scores = q @ k.transpose(-2, -1) + torch.einsum("bhid,ijd->bhij", q, r)
+        weights = (scores / math.sqrt(q.size(-1))).softmax(-1)  # (B, h, T, T)
+        return self.o((weights @ v).transpose(1, 2).flatten(2))
+
+
+class WeakPaddingFill(nn.Module):
+    """Buggy: one head whose key padding mask fills with -1, which leaks padded keys back in."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+
+    def forward(self, x, mask):  # mask: (B, T), True = a real token
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, T, T)
+        return scores.masked_fill(~mask[:, None, :], -1.0).softmax(-1) @ v
 
 
 class ScaleByWidthOut(nn.Module):

@@ -5,6 +5,7 @@ the last two are broken on purpose, for the hints the doctor gives."""
 
 import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -81,6 +82,20 @@ class ExitsOnLongInputs(Plain):
 class ExitsInInit(Plain):
     def __init__(self, d_model):
         sys.exit(3)
+
+
+class CrashesUnderAutocast(Plain):
+    """Dies of SIGSEGV, as a fault in native code does, when run under autocast (the low
+    precision probes) and only then."""
+
+    def misbehave(self, x):
+        if torch.is_autocast_enabled("cpu"):
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+
+class CrashesInForward(Plain):
+    def misbehave(self, x):
+        os.kill(os.getpid(), signal.SIGSEGV)
 
 
 class Prints(Plain):

@@ -239,7 +239,33 @@ def test_a_softcap_read_off_the_module_caps_the_reference_and_after_the_mask_is_
     assert found.status == "fail" and "softcap_after_mask" in found.message, d.text()
 
 
+def test_a_cap_after_the_mask_that_leaks_only_at_large_logits_is_named_softcap_after_mask():
+    d = diagnose(cm.Softcapped(32, 4, after=True, cap=50.0), Config(mask="keep"))
+    found = {f.probe: f for f in d.findings}["causal no-leak"]
+    assert found.status == "fail" and "scaled by" in found.message, d.text()
+    assert "softcap_after_mask" in found.message and "fill_too_small" not in found.message
+    d = diagnose(cm.Softcapped(32, 4, cap=50.0), Config(mask="keep"))
+    assert {f.probe: f for f in d.findings}["causal no-leak"].status == "pass", d.text()
+
+
+def test_a_rotary_module_capping_after_its_mask_is_named_not_skipped_as_other_rotary():
+    d, found = _sdpa(cm.RotarySoftcapped(32, 4), Config(mask="keep"))
+    assert found.status == "pass" and "scores capped at 5" in found.message, d.text()
+    d, found = _sdpa(cm.RotarySoftcapped(32, 4, after=True), Config(mask="keep"))
+    assert found.status == "fail" and "softcap_after_mask" in found.message, d.text()
+
+
 def test_cross_attention_multihead_is_one_usage_line():
     module = torch.nn.MultiheadAttention(32, 4, kdim=16, vdim=24, batch_first=True)
     with pytest.raises(UsageError, match=r"is cross-attention: its keys and values"):
         diagnose(module, Config(mask="drop"))
+
+
+@pytest.mark.parametrize("module", [cm.TransformersRotary, cm.InterleavedOnHalfTables])
+def test_pairing_other_than_the_tables_is_named_by_tables_laid_out_in_pairs(module):
+    d = diagnose(module(32, 4), Config(causal=True))
+    shift = {f.probe: f for f in d.findings}["position shift"]
+    if module is cm.TransformersRotary:
+        assert shift.status == "pass", d.text()
+    else:
+        assert shift.status == "fail" and "(rope_pairing_mismatch)" in shift.message, d.text()

@@ -10,6 +10,8 @@ from harness import cli
 from harness.doctor import FAIL, PASS, SKIP, STEPS, WARN, Config, Diagnosis, Finding, diagnose
 from harness.doctor.subject import Subject
 from harness.validation import detection_table
+from pitfalls.padding_on_queries import buggy as on_queries_buggy
+from pitfalls.padding_on_queries import fixed as on_queries_fixed
 from tests import doctor_modules as dm
 
 MODULES = "tests/doctor_modules.py"
@@ -111,11 +113,37 @@ def test_usage_errors_are_one_line_and_exit_2(capsys, case):
     assert err.count("\n") == 1 and words in err and "Traceback" not in err
 
 
-def test_positional_module_is_not_compared_with_sdpa():
-    d = diagnose(dm.AlibiCausal(64, 4), Config(causal=True, positional=True))
-    assert d.healthy, d.text()
-    sdpa = next(f for f in d.findings if f.probe == "agrees with SDPA")
-    assert sdpa.status == "skip"
+def _sdpa_finding(module, config):
+    d = diagnose(module, config)
+    return d, next(f for f in d.findings if f.probe == "agrees with SDPA")
+
+
+def test_a_position_bias_sdpa_cannot_add_has_its_scale_measured_from_the_weights():
+    d, sdpa = _sdpa_finding(dm.AlibiCausal(64, 4), Config(causal=True, positional=True))
+    assert d.healthy and sdpa.status == "pass", d.text()
+    assert "bias B of positions alone" in sdpa.message and "s = 0.25" in sdpa.message
+    d, sdpa = _sdpa_finding(dm.alibi_unscaled(64, 4), Config(causal=True, positional=True))
+    assert sdpa.status == "fail" and "missing_scale" in sdpa.message, d.text()
+
+
+def test_a_module_unscaled_by_design_with_a_learned_bias_is_held_to_its_declared_scale():
+    d, sdpa = _sdpa_finding(dm.T5Style(64, 4), Config(scale=1.0))
+    assert d.healthy and sdpa.status == "pass" and "s = 1," in sdpa.message, d.text()
+    d, sdpa = _sdpa_finding(dm.T5Style(64, 4, factor=0.25), Config(scale=1.0))
+    assert sdpa.status == "fail" and "double_scale" in sdpa.message, d.text()
+    d, sdpa = _sdpa_finding(dm.T5Style(64, 4), Config())  # 1/sqrt(d) meant, none there
+    assert sdpa.status == "fail" and "missing_scale" in sdpa.message, d.text()
+
+
+def test_a_scale_that_is_no_known_form_fails_unnamed():
+    d, sdpa = _sdpa_finding(dm.T5Style(64, 4, factor=0.6), Config(scale=1.0))
+    assert sdpa.status == "fail" and "s = 0.6," in sdpa.message, d.text()
+    assert sdpa.message.endswith("no known trap's scale")
+
+
+def test_a_position_term_that_reads_the_query_is_not_compared_rather_than_failed():
+    d, sdpa = _sdpa_finding(dm.QueryRelative(64, 4), Config(positional=True))
+    assert sdpa.status == "skip" and "bias B of positions alone" in sdpa.message, d.text()
 
 
 def test_an_output_layer_called_out_is_recognized():
@@ -414,3 +442,69 @@ def test_a_declared_mask_shape_narrows_convention_detection_to_it():
     auto = diagnose(dm.TutorialMultiHead(64, 4), Config(), "TutorialMultiHead")
     detected = next(f for f in auto.findings if f.probe == "mask convention")
     assert detected.status == PASS and "(B, T, T)" in detected.message, auto.text()
+
+
+@pytest.mark.parametrize("pair", [on_queries_buggy, on_queries_fixed], ids=["buggy", "fixed"])
+def test_a_padding_mask_on_the_queries_is_named_padding_on_queries(pair):
+    d = diagnose(pair.ScaledDotProductAttention(32, 16, 16), Config(mask="keep", mask_shape="bk"))
+    found = {f.probe: f for f in d.findings}["padding no-leak"]
+    if pair is on_queries_fixed:
+        assert found.status == PASS, d.text()
+    else:
+        assert found.status == FAIL and "(padding_on_queries" in found.message, d.text()
+
+
+def test_a_padding_leak_of_keys_is_not_named_padding_on_queries():
+    d = diagnose(dm.WeakPaddingFill(16), Config(mask="keep", mask_shape="bk"))
+    found = {f.probe: f for f in d.findings}["padding no-leak"]
+    assert found.status == FAIL and "depends on padded input" in found.message, d.text()
+    assert "padding_on_queries" not in found.message
+
+
+def test_a_context_shorter_than_the_probes_shortens_them():
+    d = diagnose(dm.CausalSelfAttention(32, 4, block_size=6), Config(causal=True))
+    shape = {f.probe: f for f in d.findings}["shape contract"]
+    assert d.healthy and d.config.seq_len == 6, d.text()
+    assert "every probe runs at seq_len 6 instead of 8" in shape.message
+
+
+def test_a_module_of_one_fixed_length_is_probed_at_that_length():
+    d = diagnose(dm.OneWindow(32, 4, tokens=8), Config(positional=True))
+    shape = {f.probe: f for f in d.findings}["shape contract"]
+    assert d.healthy and "only at 8 tokens" in shape.message, d.text()
+
+
+def test_rotary_tables_the_output_ignores_make_no_rotary_module():
+    d = diagnose(dm.IgnoresRotaryTables(32, 4), Config())
+    found = {f.probe: f for f in d.findings}
+    assert d.healthy, d.text()
+    assert "its output ignores them" in found["token order"].message
+    assert found["permutation equivariance"].status == PASS
+
+
+def test_rotary_tables_kept_in_buffers_leave_the_module_comparable():
+    d = diagnose(dm.OwnRotaryTables(32, 4), Config(causal=True, positions="relative"))
+    sdpa = {f.probe: f for f in d.findings}["agrees with SDPA"]
+    assert sdpa.status == PASS and "RoPE (half)" in sdpa.message, d.text()
+
+
+def _named_by_sdpa(module, config):
+    d, sdpa = _sdpa_finding(module, config)
+    assert sdpa.status == FAIL, d.text()
+    return sdpa.message
+
+
+def test_a_wrong_form_is_fitted_on_every_reading_of_a_fused_projection():
+    # per K/V group is the reading nearest SDPA here; the view split is fitted on q | k | v
+    module = dm.CausalSelfAttention(64, 4, split_by_view=True)
+    assert "head_split_view" in _named_by_sdpa(module, Config(causal=True))
+
+
+def test_a_mask_read_the_other_way_round_is_named_even_where_no_bool_convention_was_declared():
+    config = Config(mask="additive", mask_shape="b1qk")
+    assert "sdpa_mask_inverted" in _named_by_sdpa(dm.InvertsAdditive(32, 4), config)
+
+
+def test_softmax_over_the_queries_with_a_finite_fill_is_softmax_dim():
+    config = Config(mask="keep", mask_shape="bk")
+    assert "softmax_dim" in _named_by_sdpa(dm.QuerySoftmaxPadded(32, 4), config)

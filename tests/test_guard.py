@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from harness import cli
-from harness.doctor import Config, UserCodeError, diagnose, guarded
+from harness.doctor import Config, UserCodeError, diagnose, guarded, shield
 from harness.doctor import examine as examine_module
 from harness.doctor import guard as guard_module
 from harness.doctor.findings import passed
@@ -279,3 +279,32 @@ def test_a_thread_the_module_leaves_running_does_not_keep_the_command_alive():
     json.loads(done.stdout)  # the verdict, whole
     assert "not waiting for 1 thread(s) that user code started" in done.stderr
     assert "'left-running'" in done.stderr
+
+
+@pytest.mark.skipif(not shield.available(), reason="the shield forks: Linux only")
+def test_a_probe_that_crashes_the_process_is_a_failure_and_the_others_still_run():
+    target = "tests/misbehaving_modules.py:CrashesUnderAutocast"
+    command = [sys.executable, "-m", "harness", "doctor", target, "--d-model", "16", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=200, cwd=ROOT)
+    assert done.returncode == 1, done.stderr
+    found = {f["probe"]: f for f in json.loads(done.stdout)["findings"]}
+    for low in ("float16 robustness", "bfloat16 robustness"):
+        assert found[low]["status"] == "fail", found[low]
+        assert found[low]["message"].startswith("crashed the process (SIGSEGV)")
+    assert found["agrees with SDPA"]["status"] == "pass"
+    assert [f for f in found.values() if f["status"] == "fail"] == [
+        found["float16 robustness"], found["bfloat16 robustness"]]  # fmt: skip
+
+
+@pytest.mark.skipif(not shield.available(), reason="the shield forks: Linux only")
+def test_a_module_that_crashes_whenever_it_is_called_is_one_line():
+    target = "tests/misbehaving_modules.py:CrashesInForward"
+    command = [sys.executable, "-m", "harness", "doctor", target, "--d-model", "16"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    assert line == (
+        "python -m harness doctor: the module crashed the process (SIGSEGV) while calling the "
+        "module: a fault below Python, in torch's or an extension's native code; nothing more "
+        "to diagnose"
+    )

@@ -147,3 +147,8 @@ def test_a_config_class_in_a_file_given_by_path_is_found_with_its_defaults(tmp_p
     target.write_text(text)
     code = cli.main(["doctor", f"{target}:CausalSelfAttention", "--causal"])
     assert code == 0, capsys.readouterr()
+
+
+def test_a_partial_rotary_width_is_sized_with_the_head():
+    config = DoctorConfig(Sizes(64, 4))
+    assert (config.head_dim, config.rotary_dim, config.rotary_ndims) == (16, 8, 8)

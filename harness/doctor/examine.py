@@ -7,7 +7,7 @@ past the limit fails that step; the process's global settings are restored after
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from torch import nn
 
@@ -50,6 +50,7 @@ def diagnose(
     target: str = "",
     timeout: float | None = TIMEOUT,
     progress: Callable[[str], None] | None = None,
+    crashed: Mapping[str, str] | None = None,
 ) -> Diagnosis:
     """Run every probe on a copy of ``module``; the module itself is left as it was.
 
@@ -75,10 +76,13 @@ def diagnose(
         raise
     except Exception as exc:  # the module exits, hangs or breaks before any probe can run
         return Diagnosis(name, config, [Finding(step, FAIL, evidence(exc))])
-    diagnosis = Diagnosis(name, config)
+    diagnosis = Diagnosis(name, subject.config)  # as probed (a context may shorten seq_len)
     diagnosis.findings.extend([detected] if detected else [])
     for probe_name, probe in PROBES.items():
         report(probe_name)
+        if crashed and probe_name in crashed:
+            diagnosis.findings.append(Finding(probe_name, FAIL, crashed[probe_name]))
+            continue
         diagnosis.findings.append(examine(probe_name, probe, subject, timeout))
     diagnosis.causes = explain(diagnosis.findings, config)
     return diagnosis

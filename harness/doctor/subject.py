@@ -12,7 +12,7 @@ import tokenize
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -277,10 +277,32 @@ class Subject:
         self.new_cache, self.cache_source = cache_convention(self.module, self.plan)
         self.window, self.window_source = window_of(self.module, config)
         self.context = declared_context(self.module)
+        self.asked_seq_len = config.seq_len  # --seq-len, which the context may shorten
+        if self.context is not None and 3 <= self.context < config.seq_len:
+            # a module built for shorter sequences is probed within what it takes
+            self.config = config = replace(config, seq_len=self.context)
         self.rotary_dims = rotary_dims(self.module, config.rotary_dims)
         self.softcap = config.softcap or positive_attribute(self.module, SOFTCAP_NAMES, real=True)
         self.dtype = torch.float64
         self.d_model, self.dtype = self._input_width(config.d_model)
+        self.fixed_length = self._fixed_length()
+
+    def _fixed_length(self) -> int | None:
+        """The one length the module takes, when it declares a context (an N x N buffer, as
+        Swin's relative_position_index of one window) and runs there but not on 3 tokens."""
+        if self.context is None or self.context == 3 or self.config.seq_len != self.context:
+            return None
+        module = self.copy()
+
+        def runs(seq_len: int) -> bool:
+            try:
+                with torch.no_grad():
+                    self.call(module, self.x(2, seq_len, 0), self.ordinary_keep(2, seq_len))
+            except Exception:
+                return False
+            return True
+
+        return self.context if runs(self.context) and not runs(3) else None
 
     def _input_width(self, given: int | None) -> tuple[int, torch.dtype]:
         """The first candidate width the module runs on, in float64, else in float32 (a module
@@ -331,7 +353,7 @@ class Subject:
     @property
     def positional(self) -> bool:
         """Positions matter: no permutation equivariance expected."""
-        return self.config.positional or self.plan.rotary or self.position_scheme != "none"
+        return self.config.positional or self.position_scheme != "none"
 
     def responds_to_positions(self) -> bool:
         """Moving half of the tokens one position on (positions passed) changes the output."""
@@ -555,7 +577,7 @@ def cache_convention(module: nn.Module, plan: CallPlan) -> tuple[Callable[[], ob
     return None, "forward takes no cache (cache, past_key_value(s), layer_past, start_pos, ...)"
 
 
-ROTARY_WORDS = re.compile(r"rotary|\brope\b|rotate_half|freqs_cis|\balibi\b|\brope_", re.IGNORECASE)
+ROTARY_WORDS = re.compile(r"rotary|\brope\b|rotate_half|freqs_cis|\balibi|\brope_", re.IGNORECASE)
 
 
 WINDOW_NAMES = ("sliding_window", "window_size", "window", "attention_window",
@@ -611,8 +633,10 @@ def position_scheme(subject: Subject) -> Positions:
     config, plan = subject.config, subject.plan
     if config.positions != "auto":
         return Positions(config.positions, "declared (--positions)")
-    if plan.rotary:
+    if plan.rotary and subject.responds_to_positions():
         return Positions("relative", "forward takes rotary tables")
+    if plan.rotary:  # a layer built without rotary whose forward still takes the tables (ESM)
+        return Positions("none", "forward takes rotary tables, but its output ignores them")
     code = " ".join(code_names(subject.original))
     words = sorted({w.lower() for w in ROTARY_WORDS.findall(code)})
     named = f"its code names {words[0]}" if words else ""
@@ -665,6 +689,7 @@ def mask_names(params: Iterable[str]) -> list[str]:
 
 # Position inputs the doctor can make: rotary tables in the two common forms, and positions.
 ROTARY_NAMES = ("position_embeddings", "freqs_cis", "rotary_emb", "rope", "cos_sin")
+TABLE_NAMES = tuple(n for n in ROTARY_NAMES if n != "freqs_cis")  # given (cos, sin) tables
 POSITION_NAMES = ("position_ids", "cache_position", "positions", "pos", "input_pos")
 OFFSET_NAMES = ("start_pos", "offset", "past_length", "seqlen_offset")  # 0: no cached prefix
 # Caches: an object passed in (and updated), or a tuple passed in and returned; ``use_cache``
@@ -673,16 +698,22 @@ CACHE_NAMES = ("cache", "kv_cache", "past_key_value", "past_key_values", "layer_
 USE_CACHE_NAMES = ("use_cache",)
 
 
-def rotary_tables(name: str, positions: Tensor, head_dim: int, x: Tensor) -> object:
+def rotary_tables(
+    name: str, positions: Tensor, head_dim: int, x: Tensor, layout: str = "half"
+) -> object:
     """Standard RoPE tables (base 10000) for ``positions`` (B, T): transformers' ``(cos, sin)``,
     each (B, T, head_dim), or Meta's complex ``freqs_cis`` (T, head_dim / 2) from the first
-    row."""
+    row. ``layout`` of (cos, sin): ``half``, each angle at i and i + d/2 (rotate_half's), or
+    ``pairs``, at 2i and 2i + 1 (interleaved code's)."""
     inv_freq = 10000.0 ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     angles = positions.to("cpu", torch.float64)[..., None] * inv_freq  # (B, T, head_dim / 2)
     if name == "freqs_cis":  # complex64 beside float32 inputs, complex128 beside float64
         first = angles[0]  # (T, head_dim / 2)
         return torch.polar(torch.ones_like(first), first).to(x.device, _complex(x.dtype))
-    table = torch.cat([angles, angles], dim=-1)  # (B, T, head_dim)
+    if layout == "half":
+        table = torch.cat([angles, angles], dim=-1)  # (B, T, head_dim)
+    else:
+        table = angles.repeat_interleave(2, dim=-1)  # (B, T, head_dim)
     return table.cos().to(x.device, x.dtype), table.sin().to(x.device, x.dtype)
 
 
@@ -728,6 +759,7 @@ class CallPlan:
     cache: str | None = None  # the parameter given the cache
     use_cache: str | None = None  # the flag that makes the module return its cache
     optional_offsets: tuple[str, ...] = ()  # offsets (start_pos) with a default
+    table_layout: str = "half"  # how (cos, sin) tables lay the angles out: rotary_tables
 
     @property
     def rotary(self) -> bool:
@@ -769,7 +801,8 @@ class CallPlan:
             elif defaults and given is None and name in self.optional_positions:
                 continue  # the module's own default is part of what is probed
             elif name in ROTARY_NAMES:
-                kwargs[name] = rotary_tables(name, positions, self.head_dim, x)
+                kwargs[name] = rotary_tables(name, positions, self.head_dim, x,
+                                             self.table_layout)  # fmt: skip
             elif name == "cache_position":
                 kwargs[name] = positions[0]  # (T,): transformers' cache positions
             else:

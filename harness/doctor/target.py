@@ -155,22 +155,27 @@ HEADS_NAMES = (
 )  # fmt: skip
 HEAD_DIM_NAMES = (
     "d_k", "d_v", "head_dim", "d_head", "dim_head", "head_size", "attention_head_size",
-    "kv_channels", "head_dim_v", "dim_per_head",
+    "kv_channels", "head_dim_v", "dim_per_head", "d_kv",
 )  # fmt: skip
 # Sizes are set even where they have defaults, so the module has the doctor's widths; flags,
 # rates and indices keep the module's own defaults.
 KV_HEADS_NAMES = ("num_key_value_heads", "n_kv_heads", "kv_heads", "num_kv_heads", "n_kv_head",
                   "n_query_groups")  # fmt: skip
 LAYER_INDEX_NAMES = ("layer_idx", "layer_id", "layer_number", "layer_index")
+# Partial rotary's width in dimensions (GPT-J's and CodeGen's default 64 of a 256-wide head):
+# sized with the head, as half of it, so that a partial rotary module is built partial and fits.
+ROTARY_DIM_NAMES = ("rotary_dim", "rotary_ndims", "rotary_emb_dim")
 SIZE_NAMES = frozenset(
-    (*D_MODEL_NAMES, *HEADS_NAMES, *HEAD_DIM_NAMES, *KV_HEADS_NAMES, "query_pre_attn_scalar")
-)
+    (*D_MODEL_NAMES, *HEADS_NAMES, *HEAD_DIM_NAMES, *KV_HEADS_NAMES, *ROTARY_DIM_NAMES,
+     "query_pre_attn_scalar")
+)  # fmt: skip
 NAMES: dict[str, Callable[[Sizes], object]] = {
     **dict.fromkeys(D_MODEL_NAMES, lambda s: s.d_model),
     **dict.fromkeys(HEADS_NAMES, lambda s: s.heads),
     **dict.fromkeys(KV_HEADS_NAMES, lambda s: s.groups),
     "num_key_value_groups": lambda s: s.heads // s.groups,  # query heads per K/V head
     **dict.fromkeys(HEAD_DIM_NAMES, lambda s: s.d_model // s.heads),
+    **dict.fromkeys(ROTARY_DIM_NAMES, lambda s: s.d_model // s.heads // 2),
     # Gemma scales scores by query_pre_attn_scalar ** -0.5, by default the head width's
     "query_pre_attn_scalar": lambda s: s.d_model // s.heads,
     **dict.fromkeys(

@@ -32,6 +32,8 @@ def _shape_cases(subject: Subject) -> list[tuple[str, int, int]]:
         ("seq_len 1", 2, 1),
         ("batch 1", 1, 5),
     ]
+    if subject.fixed_length is not None:  # it takes one length only
+        return [case for case in cases if case[2] == subject.fixed_length]
     context = subject.context or math.inf  # never beyond the context the module declares
     return [case for case in cases if case[2] <= context]
 
@@ -72,7 +74,13 @@ def probe_shapes(subject: Subject) -> Outcome:
             )
     labels = [label for label, _, _ in _shape_cases(subject)[1:]]
     beyond = "" if subject.context is None else f" (up to its context, {subject.context})"
-    return passed(", ".join(labels) + beyond)
+    if subject.fixed_length is not None:
+        beyond = (f" (only at {subject.fixed_length} tokens: it declares that context and takes "
+                  "no other length, as a window of fixed size does)")  # fmt: skip
+    if subject.config.seq_len < subject.asked_seq_len:
+        beyond += (f"; every probe runs at seq_len {subject.config.seq_len} instead of "
+                   f"{subject.asked_seq_len}, within it")  # fmt: skip
+    return passed((", ".join(labels) + beyond).strip())
 
 
 @probe("batch independence")
@@ -95,6 +103,7 @@ def probe_batch_independence(subject: Subject) -> Outcome:
 def _mixing(subject: Subject) -> str | None:
     """Evidence that sequence 0's output depends on another sequence, or None."""
     batch = seq_len = 3  # batch == seq_len: wrong-axis bugs run here instead of raising
+    seq_len = subject.fixed_length or seq_len
     x = subject.x(batch, seq_len, 2)
     grad = subject.grad_of(x, subject.ordinary_keep(batch, seq_len), lambda out: out[0])
     others = grad[1:].flatten(1).norm(dim=1)

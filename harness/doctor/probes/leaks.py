@@ -15,7 +15,7 @@ from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.inputs import generator
 from harness.masks import KEY_LAYOUTS
-from harness.metrics import first_nonfinite
+from harness.metrics import first_nonfinite, rounding
 
 LARGE = 300.0  # activation scale for the large-logit leak checks (float64: no overflow)
 # A leak that shows only at large logits is a finite fill that they outgrow (old GPT-2's -1e4).
@@ -44,12 +44,23 @@ def no_mask(subject: Subject) -> str:
 LARGE_SPLITS = 3  # a mask constant too small for large logits fails at every split: a few do
 
 
-def _large(scale: float, nan: bool) -> str:
+# In a module that caps its scores, only a cap after the mask lets large logits leak: it squashes
+# any fill to -cap, where a fill after the cap stays far below the capped scores.
+CAPPED = (
+    " and not at ordinary ones, in a module that caps its scores at {cap:g}: the cap comes after "
+    "the mask and squashes its fill to -{cap:g}, which large logits reach: softcap_after_mask "
+    "(cap the scores, then mask them)"
+)
+
+
+def _large(scale: float, nan: bool, cap: float | None = None) -> str:
     """What a leak found at ``scale`` means: nothing more at ordinary activations; at large ones a
-    finite fill the logits outgrow, or (a NaN) an exp that overflowed."""
+    finite fill the logits outgrow (in a module that caps its scores at ``cap``, the cap put
+    after the mask), or (a NaN) an exp that overflowed."""
     if scale == 1.0:
         return ""
-    return f" with activations scaled by {scale:g}{OVERFLOW if nan else FILL}"
+    fill = CAPPED.format(cap=cap) if cap else FILL
+    return f" with activations scaled by {scale:g}{OVERFLOW if nan else fill}"
 
 
 def _future_leak(subject: Subject, scale: float) -> Leak | None:
@@ -64,7 +75,7 @@ def _causal_leak(subject: Subject) -> str | None:
     for scale in (1.0, LARGE):
         leak = _future_leak(subject, scale)
         if leak:
-            return str(leak) + _large(scale, math.isnan(leak.change))
+            return str(leak) + _large(scale, math.isnan(leak.change), subject.softcap)
     return None
 
 
@@ -81,7 +92,7 @@ def _padding_leak(subject: Subject, scales: tuple[float, ...] = (1.0, LARGE)) ->
         if leaked.any():
             finite = leaked & ~change.isnan()  # a dependency is better evidence than a NaN
             b, t = (int(i) for i in (finite if finite.any() else leaked).nonzero()[0])
-            where = _large(scale, bool(change[b, t].isnan()))
+            where = _large(scale, bool(change[b, t].isnan()), subject.softcap)
             padded = (~real[b]).nonzero().flatten().tolist()
             if change[b, t].isnan():
                 return f"real output {t} of sequence {b} is NaN with padding{where}"
@@ -125,6 +136,28 @@ def _convention_hint(subject: Subject, check: Callable[[Subject], str | None]) -
     )
 
 
+def _on_queries(subject: Subject) -> str:
+    """A hint when the padding mask reaches the queries instead of the keys: real queries' outputs
+    are what they are with no mask at all, while padded queries' are not."""
+    cfg = subject.config
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
+    real = keep.any(dim=1)  # (B, T): real tokens, as keys and as queries
+    module, x = subject.copy(), subject.x(cfg.batch, cfg.seq_len, 4)
+    with torch.no_grad():
+        masked = subject.call(module, x, keep)[0].double()
+        free = subject.call(module, x, torch.ones_like(keep))[0].double()
+    real, apart = real.to(masked.device), (masked - free).abs().nan_to_num(math.inf)
+    if apart[~real].numel() == 0 or not (apart[~real] > 0).any():
+        return ""  # no padded query moved: the mask is not read at all (or reads nothing here)
+    if apart[real].max().item() > rounding(free[real].abs().max().item(), torch.float32):
+        return ""
+    return (
+        ": real queries' outputs are those of no mask at all while padded queries' change: the "
+        "padding mask is applied to the queries, not the keys (padding_on_queries: mask the key "
+        "axis, mask[:, None, :])"
+    )
+
+
 @probe("causal no-leak")
 def probe_causal(subject: Subject) -> Outcome:
     """Position t's output gives zero gradient to inputs after t, also with large logits."""
@@ -157,7 +190,7 @@ def probe_padding(subject: Subject) -> Outcome:
         return skipped(no_mask(subject))
     leak = _padding_leak(subject)
     if leak:
-        return failed(leak + _convention_hint(subject, _padding_leak))
+        return failed(leak + (_on_queries(subject) or _convention_hint(subject, _padding_leak)))
     if not _responds(subject):
         return failed(
             "real outputs do not respond to the real inputs under a padding mask: the mask hides "

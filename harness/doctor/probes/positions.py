@@ -11,7 +11,9 @@ or absolute positions, move outputs by as much as moving the tokens does.
 
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -19,7 +21,7 @@ from torch import Tensor
 from harness import metrics
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import Subject, float32_rounding
+from harness.doctor.subject import TABLE_NAMES, Subject, float32_rounding
 from harness.runner import describe
 
 OFFSETS = (4096, 100_000)  # position shifts probed
@@ -76,12 +78,21 @@ def probe_shift(subject: Subject) -> Outcome:
     for offset, out_shifted in zip(offsets, outs, strict=True):
         change = _largest(out_shifted - out)
         if not change <= SHIFT_SHARE * scale:
-            return failed(
+            said = (
                 f"shifting every position by {offset:,} moves the output by {change:.3g}, "
-                f"against {scale:.3g} for moving half of the tokens one position on: it "
-                "carries absolute positions (rope_on_value: rotary applied to V, or an absolute "
-                "embedding), or its angles lose precision far from 0 (rope_low_precision: "
-                f"tables built in a low precision) [{subject.position_source}]"
+                f"against {scale:.3g} for moving half of the tokens one position on"
+            )
+            if _relative_with_pairs(subject, x, keep, [base, moved, shifted[0]]):
+                return failed(
+                    f"{said}, and with (cos, sin) tables laid out in pairs (2i, 2i + 1) instead "
+                    "of halves (i, i + d/2) a shift changes nothing: it pairs dimensions the "
+                    "other way than the tables its caller builds (rope_pairing_mismatch)"
+                )
+            return failed(
+                f"{said}: it carries absolute positions (rope_on_value: rotary applied to V, or "
+                "an absolute embedding), or its angles lose precision far from 0 "
+                "(rope_low_precision: tables built in a low precision) "
+                f"[{subject.position_source}]"
             )
     low = _low_precision(subject, x, keep, base, shifted, offsets)
     if low is not None:
@@ -90,6 +101,24 @@ def probe_shift(subject: Subject) -> Outcome:
         f"shifts of {', '.join(f'{o:,}' for o in offsets)} move the output by at most "
         f"{SHIFT_SHARE:g} of what moving tokens does, also in bfloat16 "
         f"[{subject.position_source}]"
+    )
+
+
+def _relative_with_pairs(subject: Subject, x: Tensor, keep: Tensor | None,
+                        positions: list[Tensor]) -> bool:  # fmt: skip
+    """Given (cos, sin) tables laid out in pairs, the module is relative: a shift (the third
+    ``positions``) moves it by a small share of what moving tokens (the second) does."""
+    if not any(n in TABLE_NAMES for n in subject.plan.positions):
+        return False
+    paired = copy.copy(subject)
+    paired.plan = replace(subject.plan, table_layout="pairs")
+    try:
+        out, moved, shifted = _outputs(paired, subject.dtype, x, keep, positions)
+    except Exception:
+        return False
+    scale = _largest(moved - out)
+    return (
+        scale > float32_rounding(_largest(out)) and _largest(shifted - out) <= SHIFT_SHARE * scale
     )
 
 

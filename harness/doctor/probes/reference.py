@@ -13,7 +13,9 @@ from torch import Tensor, nn
 
 from harness import metrics
 from harness.doctor.findings import Outcome, failed, passed, skipped
+from harness.doctor.probes.inside import projection_input, submodule_name
 from harness.doctor.probes.registry import probe
+from harness.doctor.probes.scale import judged, measure
 from harness.doctor.subject import ROTARY_STYLE, Subject
 from harness.reference import ROTARY_STYLES, Kernel, Recognized, attend, recognize, softcapped
 
@@ -29,15 +31,20 @@ class Variant:
     after_softmax: bool = False
     split_by_view: bool = False  # q, k, v split into heads by view(B, h, T, d), no transpose
     merge_by_view: bool = False  # the heads merged by reshape(B, T, h d), no transpose
+    inverted: bool = False  # the mask read the other way: exactly the blocked keys attended
+    finite_fill: bool = False  # blocked scores filled with the dtype's lowest, not -inf
 
     def kernel(self, d_model: int) -> Kernel:
         def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+            if self.inverted and attn_mask is not None:
+                attn_mask = ~attn_mask
             if self.split_by_view:
                 q, k, v = (_viewed(t) for t in (q, k, v))
             factor = self.scale(q.size(-1), d_model)
             scores = q @ k.transpose(-2, -1) * (1.0 if self.after_softmax else factor)
             if attn_mask is not None:
-                scores = scores.masked_fill(~attn_mask, -math.inf)
+                fill = torch.finfo(scores.dtype).min if self.finite_fill else -math.inf
+                scores = scores.masked_fill(~attn_mask, fill)
             weights = scores.softmax(dim=self.softmax_dim)  # (B, h, T, T)
             out = (weights * factor if self.after_softmax else weights) @ v  # (B, h, T, d)
             if self.merge_by_view:  # what attend's transpose-then-merge turns into reshape
@@ -59,6 +66,9 @@ VARIANTS = (
     Variant("a 1/sqrt(d_model) scale", "scale_d_model", lambda d_k, d: d**-0.5),
     Variant("no scale at all", "missing_scale", lambda d_k, d: 1.0),
     Variant("softmax over the queries", "softmax_dim", lambda d_k, d: d_k**-0.5, softmax_dim=-2),
+    # a blocked key is a whole column then: a finite fill spreads it evenly where -inf gives NaN
+    Variant("softmax over the queries", "softmax_dim", lambda d_k, d: d_k**-0.5, softmax_dim=-2,
+            finite_fill=True),
     Variant("softmax over the batch (F.softmax without dim on (B, T, T) scores)", "softmax_dim",
             lambda d_k, d: d_k**-0.5, softmax_dim=0),
     Variant("softmax over the heads (F.softmax without dim on (B, h, T, T) scores)",
@@ -70,6 +80,9 @@ VARIANTS = (
             lambda d_k, d: d_k**-0.5, split_by_view=True),
     Variant("heads merged by reshape(B, T, h * d) without the transpose",
             "head_merge_no_transpose", lambda d_k, d: d_k**-0.5, merge_by_view=True),
+    Variant("its mask read the other way round, attending to exactly the keys it blocks (a "
+            "keep-mask filled where True, or a blocked-is-True mask given where True attends)",
+            "mask_bool or sdpa_mask_inverted", lambda d_k, d: d_k**-0.5, inverted=True),
 )  # fmt: skip
 
 
@@ -140,48 +153,48 @@ def _before_output(
     A residual, a norm or an activation after that projection is not attention."""
     index, style = key
     reading = subject.readings(reading_copy)[index]
-    name = next((n for n, m in reading_copy.named_modules() if m is reading[1] and n), None)
+    name = submodule_name(reading_copy, reading[1])
     if name is None:
         return None
-    module = subject.copy()
-    seen: list[Tensor] = []
-    hook = module.get_submodule(name).register_forward_pre_hook(
-        lambda _, args: seen.append(args[0].detach()))  # fmt: skip
-    try:
-        with torch.no_grad():
-            subject.call(module, x.to(subject.device, subject.dtype), keep)
-    finally:
-        hook.remove()
-    if len(seen) != 1 or seen[0].shape[:2] != x.shape[:2]:
+    seen = projection_input(subject, subject.copy(), name, x, keep)
+    if seen is None:
         return None  # not called, called more than once, or not (B, T, ...): not attention's
     with torch.no_grad():
         strided = subject.kv_grouping == "strided"
         ref = attend(_without_output(reading), x, allowed, _kernel(subject), rotary=style,
                      tile_kv=strided,
                      rotary_dims=subject.rotary_dims)  # fmt: skip
-    output = seen[0].double()
+    output = seen.double()
     tolerance = _tolerance(subject, key, x, allowed, live, bare=True)
     return Inner(name.removeprefix("mha."), output, _error(output, ref, live), tolerance)
 
 
-def _nearest(reading: Recognized, x: Tensor, allowed: Tensor | None, out: Tensor, live: Tensor,
-             tolerance: float, styles: tuple[str | None, ...] = (None,),
+def _nearest(readings: list[Recognized], x: Tensor, allowed: Tensor | None, out: Tensor,
+             live: Tensor, tolerance: float, styles: tuple[str | None, ...] = (None,),
              disagreement: float = math.inf, dims: int | None = None) -> str:  # fmt: skip
-    """The variant the output matches (with any of the rotary ``styles``); else the nearest one
-    with its distance, when it explains at least half of the ``disagreement`` with SDPA (one
-    that does not is no clue, and is not named)."""
+    """The variant the output matches (on any reading of the projections, with any of the
+    rotary ``styles``); else the nearest one with its distance, when it explains at least half
+    of the ``disagreement`` with SDPA (one that does not is no clue, and is not named). An
+    inverted mask is compared on the queries it leaves a key."""
     errors = []
     for variant in VARIANTS:
-        for style in styles:
-            with torch.no_grad():
-                ref = attend(reading, x, allowed, variant.kernel(x.shape[-1]), rotary=style,
-                             rotary_dims=dims)  # fmt: skip
-            errors.append((_error(out, ref, live), variant))
-    if not torch.isfinite(out[live.to(out.device)]).all():
-        return "; its output has NaN or Inf where SDPA's is finite"
-    err, variant = min(errors, key=lambda pair: pair[0])
+        if variant.inverted and allowed is None:
+            continue
+        rows = live & (~allowed).any(-1) if variant.inverted else live  # type: ignore[operator]
+        for reading in readings:
+            for style in styles:
+                try:
+                    with torch.no_grad():
+                        ref = attend(reading, x, allowed, variant.kernel(x.shape[-1]),
+                                     rotary=style, rotary_dims=dims)  # fmt: skip
+                except RuntimeError:
+                    continue  # a reading of other widths
+                errors.append((_error(out, ref, rows), variant))
+    err, variant = min(errors, key=lambda pair: pair[0], default=(math.inf, VARIANTS[0]))
     if err <= tolerance:
         return f"; it behaves like {variant.words} (within {err:.2g}): {variant.trap}"
+    if not torch.isfinite(out[live.to(out.device)]).all():
+        return "; its output has NaN or Inf where SDPA's is finite"
     if err > disagreement / 2:
         return "; no known trap's arithmetic comes near it"
     return f"; no known trap matches (nearest: {variant.words}, {variant.trap}, {err:.3g} off)"
@@ -242,11 +255,10 @@ def _matches(refs: dict[Key, Tensor], out: Tensor, live: Tensor, tolerance: floa
     return bool(refs) and min(_error(out, ref, live) for ref in refs.values()) <= tolerance
 
 
-def _not_compared() -> Outcome:
-    return skipped(
-        "rotary positions, and SDPA with standard RoPE (half-split or pairs) on its "
-        "projections does not reproduce it (partial or scaled rotary?): not compared"
-    )
+_NOT_COMPARED = (
+    "relative positions, and SDPA with standard RoPE (half-split or pairs) on its projections "
+    "does not reproduce them (partial or scaled rotary?)"
+)
 
 
 def _other_pairing(subject: Subject, readings: list[Recognized], x: Tensor,
@@ -292,22 +304,39 @@ def _styles(subject: Subject) -> tuple[str, ...]:
     return (ROTARY_STYLE[declared],) if declared != "auto" else ROTARY_STYLES
 
 
+def _measured(subject: Subject, why: str) -> Outcome:
+    """Where SDPA cannot be run on the module's projections as they are (positions it would not
+    add, parameters or buffers beside them): its scale measured from its weights, when they are
+    softmax(s q k^T + B) with a bias B of positions alone (``scale.measure``); else skipped for
+    ``why``."""
+    try:
+        found = measure(subject)
+    except Exception:  # whatever the module does, the measurement only ever informs
+        found = None
+    if found is not None:
+        return judged(subject, found)
+    return skipped(
+        f"{why}, and its weights are not softmax(s q k^T + B) with a bias B of positions "
+        "alone, whose scale could be measured"
+    )
+
+
 @probe("agrees with SDPA")
 def probe_sdpa(subject: Subject) -> Outcome:
     """Agreement with F.scaled_dot_product_attention on the module's own projections."""
     # the doctor made its rotary tables, or the module rotates positions 0..T-1 itself: SDPA with
     # standard RoPE can do the same
-    rotary = subject.plan.rotary or subject.position_scheme == "relative"
+    rotary = subject.position_scheme == "relative"
     if subject.positional and not rotary:
-        return skipped(f"uses positions ({subject.position_source}): SDPA would not")
+        return _measured(subject, f"uses positions ({subject.position_source}): SDPA would not")
     if not subject.deterministic:
         return skipped("not deterministic in eval mode (see above)")
     module = subject.copy()  # float64, or float32 for a module that runs only in float32
     reading_copy = subject.copy(torch.float64)  # the reference is float64 either way
     readings = subject.readings(reading_copy)
     if not readings:
-        reason = "projections not recognized (or other parameters or non-mask buffers present)"
-        return skipped(reason)
+        return _measured(subject, "projections not recognized (or other parameters or non-mask "
+                         "buffers present)")  # fmt: skip
     cfg = subject.config
     keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
@@ -344,26 +373,27 @@ def probe_sdpa(subject: Subject) -> Outcome:
         )
     # the known wrong forms are of the usual scale: fitted on the projections as they are, on
     # attention's own output where it can be read
-    as_is = recognize(subject.copy(torch.float64))[best[0]]
+    every = recognize(subject.copy(torch.float64))
+    as_is = [every[best[0]], *(r for i, r in enumerate(every) if i != best[0])]  # best first
     if inner is not None:
-        as_is, out, error, tolerance = _without_output(as_is), inner.output, inner.error, (
-            inner.tolerance)  # fmt: skip
+        out, error, tolerance = inner.output, inner.error, inner.tolerance
+        as_is = [_without_output(r) for r in as_is]
         readings = [_without_output(r) for r in readings]
         described += f", read at the input of `{inner.name}`"
     nearest = _nearest(as_is, x, allowed, out, live, tolerance, styles, error,
                        subject.rotary_dims)  # fmt: skip
-    if error > tolerance and rotary and "it behaves like" not in nearest:
-        return (
-            _other_pairing(subject, readings, x, allowed, out, live, tolerance)
-            or _whole_head(subject, readings, x, allowed, out, live, tolerance, styles)
-            or _not_compared()
-        )
     if error > tolerance and subject.softcap and "it behaves like" not in nearest:
         after = softcapped(subject.softcap, after_mask=True)
         if _matches(_references(readings, x, allowed, styles, strided, subject.rotary_dims,
                                 after), out, live, tolerance):  # fmt: skip
             nearest = (f"; it behaves like its softcap applied after the mask, which squashes "
                        f"the mask to -{subject.softcap:g}: softcap_after_mask")  # fmt: skip
+    if error > tolerance and rotary and "it behaves like" not in nearest:
+        return (
+            _other_pairing(subject, readings, x, allowed, out, live, tolerance)
+            or _whole_head(subject, readings, x, allowed, out, live, tolerance, styles)
+            or _measured(subject, _NOT_COMPARED)
+        )
     if error > tolerance:
         return failed(
             f"max |output - SDPA| = {error:.3g} on {described} (float32 floor "
