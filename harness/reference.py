@@ -159,6 +159,33 @@ def is_mask(buffer: Tensor) -> bool:
 # The buffers of a rotary embedding (GPT-NeoX's cos_cached and sin_cached, inv_freq, Meta's
 # freqs_cis): tables the reference reproduces with its own RoPE, not weights it would miss.
 ROTARY_TABLE = re.compile(r"(?:^|\.)_?(?:cos|sin)(?:_cached)?$|inv_freq|freqs")
+# Projections by what their names say, beyond the pairs above: an optional prefix (w_, fc_, to,
+# linear_), the role in any of its spellings (q, qs, query, queries), an optional suffix (_proj,
+# _linear): bentrevett's fc_q, jadore's w_qs, Bloem's toqueries, a ModuleList of heads'
+# output_linear; the output also as fc, unifyheads, dense or proj when it is the one left.
+_AFFIX = r"^(?:w_?|fc_?|to_?|linear_?|lin_?|proj_?)?(?:{})(?:_?(?:proj|linear|lin|layer|fc))?$"
+ROLES = {
+    role: re.compile(_AFFIX.format(words))
+    for role, words in (("q", "q|qs|query|queries"), ("k", "k|ks|key|keys"),
+                        ("v", "v|vs|value|values"))
+}  # fmt: skip
+OUT_ROLE = re.compile(
+    _AFFIX.format("o|os|out|output|outputs") + r"|^(?:fc|unifyheads|unify_heads|dense|proj)$"
+)
+
+
+def by_role(found: dict[str, object]) -> tuple[str, ...]:
+    """(q, k, v) names of ``found`` by what the names say, when each role has exactly one;
+    else ()."""
+    names = []
+    for pattern in ROLES.values():
+        matching = [n for n in found if pattern.match(n.lower())]
+        if len(matching) != 1:
+            return ()
+        names.append(matching[0])
+    return tuple(names)
+
+
 Project = Callable[[Tensor], Tensor]
 Recognized = tuple[Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], Project | None, int, str]
 PASSIVE = (nn.Dropout, nn.Identity)  # layers that do nothing in eval mode
@@ -299,8 +326,8 @@ def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> l
     buffers (a position bias) may sit beside them."""
     found = _projections(module, transpose)
     qkv, used, heads, listed_out = None, [], None, None
-    for names in SEPARATE:
-        if all(n in found for n in names):
+    for names in (*SEPARATE, by_role(found)):
+        if names and all(n in found for n in names):
             q, k, v = (found[n][0] for n in names)
 
             def qkv(x, q=q, k=k, v=v):
@@ -353,7 +380,9 @@ def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> l
         for name, norm in norms:
             found[name] = (norm, list(norm.parameters()))  # type: ignore[assignment]
         used += [q_name, k_name]
-    out_name = listed_out or next((n for n in OUTPUT if n in found and n not in used), None)
+    unused = [n for n in found if n not in used]
+    out_name = listed_out or next((n for n in OUTPUT if n in unused), None) or next(
+        (n for n in unused if OUT_ROLE.match(n.lower())), None)  # fmt: skip
     out = None if out_name is None else found[out_name][0]
     used += [out_name] if out_name else []
     covered = {id(p) for n in used for p in found[n][1]}
@@ -415,17 +444,18 @@ def recognize(module: nn.Module, extra: bool = False) -> list[Recognized]:
 
 
 ROTARY_STYLES = ("half", "pairs")
+ROPE_BASE = 10000.0  # RoPE's base (theta) unless a module says otherwise
 
 
-def rotate(t: Tensor, style: str, dims: int | None = None) -> Tensor:
+def rotate(t: Tensor, style: str, dims: int | None = None, base: float = ROPE_BASE) -> Tensor:
     """Standard RoPE (base 10000) at positions 0..T-1 on (..., T, d): ``half`` turns dimension i
     with i + d/2 (transformers' rotate_half), ``pairs`` turns 2i with 2i + 1 (Meta's complex
     form); ``dims``: only the first ``dims`` of each head (partial rotary, as GPT-NeoX), the
     rest passing through. The doctor passes forwards the tables of the same rotation."""
     if dims is not None and dims < t.shape[-1]:
-        return torch.cat([rotate(t[..., :dims], style), t[..., dims:]], dim=-1)
+        return torch.cat([rotate(t[..., :dims], style, base=base), t[..., dims:]], dim=-1)
     T, d = t.shape[-2], t.shape[-1]
-    inv_freq = 10000.0 ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+    inv_freq = base ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
     angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq  # (T, d / 2)
     cos, sin = angles.cos().to(t), angles.sin().to(t)
     if style == "half":
@@ -447,7 +477,7 @@ def attention_weights(found: Recognized, x: Tensor, keep: Tensor | None) -> Tens
 
 def split_heads(
     found: Recognized, x: Tensor, rotary: str | None = None, tile_kv: bool = False,
-    rotary_dims: int | None = None,
+    rotary_dims: int | None = None, rotary_base: float = ROPE_BASE,
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """q, k and v of the recognized projections, each (B, h, T, d): rotated as ``rotary``
     says (the first ``rotary_dims`` of each head, or all), grouped key/value heads serving their
@@ -459,7 +489,7 @@ def split_heads(
     k = k.reshape(B, T, -1, q.shape[-1]).transpose(1, 2)  # (B, h_kv, T, d): fewer with GQA
     v = v.reshape(B, T, k.shape[1], -1).transpose(1, 2)  # (B, h_kv, T, d_v)
     if rotary is not None:
-        q, k = rotate(q, rotary, rotary_dims), rotate(k, rotary, rotary_dims)
+        q, k = (rotate(t, rotary, rotary_dims, rotary_base) for t in (q, k))
     if k.shape[1] != heads:  # grouped-query heads: each key/value head serves a group
         groups = heads // k.shape[1]
         k, v = (t.repeat(1, groups, 1, 1) if tile_kv else t.repeat_interleave(groups, dim=1)
@@ -475,17 +505,19 @@ def attend(
     rotary: str | None = None,
     tile_kv: bool = False,
     rotary_dims: int | None = None,
+    rotary_base: float = ROPE_BASE,
 ) -> Tensor:
     """The recognized projections through ``kernel`` (SDPA unless told otherwise).
 
     ``keep`` is the bool keep-mask (B, T, T), True = attend (SDPA's convention). ``rotary``: a
-    RoPE style applied to q and k (to the first ``rotary_dims`` of each head, or all).
+    RoPE style applied to q and k (to the first ``rotary_dims`` of each head, or all; base
+    ``rotary_base``).
     ``tile_kv``: grouped key/value heads tiled (``repeat``) instead of each serving its own
     group of query heads, a known bug.
     """
     out_proj = found[1]
     B, T, _ = x.shape
-    q, k, v = split_heads(found, x, rotary, tile_kv, rotary_dims)
+    q, k, v = split_heads(found, x, rotary, tile_kv, rotary_dims, rotary_base)
     mask = None if keep is None else keep[:, None].to(x.device)  # (B, 1, T, T)
     out = kernel(q, k, v, attn_mask=mask)  # (B, h, T, d)
     out = out.transpose(1, 2).reshape(B, T, -1)  # (B, T, h * d)

@@ -185,6 +185,94 @@ class QuerySoftmaxPadded(nn.Module):
         return self.to_out(out.transpose(1, 2).reshape(B, T, C))
 
 
+class NamedLayers(nn.Module):
+    """Multi-head attention whose q, k, v and output layers carry the ``names`` real code gives
+    them (bentrevett's fc_q .. fc_o, jadore's w_qs .. fc, Bloem's toqueries .. unifyheads)."""
+
+    def __init__(self, dim, heads, names, scale_by=None):
+        super().__init__()
+        self.heads, self.names = heads, names
+        self.scale = 1 / math.sqrt(scale_by or dim // heads)
+        for name in names:
+            self.add_module(name, nn.Linear(dim, dim))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v, o = (getattr(self, name) for name in self.names)
+        q, k, v = (p(x).view(b, t, self.heads, -1).transpose(1, 2) for p in (q, k, v))
+        weights = (q @ k.transpose(-2, -1) * self.scale).softmax(-1)  # (B, h, T, T)
+        return o((weights @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class LlamaStyleRotary(nn.Module):
+    """A rotary embedding that keeps only its inv_freq (base ** -(2i / d)), as Llama's does."""
+
+    def __init__(self, head, base):
+        super().__init__()
+        self.register_buffer("inv_freq", base ** -(torch.arange(0, head, 2).float() / head))
+
+    def forward(self, seq_len):
+        angles = torch.arange(seq_len, dtype=self.inv_freq.dtype)[:, None] * self.inv_freq
+        angles = torch.cat([angles, angles], dim=-1)  # (T, d)
+        return angles.cos(), angles.sin()
+
+
+class OwnBaseRotary(nn.Module):
+    """Causal attention rotating q and k (rotate_half) by its own rotary embedding of base
+    ``base`` (InternLM2's and Qwen2's 1,000,000), which it states nowhere but in inv_freq."""
+
+    def __init__(self, dim, heads, base=1e6):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.o_proj = nn.Linear(dim, dim)
+        self.rotary_emb = LlamaStyleRotary(dim // heads, base)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).split(C, -1))
+        cos, sin = (t.to(x.dtype) for t in self.rotary_emb(T))
+
+        def rotate(t):
+            half = t.shape[-1] // 2
+            return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
+
+        y = F.scaled_dot_product_attention(rotate(q), rotate(k), v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class RightPaddingOnly(nn.Module):
+    """d2l's way: a key padding mask that can only say how many tokens are real (valid_lens),
+    so a mask with padding anywhere but on the right is refused, with NotImplementedError."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x, mask=None):  # mask: (B, T), True = a real token
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, T, T)
+        if mask is not None:
+            lengths = mask.sum(-1)  # valid_lens
+            if not torch.equal(mask, torch.arange(x.shape[1]) < lengths[:, None]):
+                raise NotImplementedError("valid_lens pads on the right only")
+            scores = scores.masked_fill(~mask[:, None, :], torch.finfo(scores.dtype).min)
+        return scores.softmax(-1) @ v
+
+
+class PositionEmbeddingInput(nn.Module):
+    """DETR's encoder attention: an optional ``pos`` that is a position embedding (B, T, d)
+    added to the queries and keys, not position ids."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+
+    def forward(self, src, pos=None):
+        q = k = src if pos is None else src + pos
+        return self.attn(q, k, src, need_weights=False)[0]
+
+
 class SeqFirstWrapper(nn.Module):
     """Wraps a batch_first=False nn.MultiheadAttention; mask (B, T, T) with True = blocked."""
 
@@ -256,9 +344,9 @@ class T5Style(nn.Module):
     scale by design; a ``factor`` other than 1 is a bug, such as 1/sqrt(d) added where the
     checkpoint's weights already account for it."""
 
-    def __init__(self, dim, heads, factor=1.0, span=4):
+    def __init__(self, dim, heads, factor=1.0, span=4, after=1.0):
         super().__init__()
-        self.heads, self.span, self.factor = heads, span, factor
+        self.heads, self.span, self.factor, self.after = heads, span, factor, after
         self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
         self.relative_attention_bias = nn.Embedding(2 * span + 1, heads)
 
@@ -275,7 +363,8 @@ class T5Style(nn.Module):
         q, k, v, distance = self.split(x)
         bias = self.relative_attention_bias(distance).permute(2, 0, 1)  # (h, T, T)
         scores = q @ k.transpose(-2, -1) * self.factor  # (B, h, T, T)
-        return self.o(((scores + bias).softmax(-1) @ v).transpose(1, 2).flatten(2))
+        weights = (scores + bias).softmax(-1) * self.after  # after != 1: a factor after softmax
+        return self.o((weights @ v).transpose(1, 2).flatten(2))
 
 
 class QueryRelative(T5Style):

@@ -269,3 +269,10 @@ def test_pairing_other_than_the_tables_is_named_by_tables_laid_out_in_pairs(modu
         assert shift.status == "pass", d.text()
     else:
         assert shift.status == "fail" and "(rope_pairing_mismatch)" in shift.message, d.text()
+
+
+def test_the_tables_the_doctor_makes_and_its_reference_share_the_modules_rope_base():
+    module = cm.TransformersRotary(32, 4)
+    module.rope_theta = 1e6  # what a transformers layer's config says (Qwen2's)
+    d, found = _sdpa(module, Config(causal=True))
+    assert found.status == "pass" and "RoPE" in found.message, d.text()

@@ -118,8 +118,10 @@ def _sdpa_finding(module, config):
     return d, next(f for f in d.findings if f.probe == "agrees with SDPA")
 
 
-def test_a_position_bias_sdpa_cannot_add_has_its_scale_measured_from_the_weights():
-    d, sdpa = _sdpa_finding(dm.AlibiCausal(64, 4), Config(causal=True, positional=True))
+@pytest.mark.parametrize("positional", [True, False])  # declared, or a mere bias buffer
+def test_a_position_bias_sdpa_cannot_add_has_its_scale_measured_from_the_weights(positional):
+    config = Config(causal=True, positional=positional)
+    d, sdpa = _sdpa_finding(dm.AlibiCausal(64, 4), config)
     assert d.healthy and sdpa.status == "pass", d.text()
     assert "bias B of positions alone" in sdpa.message and "s = 0.25" in sdpa.message
     d, sdpa = _sdpa_finding(dm.alibi_unscaled(64, 4), Config(causal=True, positional=True))
@@ -495,9 +497,11 @@ def _named_by_sdpa(module, config):
 
 
 def test_a_wrong_form_is_fitted_on_every_reading_of_a_fused_projection():
-    # per K/V group is the reading nearest SDPA here; the view split is fitted on q | k | v
+    torch.manual_seed(0)  # weights under which per K/V group is the reading nearest SDPA
     module = dm.CausalSelfAttention(64, 4, split_by_view=True)
-    assert "head_split_view" in _named_by_sdpa(module, Config(causal=True))
+    message = _named_by_sdpa(module, Config(causal=True))
+    assert "c_attn (per K/V group)" in message  # nearest, and wrong: the fit is on q | k | v
+    assert "head_split_view" in message
 
 
 def test_a_mask_read_the_other_way_round_is_named_even_where_no_bool_convention_was_declared():
@@ -508,3 +512,42 @@ def test_a_mask_read_the_other_way_round_is_named_even_where_no_bool_convention_
 def test_softmax_over_the_queries_with_a_finite_fill_is_softmax_dim():
     config = Config(mask="keep", mask_shape="bk")
     assert "softmax_dim" in _named_by_sdpa(dm.QuerySoftmaxPadded(32, 4), config)
+
+
+@pytest.mark.parametrize("names", [("fc_q", "fc_k", "fc_v", "fc_o"), ("w_qs", "w_ks", "w_vs", "fc"),
+                                   ("toqueries", "tokeys", "tovalues", "unifyheads")])  # fmt: skip
+def test_projections_are_recognized_by_what_their_names_say(names):
+    d, sdpa = _sdpa_finding(dm.NamedLayers(32, 4, names), Config())
+    assert sdpa.status == PASS and ", ".join(names) in sdpa.message, d.text()
+    d, sdpa = _sdpa_finding(dm.NamedLayers(32, 4, names, scale_by=32), Config())
+    assert sdpa.status == FAIL and "scale_d_model" in sdpa.message, d.text()
+
+
+def test_weights_whose_rows_do_not_sum_to_one_are_named_scale_after_softmax():
+    d, sdpa = _sdpa_finding(dm.T5Style(64, 4, after=0.25), Config(scale=1.0))
+    assert sdpa.status == FAIL and "rows sum to 0.25, not 1" in sdpa.message, d.text()
+    assert "scale_after_softmax" in sdpa.message
+
+
+def test_a_rotary_base_read_off_the_inv_freq_of_its_rotary_embedding():
+    d, sdpa = _sdpa_finding(dm.OwnBaseRotary(32, 4), Config(causal=True, positions="relative"))
+    assert sdpa.status == PASS and "RoPE (half)" in sdpa.message, d.text()
+    config = Config(causal=True, positions="relative", rope_base=10000.0)  # declared wrong
+    assert _sdpa_finding(dm.OwnBaseRotary(32, 4), config)[1].status == SKIP
+
+
+def test_a_module_that_masks_the_future_undeclared_is_compared_with_causal_sdpa():
+    d, sdpa = _sdpa_finding(dm.CausalSelfAttention(32, 4), Config())
+    assert sdpa.status == PASS and "it masks the future by itself" in sdpa.message, d.text()
+
+
+def test_an_input_the_module_refuses_with_not_implemented_skips_that_probe():
+    d = diagnose(dm.RightPaddingOnly(16), Config(mask="keep", mask_shape="bk"))
+    padding = {f.probe: f for f in d.findings}["padding no-leak"]
+    assert d.healthy and padding.status == SKIP, d.text()
+    assert "valid_lens pads on the right only" in padding.message
+
+
+def test_an_optional_position_input_that_is_not_position_ids_is_left_to_its_default():
+    d = diagnose(dm.PositionEmbeddingInput(32, 4), Config())
+    assert d.healthy, d.text()

@@ -152,3 +152,9 @@ def test_a_config_class_in_a_file_given_by_path_is_found_with_its_defaults(tmp_p
 def test_a_partial_rotary_width_is_sized_with_the_head():
     config = DoctorConfig(Sizes(64, 4))
     assert (config.head_dim, config.rotary_dim, config.rotary_ndims) == (16, 8, 8)
+
+
+def test_latent_attention_sizes_follow_the_head():
+    config = DoctorConfig(Sizes(64, 4))
+    assert (config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim) == (8, 8, 16)
+    assert (config.kv_lora_rank, config.q_lora_rank) == (32, 32)

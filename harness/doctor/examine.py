@@ -15,7 +15,7 @@ from harness.devices import resolve_device
 from harness.doctor.causes import explain
 from harness.doctor.convention import NAME as CONVENTION
 from harness.doctor.convention import detect
-from harness.doctor.findings import FAIL, Diagnosis, Finding, failed
+from harness.doctor.findings import FAIL, Diagnosis, Finding, failed, skipped
 from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.subject import Config, Subject, quietly_seeded
@@ -24,6 +24,9 @@ from harness.inputs import check_seed
 from harness.runner import describe
 
 SETUP = "calling the module"  # the finding when the module cannot even be called to be probed
+# A probe whose inputs the module (or its --call adapter) refuses with NotImplementedError is
+# skipped: an input its model never passes (d2l's valid_lens can only pad on the right).
+NOT_TAKEN = "the module or its adapter does not take this probe's input"
 
 
 def evidence(exc: Exception) -> str:
@@ -39,6 +42,8 @@ def examine(name: str, probe: Probe, subject: Subject, timeout: float | None = T
             outcome = probe(subject)
     except UsageError:
         raise
+    except NotImplementedError as exc:  # the module or its adapter says it takes no such input
+        outcome = skipped(f"{NOT_TAKEN}: {describe(exc)}")
     except Exception as exc:
         outcome = failed(evidence(exc))
     return Finding(name, outcome.status, outcome.message)

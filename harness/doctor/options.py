@@ -94,6 +94,13 @@ OPTIONS = (
         "config (partial_rotary_factor), else the whole head",
     ),
     Option(
+        "rope_base", kind="float", metavar="THETA",
+        help="its rotary base (theta; 10000 in the RoPE paper, 500000 in Llama 3, 1000000 in "
+        "Qwen2 and InternLM2): SDPA's reference and the rotary tables the doctor makes use it; "
+        "default: read off the module, its rotary embedding or its config (rope_theta, "
+        "rotary_emb_base, rope_parameters), else 10000",
+    ),
+    Option(
         "kv_heads", kind="int", metavar="N",
         help="grouped K/V heads: built with N (default: half the heads) and probed as such when "
         "they cannot be read off the module",

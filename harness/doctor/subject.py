@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.dependency import Repeats, repeat_calls
+from harness.dependency import Repeats, future_leak, repeat_calls
 from harness.doctor.options import BY_NAME
 from harness.errors import UsageError, shorten
 from harness.inputs import generator
@@ -35,6 +35,7 @@ from harness.masks import (
 from harness.metrics import rounding
 from harness.reference import (
     HEAD_DIM_ATTRS,
+    ROPE_BASE,
     Recognized,
     head_count,
     int_attribute,
@@ -90,6 +91,7 @@ class Config:
     window: int | None = option("window")
     rope_pairing: str = option("rope_pairing")
     rotary_dims: int | None = option("rotary_dims")
+    rope_base: float | None = option("rope_base")
     packed: bool = option("packed")
     kv_grouping: str = option("kv_grouping")
     # A call adapter, fn(module, x, *, positions, mask, cache), calling the module the way the
@@ -136,6 +138,8 @@ class Config:
             raise UsageError("--kv-heads must be a positive number of K/V heads")
         if self.window is not None and self.window < 1:
             raise UsageError("--window must be a positive number of keys")
+        if self.rope_base is not None and not 1 < self.rope_base < math.inf:
+            raise UsageError(f"--rope-base must be a number above 1, not {self.rope_base!r}")
         if self.rotary_dims is not None and (self.rotary_dims < 2 or self.rotary_dims % 2):
             raise UsageError("--rotary-dims must be a positive even number of dimensions")
 
@@ -282,6 +286,8 @@ class Subject:
             # a module built for shorter sequences is probed within what it takes
             self.config = config = replace(config, seq_len=self.context)
         self.rotary_dims = rotary_dims(self.module, config.rotary_dims)
+        self.rope_base = rope_base(self.module, config.rope_base)
+        self.plan = replace(self.plan, rope_base=self.rope_base)  # the tables it makes, if any
         self.softcap = config.softcap or positive_attribute(self.module, SOFTCAP_NAMES, real=True)
         self.dtype = torch.float64
         self.d_model, self.dtype = self._input_width(config.d_model)
@@ -311,18 +317,25 @@ class Subject:
         candidates = width_candidates(self.module, given)
         if not candidates:
             raise UsageError("cannot tell the module's input width: pass --d-model")
-        for dtype in (torch.float64, torch.float32):
-            self.dtype = dtype
-            module = self.copy()
-            for width in candidates:
-                self.d_model = width
-                try:
-                    with torch.no_grad():
-                        out, _ = self.call(module, self.x(2, 3, 0), self.ordinary_keep(2, 3))
-                except Exception:
-                    continue
-                if out.dim() == 3 and tuple(out.shape[:2]) == (2, 3):
-                    return width, dtype
+        plan = self.plan
+        # optional position parameters that take something else than (B, T) positions (DETR's
+        # pos, an embedding) are left to their default when the module runs only so
+        plain = replace(plan, positions=tuple(
+            n for n in plan.positions if n not in plan.optional_positions))  # fmt: skip
+        for self.plan in dict.fromkeys((plan, plain)):
+            for dtype in (torch.float64, torch.float32):
+                self.dtype = dtype
+                module = self.copy()
+                for width in candidates:
+                    self.d_model = width
+                    try:
+                        with torch.no_grad():
+                            out, _ = self.call(module, self.x(2, 3, 0), self.ordinary_keep(2, 3))
+                    except Exception:
+                        continue
+                    if out.dim() == 3 and tuple(out.shape[:2]) == (2, 3):
+                        return width, dtype
+        self.plan = plan
         return candidates[0], torch.float64
 
     def copy(self, dtype: torch.dtype | None = None) -> nn.Module:
@@ -386,6 +399,17 @@ class Subject:
     def input_change(self) -> float:
         """Max |change| one call makes to its input tensor in place (0: left alone)."""
         return self.repeats.input_change
+
+    @cached_property
+    def masks_future(self) -> bool:
+        """Causal: declared (--causal), or measured: under its ordinary mask (or none) no output
+        depends on a later input, as a module that masks the future by itself gives."""
+        if self.config.causal:
+            return True
+        cfg = self.config
+        keep = self.ordinary_keep(cfg.batch, cfg.seq_len)
+        x = self.x(cfg.batch, cfg.seq_len, 3)
+        return future_leak(self.bound(keep), x, None) is None
 
     @property
     def deterministic(self) -> bool:
@@ -699,13 +723,14 @@ USE_CACHE_NAMES = ("use_cache",)
 
 
 def rotary_tables(
-    name: str, positions: Tensor, head_dim: int, x: Tensor, layout: str = "half"
-) -> object:
+    name: str, positions: Tensor, head_dim: int, x: Tensor, layout: str = "half",
+    base: float = ROPE_BASE,
+) -> object:  # fmt: skip
     """Standard RoPE tables (base 10000) for ``positions`` (B, T): transformers' ``(cos, sin)``,
     each (B, T, head_dim), or Meta's complex ``freqs_cis`` (T, head_dim / 2) from the first
     row. ``layout`` of (cos, sin): ``half``, each angle at i and i + d/2 (rotate_half's), or
     ``pairs``, at 2i and 2i + 1 (interleaved code's)."""
-    inv_freq = 10000.0 ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    inv_freq = base ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     angles = positions.to("cpu", torch.float64)[..., None] * inv_freq  # (B, T, head_dim / 2)
     if name == "freqs_cis":  # complex64 beside float32 inputs, complex128 beside float64
         first = angles[0]  # (T, head_dim / 2)
@@ -760,6 +785,7 @@ class CallPlan:
     use_cache: str | None = None  # the flag that makes the module return its cache
     optional_offsets: tuple[str, ...] = ()  # offsets (start_pos) with a default
     table_layout: str = "half"  # how (cos, sin) tables lay the angles out: rotary_tables
+    rope_base: float = ROPE_BASE  # the rotary tables' base
 
     @property
     def rotary(self) -> bool:
@@ -802,7 +828,7 @@ class CallPlan:
                 continue  # the module's own default is part of what is probed
             elif name in ROTARY_NAMES:
                 kwargs[name] = rotary_tables(name, positions, self.head_dim, x,
-                                             self.table_layout)  # fmt: skip
+                                             self.table_layout, self.rope_base)  # fmt: skip
             elif name == "cache_position":
                 kwargs[name] = positions[0]  # (T,): transformers' cache positions
             else:
@@ -874,6 +900,39 @@ def rotary_dims(module: nn.Module, declared: int | None = None) -> int | None:
     if found is None and isinstance(factor, int | float) and 0 < factor < 1:
         found = int(head_width(module) * factor)
     return found if found is not None and found < head_width(module) else None
+
+
+ROPE_BASES = ("rope_theta", "rotary_emb_base", "rotary_base", "rope_base", "rotary_theta")
+
+
+def rope_base(module: nn.Module, declared: float | None = None) -> float:
+    """Its rotary base: ``declared`` (--rope-base), else the module's own attribute or its
+    config's (``rope_theta``, or in transformers' ``rope_parameters``), else its rotary
+    embedding's ``base``, else RoPE's 10000."""
+    found = declared or positive_attribute(module, ROPE_BASES, real=True)
+    rope = getattr(getattr(module, "config", None), "rope_parameters", None)
+    if found is None and isinstance(rope, Mapping):
+        theta = rope.get("rope_theta")
+        found = float(theta) if isinstance(theta, int | float) and theta > 1 else None
+    for child in module.modules() if found is None else ():
+        if "rotary" in type(child).__name__.lower() or "rope" in type(child).__name__.lower():
+            found = positive_attribute(child, ("base", *ROPE_BASES), False, real=True)
+            found = found or _base_of(getattr(child, "inv_freq", None))
+            if found is not None:
+                break
+    return float(found) if found is not None and found > 1 else ROPE_BASE
+
+
+def _base_of(inv_freq: object) -> float | None:
+    """The base of a rotary embedding's ``inv_freq`` buffer, base ** -(2i / d) for i < d / 2:
+    its second entry to the power -(d / 2), to six digits (real bases are round numbers, and a
+    float32 buffer is a few ulps off)."""
+    if not isinstance(inv_freq, Tensor) or inv_freq.dim() != 1 or inv_freq.numel() < 2:
+        return None
+    second = inv_freq[1].double().item()
+    if not 0 < second < 1:
+        return None
+    return float(f"{second ** -inv_freq.numel():.6g}")
 
 
 def mask_parameters(module: nn.Module) -> list[str]:

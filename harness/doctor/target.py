@@ -165,9 +165,14 @@ LAYER_INDEX_NAMES = ("layer_idx", "layer_id", "layer_number", "layer_index")
 # Partial rotary's width in dimensions (GPT-J's and CodeGen's default 64 of a 256-wide head):
 # sized with the head, as half of it, so that a partial rotary module is built partial and fits.
 ROTARY_DIM_NAMES = ("rotary_dim", "rotary_ndims", "rotary_emb_dim")
+# Multi-head latent attention (DeepSeek V2/V3): each head's q and k split into a part without
+# positions and a rotary part, half a head each; v a head wide; q and K/V squeezed through
+# ranks of half the width.
+LATENT_NAMES = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank",
+                "q_lora_rank")  # fmt: skip
 SIZE_NAMES = frozenset(
     (*D_MODEL_NAMES, *HEADS_NAMES, *HEAD_DIM_NAMES, *KV_HEADS_NAMES, *ROTARY_DIM_NAMES,
-     "query_pre_attn_scalar")
+     *LATENT_NAMES, "query_pre_attn_scalar")
 )  # fmt: skip
 NAMES: dict[str, Callable[[Sizes], object]] = {
     **dict.fromkeys(D_MODEL_NAMES, lambda s: s.d_model),
@@ -176,6 +181,9 @@ NAMES: dict[str, Callable[[Sizes], object]] = {
     "num_key_value_groups": lambda s: s.heads // s.groups,  # query heads per K/V head
     **dict.fromkeys(HEAD_DIM_NAMES, lambda s: s.d_model // s.heads),
     **dict.fromkeys(ROTARY_DIM_NAMES, lambda s: s.d_model // s.heads // 2),
+    **dict.fromkeys(("qk_nope_head_dim", "qk_rope_head_dim"), lambda s: s.d_model // s.heads // 2),
+    "v_head_dim": lambda s: s.d_model // s.heads,
+    **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), lambda s: s.d_model // 2),
     # Gemma scales scores by query_pre_attn_scalar ** -0.5, by default the head width's
     "query_pre_attn_scalar": lambda s: s.d_model // s.heads,
     **dict.fromkeys(

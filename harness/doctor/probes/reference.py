@@ -17,7 +17,16 @@ from harness.doctor.probes.inside import projection_input, submodule_name
 from harness.doctor.probes.registry import probe
 from harness.doctor.probes.scale import judged, measure
 from harness.doctor.subject import ROTARY_STYLE, Subject
-from harness.reference import ROTARY_STYLES, Kernel, Recognized, attend, recognize, softcapped
+from harness.masks import causal_keep
+from harness.reference import (
+    ROPE_BASE,
+    ROTARY_STYLES,
+    Kernel,
+    Recognized,
+    attend,
+    recognize,
+    softcapped,
+)
 
 
 @dataclass(frozen=True)
@@ -121,8 +130,10 @@ def _tolerance(subject: Subject, key: Key, x: Tensor, allowed: Tensor | None,
     with torch.no_grad():
         dims = subject.rotary_dims
         kernel = _kernel(subject)
-        ref = attend(exact, x, allowed, kernel, rotary=style, rotary_dims=dims)
-        ref32 = attend(low, x.float(), allowed, kernel, rotary=style, rotary_dims=dims).double()
+        base = subject.rope_base
+        ref = attend(exact, x, allowed, kernel, rotary=style, rotary_dims=dims, rotary_base=base)
+        ref32 = attend(low, x.float(), allowed, kernel, rotary=style, rotary_dims=dims,
+                       rotary_base=base).double()  # fmt: skip
     floor = metrics.Error(_error(ref32, ref, live), 0.0)
     return metrics.threshold(floor, metrics.atol(ref.cpu(), torch.float32), metrics.OUTPUT_FACTOR)
 
@@ -163,7 +174,7 @@ def _before_output(
         strided = subject.kv_grouping == "strided"
         ref = attend(_without_output(reading), x, allowed, _kernel(subject), rotary=style,
                      tile_kv=strided,
-                     rotary_dims=subject.rotary_dims)  # fmt: skip
+                     rotary_dims=subject.rotary_dims, rotary_base=subject.rope_base)  # fmt: skip
     output = seen.double()
     tolerance = _tolerance(subject, key, x, allowed, live, bare=True)
     return Inner(name.removeprefix("mha."), output, _error(output, ref, live), tolerance)
@@ -171,7 +182,8 @@ def _before_output(
 
 def _nearest(readings: list[Recognized], x: Tensor, allowed: Tensor | None, out: Tensor,
              live: Tensor, tolerance: float, styles: tuple[str | None, ...] = (None,),
-             disagreement: float = math.inf, dims: int | None = None) -> str:  # fmt: skip
+             disagreement: float = math.inf, dims: int | None = None,
+             base: float = ROPE_BASE) -> str:  # fmt: skip
     """The variant the output matches (on any reading of the projections, with any of the
     rotary ``styles``); else the nearest one with its distance, when it explains at least half
     of the ``disagreement`` with SDPA (one that does not is no clue, and is not named). An
@@ -186,7 +198,8 @@ def _nearest(readings: list[Recognized], x: Tensor, allowed: Tensor | None, out:
                 try:
                     with torch.no_grad():
                         ref = attend(reading, x, allowed, variant.kernel(x.shape[-1]),
-                                     rotary=style, rotary_dims=dims)  # fmt: skip
+                                     rotary=style, rotary_dims=dims,
+                                     rotary_base=base)  # fmt: skip
                 except RuntimeError:
                     continue  # a reading of other widths
                 errors.append((_error(out, ref, rows), variant))
@@ -203,7 +216,7 @@ def _nearest(readings: list[Recognized], x: Tensor, allowed: Tensor | None, out:
 def _references(
     readings: list[Recognized], x: Tensor, allowed: Tensor | None,
     styles: tuple[str | None, ...], tile_kv: bool = False, dims: int | None = None,
-    kernel: Kernel = F.scaled_dot_product_attention,
+    kernel: Kernel = F.scaled_dot_product_attention, base: float = ROPE_BASE,
 ) -> dict[Key, Tensor]:  # fmt: skip
     """SDPA's output for each reading that runs on ``x`` (a bare weight read the wrong way
     round, a fused layout of other widths do not), by (reading, rotary style); rotary turns
@@ -214,7 +227,8 @@ def _references(
             try:
                 with torch.no_grad():
                     refs[index, style] = attend(reading, x, allowed, kernel, rotary=style,
-                                                tile_kv=tile_kv, rotary_dims=dims)  # fmt: skip
+                                                tile_kv=tile_kv, rotary_dims=dims,
+                                                rotary_base=base)  # fmt: skip
             except RuntimeError:
                 continue
     return refs
@@ -228,7 +242,8 @@ def _tiled(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Ten
     declared = subject.kv_grouping
     if declared == "strided":
         return None  # already compared tiled
-    tiled = _references(readings, x, allowed, styles, True, subject.rotary_dims, _kernel(subject))
+    tiled = _references(readings, x, allowed, styles, True, subject.rotary_dims, _kernel(subject),
+                        subject.rope_base)  # fmt: skip
     if not _matches(tiled, out, live, tolerance):
         return None
     if declared == "blocks":
@@ -270,7 +285,7 @@ def _other_pairing(subject: Subject, readings: list[Recognized], x: Tensor,
         return None
     others = tuple(s for s in ROTARY_STYLES if s != ROTARY_STYLE[declared])
     refs = _references(readings, x, allowed, others, dims=subject.rotary_dims,
-                       kernel=_kernel(subject))  # fmt: skip
+                       kernel=_kernel(subject), base=subject.rope_base)  # fmt: skip
     if _matches(refs, out, live, tolerance):
         return failed(
             f"it pairs rotary dimensions the other way than the declared --rope-pairing "
@@ -288,7 +303,8 @@ def _whole_head(subject: Subject, readings: list[Recognized], x: Tensor, allowed
     if dims is None:
         return None
     strided = subject.kv_grouping == "strided"
-    refs = _references(readings, x, allowed, styles, strided, kernel=_kernel(subject))
+    refs = _references(readings, x, allowed, styles, strided, kernel=_kernel(subject),
+                       base=subject.rope_base)  # fmt: skip
     if _matches(refs, out, live, tolerance):
         return failed(
             f"it turns every dimension of each head, where its rotary covers only the first "
@@ -340,6 +356,10 @@ def probe_sdpa(subject: Subject) -> Outcome:
     cfg = subject.config
     keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
+    undeclared = not cfg.causal and subject.masks_future
+    if undeclared:  # SDPA is causal too, so that it compares what the module computes
+        causal = causal_keep(cfg.batch, cfg.seq_len)
+        allowed = causal if allowed is None else allowed & causal
     live = _live(allowed, cfg.batch, cfg.seq_len)
     x = subject.x(cfg.batch, cfg.seq_len, 8)
     with torch.no_grad():
@@ -348,13 +368,14 @@ def probe_sdpa(subject: Subject) -> Outcome:
     styles = _styles(subject) if rotary else (None,)
     strided = subject.kv_grouping == "strided"
     refs = _references(readings, x, allowed, styles, strided, subject.rotary_dims,
-                       _kernel(subject))  # fmt: skip
+                       _kernel(subject), subject.rope_base)  # fmt: skip
     if not refs:
         return skipped("projections recognized, but no reading of them runs on this input")
     best, ref = min(refs.items(), key=lambda item: _error(out, item[1], live))
     turned = f" on {subject.rotary_dims} dims a head" if subject.rotary_dims else ""
     capped = f", scores capped at {subject.softcap:g}" if subject.softcap else ""
     described = readings[best[0]][3] + (f", RoPE ({best[1]}{turned})" if rotary else "") + capped
+    described += ", causal (it masks the future by itself; --causal says so)" if undeclared else ""
     if out.shape != ref.shape:
         return failed(f"output {tuple(out.shape)} vs SDPA's {tuple(ref.shape)} on {described}")
     error = _error(out, ref, live)
@@ -381,11 +402,11 @@ def probe_sdpa(subject: Subject) -> Outcome:
         readings = [_without_output(r) for r in readings]
         described += f", read at the input of `{inner.name}`"
     nearest = _nearest(as_is, x, allowed, out, live, tolerance, styles, error,
-                       subject.rotary_dims)  # fmt: skip
+                       subject.rotary_dims, subject.rope_base)  # fmt: skip
     if error > tolerance and subject.softcap and "it behaves like" not in nearest:
         after = softcapped(subject.softcap, after_mask=True)
         if _matches(_references(readings, x, allowed, styles, strided, subject.rotary_dims,
-                                after), out, live, tolerance):  # fmt: skip
+                                after, subject.rope_base), out, live, tolerance):  # fmt: skip
             nearest = (f"; it behaves like its softcap applied after the mask, which squashes "
                        f"the mask to -{subject.softcap:g}: softcap_after_mask")  # fmt: skip
     if error > tolerance and rotary and "it behaves like" not in nearest:

@@ -28,6 +28,7 @@ MISFIT = 1e-3  # the most log P may stray from the fitted line: float32 weights 
 SAME = 0.01  # |log(measured / meant)| within which a scale is the one meant; the forms it is
 # told apart from differ by a factor of sqrt(d_k) >= sqrt(2) (log 0.35) or more
 SEEDS = (41, 43)  # the two inputs
+ROW_SUM = MISFIT  # how far from 1 a row of weights may sum: as far as its log may stray
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Measured:
     misfit: float
     d_k: int
     described: str
+    row_sum: float = 1.0  # what a row of its weights sums to (the median row)
 
 
 def weights(out: Tensor, v: Tensor) -> Tensor:
@@ -81,7 +83,7 @@ def _measure(subject: Subject, module: nn.Module, reading: Recognized,
         return None
     keep = subject.ordinary_keep(cfg.batch, seq_len)
     strided = subject.kv_grouping == "strided"
-    log_ps, scores, valid = [], [], None
+    log_ps, scores, valid, sums = [], [], None, []
     for seed in SEEDS:
         x = subject.x(cfg.batch, seq_len, seed)
         if name is None:
@@ -96,6 +98,7 @@ def _measure(subject: Subject, module: nn.Module, reading: Recognized,
         if not (torch.isfinite(out).all() and torch.isfinite(v).all()):
             return None  # nothing to solve for (and LAPACK would complain on stdout)
         p = weights(_heads(out.double(), q.shape[1]), v.double())  # (B, h, T, T)
+        sums.append(p.sum(-1).flatten())
         kept = (p > MIN_WEIGHT) & torch.isfinite(p)
         valid = kept if valid is None else valid & kept
         log_ps.append(p.clamp(min=MIN_WEIGHT).log())
@@ -104,7 +107,8 @@ def _measure(subject: Subject, module: nn.Module, reading: Recognized,
     slope, misfit = fit(log_ps[0] - log_ps[1], scores[0] - scores[1], valid)
     if not misfit <= MISFIT or not slope > 0:
         return None
-    return Measured(slope, misfit, q.shape[-1], reading[3])
+    row_sum = torch.cat(sums).median().item()
+    return Measured(slope, misfit, q.shape[-1], reading[3], row_sum)
 
 
 def measure(subject: Subject) -> Measured | None:
@@ -136,6 +140,13 @@ def judged(subject: Subject, found: Measured) -> Outcome:
         (1.0, "no scale at all", "missing_scale"),
         (subject.d_model**-0.5, f"1/sqrt(d_model) = 1/sqrt({subject.d_model})", "scale_d_model"),
     )  # fmt: skip
+    if abs(found.row_sum - 1) > ROW_SUM:
+        after = abs(math.log(found.row_sum * math.sqrt(found.d_k))) <= SAME
+        named = ": the scale applied after the softmax: scale_after_softmax" if after else ""
+        return failed(
+            f"its weights' rows sum to {found.row_sum:.4g}, not 1 (its weights read off its "
+            f"output on {found.described}){named}"
+        )
     scale, words, trap = min(forms, key=lambda form: abs(math.log(found.scale / form[0])))
     how = (
         f"its weights are softmax(s q k^T + B) with a bias B of positions alone (fitted on two "
