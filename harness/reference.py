@@ -211,6 +211,19 @@ def _as_projection(child: nn.Module) -> Project:
     return child
 
 
+def _per_head(project: Project) -> Project:
+    """``project``, or where it is a head wide, applied to each head of x alike (Aladdin
+    Persson's ``nn.Linear(head_dim, head_dim)`` shared by the heads)."""
+    width = getattr(project, "in_features", None)
+
+    def apply(x: Tensor) -> Tensor:
+        if width is None or x.shape[-1] == width:
+            return project(x)
+        return project(x.unflatten(-1, (-1, width))).flatten(-2)  # (..., h, d) -> (..., h d)
+
+    return apply
+
+
 def _bare(weight: Tensor, transpose: bool, bias: Tensor | None = None) -> Project:
     """A projection by a bare weight: ``x @ W.T`` as nn.Linear stores it, or ``x @ W``."""
     return lambda x: F.linear(x, weight if transpose else weight.T, bias)
@@ -328,7 +341,7 @@ def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> l
     qkv, used, heads, listed_out = None, [], None, None
     for names in (*SEPARATE, by_role(found)):
         if names and all(n in found for n in names):
-            q, k, v = (found[n][0] for n in names)
+            q, k, v = (_per_head(found[n][0]) for n in names)
 
             def qkv(x, q=q, k=k, v=v):
                 return q(x), k(x), v(x)

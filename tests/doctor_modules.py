@@ -204,6 +204,26 @@ class NamedLayers(nn.Module):
         return o((weights @ v).transpose(1, 2).reshape(b, t, d))
 
 
+class SharedPerHead(nn.Module):
+    """Aladdin Persson's attention: values, keys and queries each one nn.Linear(head, head)
+    applied to every head of the input alike, fc_out over all heads; ``scale_by`` d_model is
+    the published bug."""
+
+    def __init__(self, dim, heads, scale_by=None):
+        super().__init__()
+        self.heads, head = heads, dim // heads
+        self.scale = 1 / math.sqrt(scale_by or head)
+        self.values, self.keys, self.queries = (nn.Linear(head, head) for _ in range(3))
+        self.fc_out = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        heads = x.view(b, t, self.heads, -1)  # (B, T, h, d_head): the projections act per head
+        q, k, v = (p(heads).transpose(1, 2) for p in (self.queries, self.keys, self.values))
+        weights = (q @ k.transpose(-2, -1) * self.scale).softmax(-1)  # (B, h, T, T)
+        return self.fc_out((weights @ v).transpose(1, 2).reshape(b, t, d))
+
+
 class LlamaStyleRotary(nn.Module):
     """A rotary embedding that keeps only its inv_freq (base ** -(2i / d)), as Llama's does."""
 

@@ -551,3 +551,10 @@ def test_an_input_the_module_refuses_with_not_implemented_skips_that_probe():
 def test_an_optional_position_input_that_is_not_position_ids_is_left_to_its_default():
     d = diagnose(dm.PositionEmbeddingInput(32, 4), Config())
     assert d.healthy, d.text()
+
+
+def test_a_projection_one_head_wide_shared_by_the_heads_is_read_per_head():
+    d, sdpa = _sdpa_finding(dm.SharedPerHead(32, 4), Config())
+    assert sdpa.status == PASS and "queries, keys, values, fc_out" in sdpa.message, d.text()
+    d, sdpa = _sdpa_finding(dm.SharedPerHead(32, 4, scale_by=32), Config())
+    assert sdpa.status == FAIL and "scale_d_model" in sdpa.message, d.text()

@@ -293,6 +293,8 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
         with contextlib.suppress(Exception):  # classes taking **kwargs declare fields on instances
             names += [n for n in vars(cls()) if n not in names]
     known = {n: value_for(n, sizes) for n in names if n in NAMES or n in sizes.init}
+    if "kv_lora_rank" in names and sizes.kv_heads is None:  # latent attention: one K/V per head
+        known.update({n: sizes.heads for n in KV_HEADS_NAMES if n in known and n not in sizes.init})
     extra = {n: v for n, v in sizes.init.items() if n not in known}  # --init beyond the fields
     try:
         try:

@@ -37,9 +37,10 @@ def _projections(module: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear] | 
     return None
 
 
-def reached(module: nn.Module, call, v_proj: nn.Linear, out_proj: nn.Linear, heads: int,
+def reached(module: nn.Module, call, v_proj: nn.Linear, out_proj: nn.Module, heads: int,
             kv_head: int, d_head: int) -> set[int]:  # fmt: skip
-    """The query heads whose output moves when K/V head ``kv_head``'s values are doubled."""
+    """The query heads whose output moves when K/V head ``kv_head``'s values are doubled, read
+    at the input of ``out_proj`` (the output projection, or a norm before it)."""
     seen: list[Tensor] = []
 
     def capture(_module: nn.Module, args: tuple) -> None:
@@ -64,6 +65,18 @@ def reached(module: nn.Module, call, v_proj: nn.Linear, out_proj: nn.Linear, hea
     return set((change > MOVED * scale).nonzero().flatten().tolist())
 
 
+def _readers(module: nn.Module, out_proj: nn.Linear, width: int) -> list[nn.Module]:
+    """Where the heads can be read, first that moves: the input of a norm as wide as all heads
+    together (BitNet's attn_sub_norm, which mixes them before the output projection; a norm
+    before the projections sees no value move), then the output projection's."""
+
+    def all_heads_wide(m: nn.Module) -> bool:
+        weight = getattr(m, "weight", None)
+        return "Norm" in type(m).__name__ and isinstance(weight, Tensor) and weight.numel() == width
+
+    return [*(m for m in module.children() if all_heads_wide(m)), out_proj]
+
+
 @probe("grouped heads", compares=True)
 def probe_grouped(subject: Subject) -> Outcome:
     """Each K/V head reaches exactly its own block of query heads."""
@@ -86,7 +99,11 @@ def probe_grouped(subject: Subject) -> Outcome:
             subject.call(module, x, keep)
 
     n_rep = heads // kv_heads
-    found = [reached(module, call, v_proj, out_proj, heads, j, d_head) for j in range(kv_heads)]
+    found = [
+        next((r for reader in _readers(module, out_proj, heads * d_head)
+              if (r := reached(module, call, v_proj, reader, heads, j, d_head))), set())
+        for j in range(kv_heads)
+    ]  # fmt: skip
     blocks = [set(range(j * n_rep, (j + 1) * n_rep)) for j in range(kv_heads)]
     strided = [set(range(j, heads, kv_heads)) for j in range(kv_heads)]
     declared = subject.kv_grouping
