@@ -161,16 +161,19 @@ def is_mask(buffer: Tensor) -> bool:
 ROTARY_TABLE = re.compile(r"(?:^|\.)_?(?:cos|sin)(?:_cached)?$|inv_freq|freqs")
 # Projections by what their names say, beyond the pairs above: an optional prefix (w_, fc_, to,
 # linear_), the role in any of its spellings (q, qs, query, queries), an optional suffix (_proj,
-# _linear): bentrevett's fc_q, jadore's w_qs, Bloem's toqueries, a ModuleList of heads'
-# output_linear; the output also as fc, unifyheads, dense or proj when it is the one left.
-_AFFIX = r"^(?:w_?|fc_?|to_?|linear_?|lin_?|proj_?)?(?:{})(?:_?(?:proj|linear|lin|layer|fc))?$"
+# _linear, _net, _dense): bentrevett's fc_q, jadore's w_qs, Bloem's toqueries, Decision
+# Transformer's q_net, a Keras port's query_dense, a ModuleList of heads' output_linear; the
+# output also as fc, unifyheads, dense or proj_net when it is the one left.
+_AFFIX = (
+    r"^(?:w_?|fc_?|to_?|linear_?|lin_?|proj_?)?(?:{})(?:_?(?:proj|linear|lin|layer|fc|net|dense))?$"
+)
 ROLES = {
     role: re.compile(_AFFIX.format(words))
     for role, words in (("q", "q|qs|query|queries"), ("k", "k|ks|key|keys"),
                         ("v", "v|vs|value|values"))
 }  # fmt: skip
 OUT_ROLE = re.compile(
-    _AFFIX.format("o|os|out|output|outputs") + r"|^(?:fc|unifyheads|unify_heads|dense|proj)$"
+    _AFFIX.format("o|os|out|output|outputs|proj") + r"|^(?:fc|unifyheads|unify_heads|dense)$"
 )
 
 

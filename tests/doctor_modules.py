@@ -224,6 +224,30 @@ class SharedPerHead(nn.Module):
         return self.fc_out((weights @ v).transpose(1, 2).reshape(b, t, d))
 
 
+class RaschkaGQA(nn.Module):
+    """Grouped-query causal attention named as in LLMs-from-scratch (W_query, W_key, W_value,
+    out_proj); ``tile`` is the bug of repeat where repeat_interleave is meant."""
+
+    def __init__(self, dim, heads, kv_heads=2, tile=False):
+        super().__init__()
+        self.heads, self.kv_heads, self.tile, head = heads, kv_heads, tile, dim // heads
+        self.W_query = nn.Linear(dim, dim, bias=False)
+        self.W_key, self.W_value = (nn.Linear(dim, kv_heads * head, bias=False) for _ in range(2))
+        self.out_proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q = self.W_query(x).view(b, t, self.heads, -1).transpose(1, 2)  # (B, h, T, d)
+        k, v = (
+            p(x).view(b, t, self.kv_heads, -1).transpose(1, 2) for p in (self.W_key, self.W_value)
+        )
+        n_rep = self.heads // self.kv_heads
+        k, v = (z.repeat(1, n_rep, 1, 1) if self.tile else z.repeat_interleave(n_rep, dim=1)
+                for z in (k, v))  # fmt: skip
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out_proj(y.transpose(1, 2).reshape(b, t, d))
+
+
 class LlamaStyleRotary(nn.Module):
     """A rotary embedding that keeps only its inv_freq (base ** -(2i / d)), as Llama's does."""
 

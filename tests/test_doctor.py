@@ -514,8 +514,14 @@ def test_softmax_over_the_queries_with_a_finite_fill_is_softmax_dim():
     assert "softmax_dim" in _named_by_sdpa(dm.QuerySoftmaxPadded(32, 4), config)
 
 
-@pytest.mark.parametrize("names", [("fc_q", "fc_k", "fc_v", "fc_o"), ("w_qs", "w_ks", "w_vs", "fc"),
-                                   ("toqueries", "tokeys", "tovalues", "unifyheads")])  # fmt: skip
+ROLE_NAMES = [  # bentrevett, jadore, Bloem, Decision Transformer, a Keras port
+    ("fc_q", "fc_k", "fc_v", "fc_o"), ("w_qs", "w_ks", "w_vs", "fc"),
+    ("toqueries", "tokeys", "tovalues", "unifyheads"), ("q_net", "k_net", "v_net", "proj_net"),
+    ("query_dense", "key_dense", "value_dense", "output_dense"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("names", ROLE_NAMES)
 def test_projections_are_recognized_by_what_their_names_say(names):
     d, sdpa = _sdpa_finding(dm.NamedLayers(32, 4, names), Config())
     assert sdpa.status == PASS and ", ".join(names) in sdpa.message, d.text()
@@ -558,3 +564,10 @@ def test_a_projection_one_head_wide_shared_by_the_heads_is_read_per_head():
     assert sdpa.status == PASS and "queries, keys, values, fc_out" in sdpa.message, d.text()
     d, sdpa = _sdpa_finding(dm.SharedPerHead(32, 4, scale_by=32), Config())
     assert sdpa.status == FAIL and "scale_d_model" in sdpa.message, d.text()
+
+
+@pytest.mark.parametrize("tile", [False, True])
+def test_grouped_heads_are_followed_through_layers_named_by_their_role(tile):
+    d = diagnose(dm.RaschkaGQA(32, 4, tile=tile), Config(causal=True, kv_grouping="blocks"))
+    grouped = {f.probe: f for f in d.findings}["grouped heads"]
+    assert grouped.status == (FAIL if tile else PASS), d.text()

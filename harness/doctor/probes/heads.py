@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
-from harness.reference import OUTPUT, SEPARATE, head_count
+from harness.reference import OUT_ROLE, OUTPUT, SEPARATE, by_role, head_count
 
 MOVED = 1e-9  # relative change that is not rounding (float64)
 
@@ -28,10 +28,14 @@ def _linear(module: nn.Module, names: tuple[str, ...]) -> tuple[str, nn.Linear] 
 
 
 def _projections(module: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear] | None:
-    """The query, value and output projections as nn.Linear layers, or None."""
-    for q_name, _, v_name in SEPARATE:
+    """The query, value and output projections as nn.Linear layers, or None: under the common
+    names, or by what their names say (``reference.by_role``)."""
+    linears = {n: m for n, m in module.named_children() if isinstance(m, nn.Linear)}
+    named = [(q, v) for q, _, v in (*SEPARATE, by_role(linears)[:3] or ("", "", ""))]
+    out = _linear(module, OUTPUT) or next(
+        ((n, m) for n, m in linears.items() if OUT_ROLE.match(n.lower())), None)  # fmt: skip
+    for q_name, v_name in named:
         q, v = _linear(module, (q_name,)), _linear(module, (v_name,))
-        out = _linear(module, OUTPUT)
         if q and v and out:
             return q[1], v[1], out[1]
     return None
