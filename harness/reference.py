@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -175,6 +175,14 @@ ROLES = {
 OUT_ROLE = re.compile(
     _AFFIX.format("o|os|out|output|outputs|proj") + r"|^(?:fc|unifyheads|unify_heads|dense)$"
 )
+
+
+def output_name(names: Iterable[str]) -> str | None:
+    """The output projection among ``names``: the first under a common name (``OUTPUT``), else
+    the first whose name says output (``OUT_ROLE``); None when none does."""
+    names = list(names)
+    common = next((n for n in OUTPUT if n in names), None)
+    return common or next((n for n in names if OUT_ROLE.match(n.lower())), None)
 
 
 def by_role(found: dict[str, object]) -> tuple[str, ...]:
@@ -396,9 +404,7 @@ def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> l
         for name, norm in norms:
             found[name] = (norm, list(norm.parameters()))  # type: ignore[assignment]
         used += [q_name, k_name]
-    unused = [n for n in found if n not in used]
-    out_name = listed_out or next((n for n in OUTPUT if n in unused), None) or next(
-        (n for n in unused if OUT_ROLE.match(n.lower())), None)  # fmt: skip
+    out_name = listed_out or output_name(n for n in found if n not in used)
     out = None if out_name is None else found[out_name][0]
     used += [out_name] if out_name else []
     covered = {id(p) for n in used for p in found[n][1]}

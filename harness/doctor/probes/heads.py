@@ -14,30 +14,19 @@ from torch import Tensor, nn
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
-from harness.reference import OUT_ROLE, OUTPUT, SEPARATE, by_role, head_count
+from harness.reference import SEPARATE, by_role, head_count, output_name
 
 MOVED = 1e-9  # relative change that is not rounding (float64)
 
 
-def _linear(module: nn.Module, names: tuple[str, ...]) -> tuple[str, nn.Linear] | None:
-    for name in names:
-        child = getattr(module, name, None)
-        if isinstance(child, nn.Linear):
-            return name, child
-    return None
-
-
 def _projections(module: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear] | None:
     """The query, value and output projections as nn.Linear layers, or None: under the common
-    names, or by what their names say (``reference.by_role``)."""
+    names, or by what their names say (``reference.by_role``, ``reference.output_name``)."""
     linears = {n: m for n, m in module.named_children() if isinstance(m, nn.Linear)}
-    named = [(q, v) for q, _, v in (*SEPARATE, by_role(linears)[:3] or ("", "", ""))]
-    out = _linear(module, OUTPUT) or next(
-        ((n, m) for n, m in linears.items() if OUT_ROLE.match(n.lower())), None)  # fmt: skip
-    for q_name, v_name in named:
-        q, v = _linear(module, (q_name,)), _linear(module, (v_name,))
-        if q and v and out:
-            return q[1], v[1], out[1]
+    out = output_name(linears)
+    for names in (*SEPARATE, by_role(linears)):
+        if names and out is not None and names[0] in linears and names[2] in linears:
+            return linears[names[0]], linears[names[2]], linears[out]
     return None
 
 

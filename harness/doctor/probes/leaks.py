@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import torch
+from torch import Tensor
 
 from harness.dependency import MAX_SPLITS, Leak, Redraws, as_call, future_leak
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
@@ -79,11 +80,18 @@ def _causal_leak(subject: Subject) -> str | None:
     return None
 
 
+def _left_padded(subject: Subject) -> tuple[Tensor, Tensor]:
+    """The padding probes' (B, T, T) keep-mask, odd sequences padded on the left, and its (B, T)
+    real tokens (as keys, and so as queries)."""
+    cfg = subject.config
+    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
+    return keep, keep.any(dim=1)  # (B, T)
+
+
 def _padding_leak(subject: Subject, scales: tuple[float, ...] = (1.0, LARGE)) -> str | None:
     """Evidence that real outputs depend on padded inputs (also with large logits), or None."""
     cfg = subject.config
-    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
-    real = keep.any(dim=1)  # (B, T)
+    keep, real = _left_padded(subject)
     for scale in scales:
         x = subject.x(cfg.batch, cfg.seq_len, 4, scale)
         redraws = Redraws(as_call(subject.bound(keep), None), x)
@@ -110,8 +118,7 @@ def _responds(subject: Subject) -> bool:
     """Every real output moves when the real inputs are redrawn under a padding mask: a mask read
     so that it hides everything (outputs all zero, or NaN) leaks nothing but says nothing."""
     cfg = subject.config
-    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
-    real = keep.any(dim=1)  # (B, T)
+    keep, real = _left_padded(subject)
     redraws = Redraws(as_call(subject.bound(keep), None), subject.x(cfg.batch, cfg.seq_len, 4))
     change = redraws.change(real)
     return bool((change[real] > 0).all())
@@ -140,8 +147,7 @@ def _on_queries(subject: Subject) -> str:
     """A hint when the padding mask reaches the queries instead of the keys: real queries' outputs
     are what they are with no mask at all, while padded queries' are not."""
     cfg = subject.config
-    keep = subject.keep("padding", cfg.batch, cfg.seq_len, 4, left=True)
-    real = keep.any(dim=1)  # (B, T): real tokens, as keys and as queries
+    keep, real = _left_padded(subject)
     module, x = subject.copy(), subject.x(cfg.batch, cfg.seq_len, 4)
     with torch.no_grad():
         masked = subject.call(module, x, keep)[0].double()
