@@ -46,6 +46,8 @@ from harness.doctor import (
     guarded,
     shield,
 )
+from harness.doctor.model.call import takes_token_ids
+from harness.doctor.model.examine import diagnose_model
 from harness.doctor.options import Option
 from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
@@ -135,6 +137,17 @@ def build_parser() -> Parser:
         "--no-learn", action="store_true", help="skip the learning probe (its column and curves)"
     )
     add_doctor_parser(sub)
+    zoo = sub.add_parser(
+        "zoo",
+        help="the model doctor over every text architecture of the installed transformers, "
+        "and over injected bugs (a benchmark: minutes)",
+    )
+    zoo.add_argument("library", choices=["transformers"], help="whose architectures")
+    zoo.add_argument("--out", type=Path, default=Path("reports/zoo.md"),
+                     help="the table (default: reports/zoo.md)")  # fmt: skip
+    zoo.add_argument("--workers", default="auto", help="processes (pytest-xdist -n; auto)")
+    zoo.add_argument("-k", dest="select", default="",
+                     help="only the cases matching this pytest -k expression")  # fmt: skip
     return parser
 
 
@@ -322,7 +335,8 @@ def every_core() -> Iterator[None]:
 
 def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     device = resolve_device(args.device)
-    sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init), kv_heads=args.kv_heads)
+    sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init), kv_heads=args.kv_heads,
+                  layers=args.layers)  # fmt: skip
     if args.report is not None:  # before any probe runs
         check_file_destination(args.report, "--report")
     if not args.timeout >= 0:  # NaN too
@@ -335,14 +349,16 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
             module = build_target(load_object(args.target), sizes, args.seed)
     except UserCodeError as exc:
         raise UsageError(f"building {shorten(args.target)} stopped: it {exc}") from None
+    whole = args.model or takes_token_ids(module)
     with Progress(len(STEPS)) as bar, every_core():  # progress on stderr, on a terminal
 
         def progress(step: str) -> None:
             bar.step(step)
             shield.note(step)  # for the parent process, when a crash ends this one
 
-        diagnosis = diagnose(module, config, args.target, args.timeout, progress=progress,
-                             crashed=shield.crashed())  # fmt: skip
+        examine = diagnose_model if whole else diagnose
+        diagnosis = examine(module, config, args.target, args.timeout, progress=progress,
+                            crashed=shield.crashed())  # fmt: skip
     if args.report is not None:
         try:
             write_atomically(Path(args.report), diagnosis.markdown())
@@ -351,6 +367,13 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
                 f"cannot write --report {shorten(args.report, quote=True)}: {exc.strerror or exc}"
             ) from None
     return (diagnosis.to_json() if args.json else diagnosis.text()), diagnosis.exit_code
+
+
+def cmd_zoo(args: argparse.Namespace) -> str:
+    check_file_destination(args.out, "--out")
+    from harness.zoo.run import run_zoo  # imports transformers: only for this command
+
+    return run_zoo(args.out, args.workers, args.select)
 
 
 def load_adapter(target: str, timeout: float = TIMEOUT) -> Callable[..., object]:
@@ -522,6 +545,7 @@ COMMANDS = {
     "learn": cmd_learn,
     "report": cmd_report,
     "doctor": cmd_doctor,
+    "zoo": cmd_zoo,
 }
 
 

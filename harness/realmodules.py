@@ -98,7 +98,7 @@ def _transformers() -> types.SimpleNamespace:
     )  # fmt: skip
 
 
-def _sdpa(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None,
+def sdpa_output(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None,
           scale: float | None) -> tuple[Tensor, None]:  # fmt: skip
     """SDPA as transformers' attention functions return it: (B, T, h, d), no weights."""
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)
@@ -112,7 +112,7 @@ def tiled_gqa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Te
     K/V heads tiled (``repeat``) instead of each serving its own block of query heads."""
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat(1, groups, 1, 1), value.repeat(1, groups, 1, 1)
-    return _sdpa(query, key, value, attention_mask, scaling)
+    return sdpa_output(query, key, value, attention_mask, scaling)
 
 
 def double_scale_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
@@ -122,7 +122,7 @@ def double_scale_attention(module: nn.Module, query: Tensor, key: Tensor, value:
     ``scaling`` and then SDPA's own default scale on top."""
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
-    return _sdpa(query * scaling, key, value, attention_mask, None)
+    return sdpa_output(query * scaling, key, value, attention_mask, None)
 
 
 @functools.cache

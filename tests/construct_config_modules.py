@@ -9,6 +9,6 @@ class ReadsManyNames(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.embed = nn.Embedding(cfg.num_labels, cfg.n_embd)
         self.style = cfg.norm_style
         self.heads = cfg.n_head

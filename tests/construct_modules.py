@@ -63,6 +63,6 @@ def real_names(hidden_size, num_attention_heads, attention_head_size, block_size
     )  # fmt: skip
 
 
-def needs_unknown(n_embd, vocab_size):
+def needs_unknown(n_embd, num_labels):
     """A required name no table has: the doctor must ask for it."""
-    return Recorder(n_embd=n_embd, vocab_size=vocab_size)
+    return Recorder(n_embd=n_embd, num_labels=num_labels)

@@ -30,12 +30,12 @@ def test_a_required_dropout_is_not_zero_so_dropout_left_on_shows():
 
 
 def test_init_overrides_and_fills_what_the_table_lacks():
-    sizes = Sizes(32, 4, init=parse_init(["vocab_size=11", "n_embd=16"]))
-    assert build(cm.needs_unknown, sizes).kwargs == dict(n_embd=16, vocab_size=11)
+    sizes = Sizes(32, 4, init=parse_init(["num_labels=11", "n_embd=16"]))
+    assert build(cm.needs_unknown, sizes).kwargs == dict(n_embd=16, num_labels=11)
 
 
 def test_a_required_name_nobody_knows_is_named_with_the_flag_to_pass():
-    with pytest.raises(UsageError, match=r"no value for vocab_size; pass --init vocab_size=VALUE"):
+    with pytest.raises(UsageError, match=r"no value for num_labels; pass --init num_labels=VALUE"):
         build(cm.needs_unknown, SIZES)
 
 
@@ -50,8 +50,8 @@ def test_a_config_without_a_class_answers_what_it_knows_and_names_the_rest_in_on
     with pytest.raises(UsageError) as info:
         build(ccm.ReadsManyNames, SIZES)
     message = str(info.value)
-    assert "no value for vocab_size, norm_style" in message and "\n" not in message
-    module = build(ccm.ReadsManyNames, Sizes(32, 4, init={"vocab_size": 5, "norm_style": "pre"}))
+    assert "no value for num_labels, norm_style" in message and "\n" not in message
+    module = build(ccm.ReadsManyNames, Sizes(32, 4, init={"num_labels": 5, "norm_style": "pre"}))
     assert (module.proj.in_features, module.heads, module.style) == (32, 4, "pre")
 
 
@@ -90,13 +90,13 @@ def test_init_values_are_python_literals_else_strings():
 
 def test_cli_builds_from_a_config_and_init(capsys):
     code = cli.main(["doctor", "tests/construct_config_modules.py:ReadsManyNames", "--init",
-                     "vocab_size=5", "--init", "norm_style=pre", "--d-model", "32"])  # fmt: skip
+                     "num_labels=5", "--init", "norm_style=pre", "--d-model", "32"])  # fmt: skip
     out, err = capsys.readouterr()
     assert code in (0, 1) and out.startswith("attention doctor:"), err
     code = cli.main(["doctor", "tests/construct_config_modules.py:ReadsManyNames"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert "no value for vocab_size, norm_style" in err
+    assert "no value for num_labels, norm_style" in err
 
 
 class BertStyle(torch.nn.Module):
@@ -135,13 +135,13 @@ def test_init_names_beyond_a_dataclass_configs_fields_are_set_on_it():
 
 def test_a_config_class_in_a_file_given_by_path_is_found_with_its_defaults(tmp_path, capsys):
     """Loaded by path, the file is a module of its own: its GPTConfig (and the defaults of
-    fields the doctor has no value for, such as vocab_size) are used."""
+    fields the doctor has no value for, such as num_labels) are used."""
     text = Path(cm.__file__).read_text()
     text = text.replace(
-        "    bias: bool = True\n", "    bias: bool = True\n    vocab_size: int = 50257\n"
+        "    bias: bool = True\n", "    bias: bool = True\n    num_labels: int = 50257\n"
     )
     text = text.replace(
-        "self.config = config", "self.config = config\n        assert config.vocab_size"
+        "self.config = config", "self.config = config\n        assert config.num_labels"
     )
     target = tmp_path / "gpt.py"
     target.write_text(text)

@@ -23,11 +23,12 @@ if TYPE_CHECKING:
     from harness.doctor.examine import STEPS, diagnose
     from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding
     from harness.doctor.guard import UserCodeError, guarded
+    from harness.doctor.model.examine import diagnose_model
     from harness.doctor.options import OPTIONS, TIMEOUT
     from harness.doctor.subject import Config
 
 _HOMES = {
-    "STEPS": "examine", "diagnose": "examine",
+    "STEPS": "examine", "diagnose": "examine", "diagnose_model": "model.examine",
     "FAIL": "findings", "PASS": "findings", "SKIP": "findings", "WARN": "findings",
     "Diagnosis": "findings", "Finding": "findings",
     "UserCodeError": "guard", "guarded": "guard",
@@ -48,6 +49,7 @@ __all__ = [
     "Finding",
     "UserCodeError",
     "diagnose",
+    "diagnose_model",
     "guarded",
 ]  # fmt: skip  (every name of _HOMES; a test holds them equal)
 

@@ -161,6 +161,17 @@ OPTIONS = (
     Option("seq_len", kind="int", default=8, help="tokens per sequence (8; at least 3)"),
     Option("device", default="cpu", help="cpu or cuda (cpu)"),
     Option("strict", kind="flag", default=False, help="warnings fail too"),
+    Option(
+        "model", kind="flag", default=False, config=False,
+        help="the target is a whole model (default: read off its forward, which takes token "
+        "ids: input_ids, idx, tokens): its attention layers are found and probed as the model "
+        "calls them, then the model's causality, batch independence, left padding, cache, "
+        "backends and low precision",
+    ),
+    Option(
+        "layers", kind="int", default=2, config=False,
+        help="a whole model's depth, passed to its factory or config (2)",
+    ),
     Option("json", kind="flag", default=False, config=False, help="print JSON instead of text"),
     Option("report", metavar="PATH", config=False, help="also write a markdown report here"),
     Option(

@@ -129,12 +129,16 @@ class Sizes:
     context: int = 256  # the maximum sequence length a module is built for
     init: Mapping[str, object] = field(default_factory=dict)
     kv_heads: int | None = None  # grouped K/V heads (None: half the heads, or 1 with one head)
+    layers: int = 2  # a whole model's depth: two layers, so that a layer sees another's output
+    vocab: int = 256  # a whole model's vocabulary
 
     def __post_init__(self) -> None:
         if self.d_model < 1 or self.heads < 1 or self.d_model % self.heads:
             raise UsageError("--d-model must be a positive multiple of --heads")
         if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
             raise UsageError("--kv-heads must divide --heads")
+        if self.layers < 1:
+            raise UsageError("--layers must be a positive number of layers")
 
     @property
     def groups(self) -> int:
@@ -161,6 +165,8 @@ HEAD_DIM_NAMES = (
 # rates and indices keep the module's own defaults.
 KV_HEADS_NAMES = ("num_key_value_heads", "n_kv_heads", "kv_heads", "num_kv_heads", "n_kv_head",
                   "n_query_groups")  # fmt: skip
+LAYER_COUNT_NAMES = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers",
+                     "num_encoder_layers")  # fmt: skip
 LAYER_INDEX_NAMES = ("layer_idx", "layer_id", "layer_number", "layer_index")
 # Partial rotary's width in dimensions (GPT-J's and CodeGen's default 64 of a 256-wide head):
 # sized with the head, as half of it, so that a partial rotary module is built partial and fits.
@@ -195,6 +201,12 @@ NAMES: dict[str, Callable[[Sizes], object]] = {
          "context_size", "max_sequence_length"),
         lambda s: s.context,
     ),
+    # a whole model's depth and vocabulary, and its special tokens within that vocabulary
+    **dict.fromkeys(LAYER_COUNT_NAMES, lambda s: s.layers),
+    **dict.fromkeys(("vocab_size", "n_vocab"), lambda s: s.vocab),
+    "pad_token_id": lambda s: 0,
+    "bos_token_id": lambda s: 1,
+    "eos_token_id": lambda s: 2,
     **dict.fromkeys(
         ("intermediate_size", "n_inner", "ffn_dim", "mlp_dim", "d_ff", "dim_feedforward"),
         lambda s: 4 * s.d_model,

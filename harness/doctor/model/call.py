@@ -1,0 +1,136 @@
+"""How to run a model on token ids: which of its forward's parameters takes the ids, the
+attention mask, the positions and the cache, and where its output keeps the logits."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from harness.errors import UsageError
+from harness.inputs import generator
+
+# The names real models give each input of their forward, most common first.
+IDS_NAMES = ("input_ids", "idx", "tokens", "token_ids", "ids", "input", "src", "x")
+MASK_NAMES = ("attention_mask", "padding_mask", "mask", "key_padding_mask")
+POSITION_NAMES = ("position_ids", "positions", "pos", "input_pos")
+CACHE_NAMES = ("past_key_values", "cache", "past", "kv_cache")
+VOCAB_NAMES = ("vocab_size", "n_vocab", "num_tokens", "vocab")
+
+
+def forward_parameters(model: nn.Module) -> Mapping[str, inspect.Parameter]:
+    """The parameters of ``model.forward`` (its own, not the hooks' wrapper)."""
+    return inspect.signature(model.forward).parameters
+
+
+def _named(params: Mapping[str, inspect.Parameter], names: tuple[str, ...]) -> str | None:
+    return next((name for name in names if name in params), None)
+
+
+def takes_token_ids(model: nn.Module) -> bool:
+    """A model, not a layer: its forward's first parameter is named for token ids and it
+    embeds tokens (an nn.Embedding somewhere inside)."""
+    params = [p for p in forward_parameters(model) if p not in ("self",)]
+    if not params or params[0] not in IDS_NAMES[:-1]:  # `x` alone may be hidden states
+        return False
+    return any(isinstance(m, nn.Embedding) for m in model.modules())
+
+
+def vocabulary(model: nn.Module) -> int:
+    """How many token ids the model embeds: its config's vocab size, else its first
+    embedding's rows."""
+    config = getattr(model, "config", None)
+    for source in (config, model):
+        for name in VOCAB_NAMES:
+            value = getattr(source, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                return value
+    embedding = next(m for m in model.modules() if isinstance(m, nn.Embedding))
+    return embedding.num_embeddings
+
+
+def logits_of(output: object) -> Tensor:
+    """The logits (or, for a base model, the last hidden states) in a model's output."""
+    if isinstance(output, Tensor):
+        return output
+    for name in ("logits", "last_hidden_state", "prediction_logits"):
+        value = getattr(output, name, None)
+        if isinstance(value, Tensor):
+            return value
+    if isinstance(output, tuple | list) and output and isinstance(output[0], Tensor):
+        return output[0]
+    raise UsageError(
+        f"the model returned {type(output).__name__}, with no logits tensor the doctor can read "
+        "(a tensor, a tuple starting with one, or an output with .logits)"
+    )
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """The model's forward, read from its signature."""
+
+    ids: str
+    mask: str | None
+    positions: str | None
+    cache: str | None
+    use_cache: bool  # it takes use_cache=
+    vocab: int
+
+    @classmethod
+    def of(cls, model: nn.Module) -> ModelCall:
+        params = forward_parameters(model)
+        ids = next(iter(params))
+        known = {ids, *MASK_NAMES, *POSITION_NAMES, *CACHE_NAMES}
+        needed = [
+            n for n, p in params.items()
+            if n not in known and p.default is p.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]  # fmt: skip
+        if needed:
+            raise UsageError(
+                f"{type(model).__name__}.forward needs `{needed[0]}`, which the doctor cannot "
+                "make from token ids: give it a default, or wrap the model in one that takes ids"
+            )
+        return cls(
+            ids=ids,
+            mask=_named(params, MASK_NAMES),
+            positions=_named(params, POSITION_NAMES),
+            cache=_named(params, CACHE_NAMES),
+            use_cache="use_cache" in params,
+            vocab=vocabulary(model),
+        )
+
+    def tokens(self, batch: int, seq_len: int, seed: int) -> Tensor:
+        """Seeded token ids (B, T), away from id 0 (often padding)."""
+        high = max(2, min(self.vocab, 1000))
+        return torch.randint(1, high, (batch, seq_len), generator=generator(seed))
+
+    def kwargs(
+        self,
+        ids: Tensor,
+        mask: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: object = None,
+    ) -> dict[str, Any]:
+        """The keyword arguments of one forward: ids, and the mask, positions and cache where
+        given (a model that takes none of them given one is a NotImplementedError)."""
+        call: dict[str, Any] = {self.ids: ids}
+        for value, name, what in ((mask, self.mask, "an attention mask"),
+                                  (positions, self.positions, "position ids"),
+                                  (cache, self.cache, "a cache")):  # fmt: skip
+            if value is None:
+                continue
+            if name is None:
+                raise NotImplementedError(f"the model takes no {what}")
+            call[name] = value
+        if self.use_cache:
+            call["use_cache"] = cache is not None
+        return call
+
+    def run(self, model: nn.Module, ids: Tensor, **given: Any) -> Tensor:
+        """The logits (B, T, V) of one forward."""
+        return logits_of(model(**self.kwargs(ids, **given)))

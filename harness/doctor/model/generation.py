@@ -1,0 +1,140 @@
+"""The model's own cache: prefill then one token per step, and prefill then the rest in one
+chunk, give the full forward's logits; a cache reset after another prompt gives what a fresh
+one gives; the cache holds as many tokens as were fed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from harness.doctor.findings import Outcome, failed, passed, skipped
+from harness.doctor.model.call import logits_of
+from harness.doctor.model.patient import SEQ_LEN, Patient
+
+PREFILL = SEQ_LEN // 2
+
+
+def cache_of(output: object, name: str) -> object:
+    """The cache a forward returns: ``output.<name>`` (transformers' ``cache``, formerly
+    ``past_key_values``), else the second item of a tuple."""
+    for attr in (name, "past_key_values", "cache"):
+        found = getattr(output, attr, None)
+        if found is not None:
+            return found
+    if isinstance(output, tuple) and len(output) > 1 and not isinstance(output[1], Tensor):
+        return output[1]
+    raise LookupError("the model returned no cache")
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Logits (B, T, V) fed through the cache in chunks, and the cache's length after."""
+
+    logits: Tensor
+    length: int | None
+
+
+def decode(
+    patient: Patient,
+    ids: Tensor,
+    chunks: list[int],
+    cache: object = None,
+    positions: bool = False,
+    model: nn.Module | None = None,
+) -> tuple[Decoded, object]:
+    """Feed ``ids`` in chunks of the given lengths through one cache (None: the model makes
+    it); ``positions``: pass each chunk's position ids explicitly."""
+    call, model = patient.call, model or patient.model
+    start, pieces = 0, []
+    with torch.no_grad():
+        for size in chunks:
+            piece = ids[:, start : start + size]
+            kwargs = call.kwargs(piece)
+            kwargs[call.cache] = cache
+            if call.use_cache:
+                kwargs["use_cache"] = True
+            if positions:
+                kwargs[call.positions] = torch.arange(start, start + size).expand_as(piece)
+            output = model(**kwargs)
+            pieces.append(logits_of(output).double())
+            cache = cache_of(output, call.cache)
+            start += size
+    return Decoded(torch.cat(pieces, dim=1), _length(cache)), cache
+
+
+def _length(cache: object) -> int | None:
+    """How many tokens the cache holds, where it says (None: it cannot; a recurrent state)."""
+    read = getattr(cache, "get_seq_length", None)
+    try:
+        return int(read()) if callable(read) else None
+    except Exception:
+        return None
+
+
+SCENARIOS = {
+    "one token per step": [PREFILL] + [1] * (SEQ_LEN - PREFILL),
+    "chunked prefill": [PREFILL, SEQ_LEN - PREFILL],
+}
+
+
+def cached_generation(patient: Patient) -> Outcome:
+    """Each scenario's logits equal the full forward's within the floor."""
+    call = patient.call
+    if call.cache is None:
+        return skipped("the model's forward takes no cache")
+    if not patient.causal:
+        return skipped("not a causal model: nothing to generate")
+    ids = patient.tokens()
+    full = patient.logits(ids)
+    floor = patient.floor(full)
+    results, wrong = [], []
+    for name, chunks in SCENARIOS.items():
+        got, _ = decode(patient, ids, chunks)
+        moved = (got.logits - full).abs().nan_to_num(float("inf")).amax(dim=(0, 2))  # (T,)
+        results.append(f"{name}: {moved.max().item():.2g}")
+        if moved.max().item() > floor:
+            wrong.append((name, chunks, int((moved > floor).nonzero()[0])))
+        if got.length is not None and got.length != SEQ_LEN:
+            return failed(f"{name}: the cache holds {got.length} tokens after {SEQ_LEN} were fed "
+                          "(stale_cache: appended twice or never cleared)")  # fmt: skip
+    if wrong:
+        name, chunks, first = wrong[0]
+        evidence = f"{name} differs from the full forward from position {first} on"
+        if call.positions is not None:
+            retried, _ = decode(patient, ids, chunks, positions=True)
+            if (retried.logits - full).abs().max().item() <= floor:
+                return failed(
+                    f"{evidence}; with position ids passed it agrees: the model's own positions "
+                    "restart under a cache (rope_cache_offset)"
+                )
+        return failed(
+            f"{evidence} (by {(got.logits - full).abs().max().item():.3g}, floor {floor:.2g}). "
+            "Known causes: cache_causal_alignment (a causal mask anchored top-left for fewer "
+            "queries than keys), stale_cache (keys written to or read from the wrong slots, "
+            "or the current token left out)"
+        )
+    return passed(f"{'; '.join(results)} (floor {floor:.2g}); cache length = tokens fed")
+
+
+def cache_reuse(patient: Patient) -> Outcome:
+    """After another prompt and ``reset()``, the cache gives what a fresh one gives."""
+    if patient.call.cache is None or not patient.causal:
+        return skipped("no cache to reuse")
+    ids, other = patient.tokens(), patient.tokens(seed=3)
+    chunks = SCENARIOS["one token per step"]
+    fresh, _ = decode(patient, ids, chunks)
+    _, cache = decode(patient, other, chunks)
+    if not callable(getattr(cache, "reset", None)):
+        return skipped("its cache has no reset(): a new cache per prompt is the only use")
+    cache.reset()
+    reused, _ = decode(patient, ids, chunks, cache=cache)
+    moved = (reused.logits - fresh.logits).abs().nan_to_num(float("inf")).max().item()
+    floor = patient.floor(fresh.logits)
+    if moved > floor:
+        return failed(
+            f"after another prompt and reset(), decoding moves by {moved:.3g} from a "
+            "fresh cache's (stale_cache: the reset keeps the previous prompt's keys)"
+        )
+    return passed(f"reset after another prompt: {moved:.2g} (floor {floor:.2g})")

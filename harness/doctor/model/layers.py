@@ -1,0 +1,214 @@
+"""A model's attention layers, found by what they compute and how the model calls them.
+
+Every submodule the model calls with hidden states (B, T, d) is a candidate. It attends when
+called again as the model called it, with one position's hidden state changed, its output
+moves at another position (it mixes positions) and the call runs a softmax or an attention
+kernel. The attention layers are the innermost ones: a block that holds an attention layer
+mixes positions too, through it. Layers of one class with one configuration are one group,
+probed once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from harness.doctor.model.call import ModelCall
+from harness.doctor.model.replay import Slot
+from harness.runner import seeded, split_output
+
+# What an attention layer runs: a softmax over its scores, or a kernel that does.
+ATTENTION_FUNCTIONS = {
+    torch.softmax, torch.nn.functional.softmax, Tensor.softmax,
+    torch.nn.functional.scaled_dot_product_attention,
+}  # fmt: skip
+# Attributes that number a layer rather than configure it.
+NUMBERING = ("idx", "index", "layer_id", "layer_number", "layer_num", "block_id")
+MIXING = 1e-4  # a position's share of another's output that counts as mixing, of its scale
+BATCH, SEQ_LEN = 2, 8  # the recorded forward: B != T, so neither is taken for the other
+
+
+class _Watch(TorchFunctionMode):
+    """Notes whether a softmax or an attention kernel runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attends = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        if func in ATTENTION_FUNCTIONS:
+            self.attends = True
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class Call:
+    """One recorded call of a submodule: its arguments and where the hidden states are."""
+
+    path: str
+    module: nn.Module
+    slot: Slot
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def run(self, x: Tensor) -> tuple[Tensor, bool]:
+        """The output (B, T, ...) with ``x`` as hidden states, and whether a softmax ran."""
+        args, kwargs = self.slot.put(self.args, self.kwargs, x)
+        watch = _Watch()
+        with torch.no_grad(), seeded(0), watch:  # the same dropout (left on in eval) each run
+            out, _ = split_output(self.module(*args, **kwargs))
+        return out, watch.attends
+
+    def runs_softmax(self) -> bool:
+        """Called as the model called it, it runs a softmax or an attention kernel."""
+        try:
+            return self.run(self.slot.take(self.args, self.kwargs))[1]
+        except Exception:  # a submodule that cannot be called alone is not a layer we probe
+            return False
+
+    def mixes(self) -> bool:
+        """Changing the last token moves the first one's output, or the first the last."""
+        x = self.slot.take(self.args, self.kwargs)
+        try:
+            base, _ = self.run(x)
+            if base.dim() < 2 or tuple(base.shape[:2]) != tuple(x.shape[:2]):
+                return False
+            # a change well past rounding: a mixture-of-experts block moves other tokens by
+            # rounding alone when one token's route changes the order of its sums
+            beyond = MIXING * base.abs().max().item()
+            for moved, seen in ((-1, 0), (0, -1)):
+                other = x.clone()
+                other[:, moved] = -other[:, moved]
+                out, _ = self.run(other)
+                if (out[:, seen] - base[:, seen]).abs().max().item() > beyond:
+                    return True
+        except Exception:
+            return False
+        return False
+
+
+@dataclass
+class Group:
+    """Attention layers of one class with one configuration, probed once (the first)."""
+
+    paths: list[str]
+    module: nn.Module = field(repr=False)
+
+    @property
+    def path(self) -> str:
+        return self.paths[0]
+
+    @property
+    def cls(self) -> str:
+        return type(self.module).__name__
+
+
+@contextmanager
+def _recording(model: nn.Module) -> Iterator[dict[str, tuple[nn.Module, tuple, dict]]]:
+    """Every submodule's first call during the block, by path."""
+    calls: dict[str, tuple[nn.Module, tuple, dict]] = {}
+    handles = []
+    for path, module in model.named_modules():
+        if not path:
+            continue
+
+        def hook(m: nn.Module, args: tuple, kwargs: dict, path: str = path) -> None:
+            calls.setdefault(path, (m, args, kwargs))
+
+        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def record_calls(model: nn.Module, call: ModelCall, seed: int) -> list[Call]:
+    """The calls of one seeded forward whose arguments hold hidden states (B, T, d)."""
+    ids = call.tokens(BATCH, SEQ_LEN, seed)
+    with _recording(model) as calls, torch.no_grad():
+        call.run(model, ids)
+    found = []
+    for path, (module, args, kwargs) in calls.items():
+        try:
+            slot = Slot.find(args, kwargs, BATCH, SEQ_LEN)
+        except LookupError:
+            continue
+        found.append(Call(path, module, slot, args, kwargs))
+    return found
+
+
+def attention_layers(model: nn.Module, call: ModelCall, seed: int = 0) -> list[Call]:
+    """The calls that mix positions and run a softmax, innermost: none of the submodules they
+    call mixes positions itself (a block holding attention mixes through it; a block whose
+    mixing is a recurrence and whose softmax is a router's is no attention layer). In the
+    model's order."""
+    calls = record_calls(model, call, seed)
+    mixing: dict[str, bool] = {}
+
+    def mixes(c: Call) -> bool:
+        if c.path not in mixing:
+            mixing[c.path] = c.mixes()
+        return mixing[c.path]
+
+    found = []
+    for c in calls:
+        if not (c.runs_softmax() and mixes(c)):
+            continue
+        inner = [o for o in calls if o.path.startswith(c.path + ".")]
+        if not any(mixes(o) for o in inner):
+            found.append(c)
+    return found
+
+
+def _settings(module: nn.Module) -> tuple[object, ...]:
+    """What configures a layer: its class, parameter shapes and plain attributes (not its
+    number in the stack)."""
+    plain = sorted(
+        (name, value) for name, value in vars(module).items()
+        if isinstance(value, int | float | str | bool | type(None)) and not name.startswith("_")
+        and not any(word in name.lower() for word in NUMBERING)
+    )  # fmt: skip
+    shapes = tuple((n, tuple(p.shape)) for n, p in module.named_parameters())
+    return (type(module), tuple(plain), shapes)
+
+
+def _call_form(call: Call) -> tuple[object, ...]:
+    """What configures the call: the arguments' types and shapes, and which scores a mask
+    blocks (a sliding layer's mask differs from a global one's)."""
+
+    def form(value: object) -> object:
+        if isinstance(value, Tensor):
+            blocked = (
+                value.isinf() | (value == torch.finfo(value.dtype).min)
+                if value.is_floating_point()
+                else value
+            )
+            return (tuple(value.shape), str(value.dtype), blocked.cpu().numpy().tobytes())
+        if isinstance(value, tuple | list):
+            return tuple(form(v) for v in value)
+        if isinstance(value, int | float | str | bool | type(None)):
+            return value
+        return type(value).__name__
+
+    named = sorted((k, form(v)) for k, v in call.kwargs.items()
+                   if not any(word in k.lower() for word in NUMBERING))  # fmt: skip
+    return (tuple(form(a) for a in call.args), tuple(named))
+
+
+def grouped(layers: list[Call]) -> list[Group]:
+    """Layers of one configuration, called alike, as one group (first seen first)."""
+    groups: dict[tuple[object, ...], Group] = {}
+    for layer in layers:
+        key = (_settings(layer.module), _call_form(layer))
+        if key in groups:
+            groups[key].paths.append(layer.path)
+        else:
+            groups[key] = Group([layer.path], layer.module)
+    return list(groups.values())

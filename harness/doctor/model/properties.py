@@ -1,0 +1,104 @@
+"""What a whole model must show, whatever its attention looks like inside: the future does not
+reach the past, sequences in a batch do not mix, left padding with the model's own mask and
+positions changes nothing real. Each failure names the catalogue trap it fits."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.model.patient import BATCH, SEQ_LEN, Patient
+
+PAD = 3  # left-padding tokens before the first sequence
+
+
+def _moved(a: Tensor, b: Tensor) -> float:
+    return (a - b).abs().nan_to_num(float("inf")).max().item()
+
+
+def _future_change(patient: Patient) -> tuple[Tensor, Tensor, float, float]:
+    """Logits before and after the tokens from position SEQ_LEN // 2 on change, how far the
+    earlier ones move and the floor."""
+    ids = patient.tokens()
+    j = SEQ_LEN // 2
+    later = ids.clone()
+    later[:, j:] = patient.tokens(seed=1)[:, j:]
+    before, after = patient.logits(ids), patient.logits(later)
+    return before, after, _moved(before[:, :j], after[:, :j]), patient.floor(before)
+
+
+def masks_future(patient: Patient) -> bool:
+    """Earlier logits ignore later tokens (a model that says nothing of its causality)."""
+    _, _, moved, floor = _future_change(patient)
+    return moved <= floor
+
+
+def causal_no_leak(patient: Patient) -> Outcome:
+    """Changing the tokens after position j leaves every logit up to j as it was."""
+    if not patient.causal:
+        return skipped("not a causal model: every token may see every other")
+    j = SEQ_LEN // 2
+    before, after, moved, floor = _future_change(patient)
+    if moved > floor:
+        first = int(((before - after).abs().amax(dim=(0, 2)) > floor).nonzero()[0])
+        return failed(
+            f"changing tokens {j}.. moves the logits of position {first} (before them) by "
+            f"{moved:.3g}, over the {floor:.2g} floor: the future leaks into the past "
+            "(causal_leak: a causal mask dropped or built wrong)"
+        )
+    return passed(f"tokens {j}.. changed: earlier logits move by {moved:.2g} (floor {floor:.2g})")
+
+
+def batch_independence(patient: Patient) -> Outcome:
+    """Each sequence of a batch gets the logits it gets alone."""
+    ids = patient.tokens()
+    together = patient.logits(ids)
+    moved = max(_moved(together[b], patient.logits(ids[b : b + 1])[0]) for b in range(BATCH))
+    floor = patient.floor(together)
+    if moved > floor:
+        return failed(
+            f"a sequence's logits in a batch of {BATCH} differ from its logits alone by "
+            f"{moved:.3g}, over the {floor:.2g} floor: sequences mix (transpose: an axis swap "
+            "or reshape that crosses the batch)"
+        )
+    return passed(f"batch of {BATCH} vs alone: {moved:.2g} (floor {floor:.2g})")
+
+
+def left_padding(patient: Patient) -> Outcome:
+    """With PAD padding tokens on the left, the model's attention mask over them and the
+    positions a generator gives (counting real tokens only), the real tokens' logits are their
+    unpadded ones."""
+    call = patient.call
+    if call.mask is None:
+        return skipped("the model takes no attention mask: it cannot batch sequences of "
+                       "different lengths")  # fmt: skip
+    ids = patient.tokens()
+    padded = torch.cat([torch.zeros(BATCH, PAD, dtype=ids.dtype), ids], dim=1)  # (B, PAD + T)
+    mask = torch.ones_like(padded)
+    mask[0, :PAD] = 0  # sequence 0 is left-padded; sequence 1 is longer by PAD real tokens
+    padded[1, :PAD] = patient.tokens(seed=2)[1, :PAD]
+    given: dict[str, Tensor] = {"mask": mask}
+    if call.positions is not None:
+        given["positions"] = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() counts them
+    got = patient.logits(padded, **given)[0, PAD:]
+    alone = patient.logits(ids[:1])[0]
+    moved = _moved(got, alone)
+    floor = patient.floor(alone)
+    if moved <= floor:
+        how = "positions counted from the first real token" if call.positions else "no positions"
+        return passed(f"{PAD} padding tokens on the left, {how}: {moved:.2g} (floor {floor:.2g})")
+    evidence = f"{PAD} padding tokens on the left move the real tokens' logits by {moved:.3g}"
+    if call.positions is None:  # the caller's trap, not the model's: it must pad on the right
+        return warned(
+            f"{evidence}; the model takes no position ids, so its real tokens sit {PAD} "
+            "positions on (left_pad_positions: pad it on the right, or give it position ids)"
+        )
+    ignored = patient.logits(padded, **{**given, "mask": torch.ones_like(mask)})[0, PAD:]
+    if _moved(ignored, got) <= floor:
+        return failed(f"{evidence}: the same as with no padding masked, so the model ignores "
+                      "its attention mask there")  # fmt: skip
+    return failed(
+        f"{evidence}, with the model's mask and positions: the padding reaches real tokens "
+        "(sdpa_mask_inverted: a mask read the other way round; padding_on_queries)"
+    )

@@ -1,0 +1,171 @@
+"""Whole models for the doctor's model tests: a small GPT in nanoGPT's style (token and position
+embeddings, pre-norm blocks, causal self-attention, a tied head), and the same with one bug."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 64
+    vocab_size: int = 256
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        causal = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
+        self.register_buffer("causal", causal, persistent=False)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        return tuple(t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, T)
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        B, h, T, d = y.shape
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, h * d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        att = self.scores(q, k).masked_fill(~self.causal[:T, :T], float("-inf"))
+        return self.merge(F.softmax(att, dim=-1) @ v)
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig, attention: type[nn.Module]):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd)
+        self.attn = attention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd)
+        self.mlp = nn.Sequential(nn.Linear(config.n_embd, 4 * config.n_embd), nn.GELU(),
+                                 nn.Linear(4 * config.n_embd, config.n_embd))  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    attention: type[nn.Module] = SelfAttention
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.h = nn.ModuleList([Block(config, self.attention) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)  # (T,)
+        x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))  # (B, T, vocab)
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, steps: int) -> torch.Tensor:
+        for _ in range(steps):
+            logits = self(idx[:, -self.config.block_size :])[:, -1]
+            idx = torch.cat([idx, logits.argmax(-1, keepdim=True)], dim=1)
+        return idx
+
+
+class UnmaskedAttention(SelfAttention):
+    """The causal mask dropped (a refactor that moved it out and forgot to pass it)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.heads(x)
+        return self.merge(F.softmax(self.scores(q, k), dim=-1) @ v)
+
+
+class LeakyGPT(GPT):
+    attention = UnmaskedAttention
+
+
+class TwiceScaledAttention(SelfAttention):
+    """The scale applied twice (once on q, once on the scores)."""
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return super().scores(q / math.sqrt(q.size(-1)), k)
+
+
+class TwiceScaledGPT(GPT):
+    attention = TwiceScaledAttention
+
+
+class BatchMixingAttention(SelfAttention):
+    """Heads merged with a view on the wrong axis order: sequences of a batch mix."""
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        B, h, T, d = y.shape
+        return self.c_proj(y.transpose(0, 2).reshape(B, T, h * d))
+
+
+class BatchMixingGPT(GPT):
+    attention = BatchMixingAttention
+
+
+class Recurrence(nn.Module):
+    """A running mean over positions: it mixes positions, with no softmax."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        counts = torch.arange(1, x.shape[1] + 1, device=x.device)[:, None]  # (T, 1)
+        return x.cumsum(dim=1) / counts
+
+
+class Router(nn.Module):
+    """A mixture of two experts weighted by a softmax per token: a softmax, no mixing."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.gate = nn.Linear(d, 2)
+        self.experts = nn.ModuleList([nn.Linear(d, d), nn.Linear(d, d)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = F.softmax(self.gate(x), dim=-1)  # (B, T, 2)
+        return sum(weights[..., i : i + 1] * e(x) for i, e in enumerate(self.experts))
+
+
+class RecurrentBlock(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.mix = Recurrence()
+        self.route = Router(config.n_embd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.route(self.mix(x))
+
+
+class HybridGPT(GPT):
+    """Attention blocks and a recurrent block whose softmax is a router's (as Jamba's)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.h.append(RecurrentBlock(config))
+
+
+class ImageModel(GPT):
+    """A forward that needs more than token ids."""
+
+    def forward(self, idx: torch.Tensor, pixel_values: torch.Tensor) -> torch.Tensor:
+        return super().forward(idx)
