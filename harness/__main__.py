@@ -23,12 +23,13 @@ def run() -> int:
     if sys.argv[1:2] == ["doctor"]:
         try:
             from harness.doctor import shield
+            from harness.doctor.model.examine import MODEL_PROBES
             from harness.doctor.probes import PROBES
         except KeyboardInterrupt:
             print(INTERRUPTED, file=sys.stderr)
             return 130
         if shield.available():
-            return shield.run(command, PROBES)
+            return shield.run(command, [*PROBES, *MODEL_PROBES])
     return command()
 
 

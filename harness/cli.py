@@ -62,6 +62,7 @@ from harness.progress import Progress
 from harness.realmodules import real_markdown, real_table
 from harness.report import collect, write_report
 from harness.validation import detection_markdown, detection_table
+from harness.zoo.table import report_section as zoo_section
 
 PROG = "python -m harness"
 
@@ -529,6 +530,7 @@ def cmd_report(args: argparse.Namespace) -> str:
         doctor = detection_markdown(detection_table())
         step("the doctor on real modules")
         doctor += "\n\n" + real_markdown(real_table())
+        doctor += "\n\n" + zoo_section(args.out)
         path, replaced = write_report(
             results, grid, args.out, unavailable, timed, doctor, progress=step
         )

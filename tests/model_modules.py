@@ -169,3 +169,114 @@ class ImageModel(GPT):
 
     def forward(self, idx: torch.Tensor, pixel_values: torch.Tensor) -> torch.Tensor:
         return super().forward(idx)
+
+
+class SinkAttention(SelfAttention):
+    """Attention sinks, as gpt-oss: one more logit per head in each softmax, dropped after."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.sinks = nn.Parameter(torch.full((config.n_head,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        q, k, v = self.heads(x)
+        att = self.scores(q, k).masked_fill(~self.causal[:T, :T], float("-inf"))
+        sink = self.sinks[None, :, None, None].expand(*att.shape[:-1], 1)  # (B, h, T, 1)
+        weights = F.softmax(torch.cat([att, sink], dim=-1), dim=-1)[..., :T]
+        return self.merge(weights @ v)
+
+
+class SinkGPT(GPT):
+    attention = SinkAttention
+
+
+class UnscaledAttention(SelfAttention):
+    """Scores left unscaled, and saying so (``scaling``, as Granite's attention_multiplier)."""
+
+    scaling = 1.0
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1) * self.scaling
+
+
+class DeclaredUnscaledGPT(GPT):
+    attention = UnscaledAttention
+
+
+class SilentUnscaledAttention(SelfAttention):
+    """The same scores, with nothing that says so: the scale is missing."""
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1)
+
+
+class SilentUnscaledGPT(GPT):
+    attention = SilentUnscaledAttention
+
+
+class Float32Mlp(nn.Module):
+    """An expert kernel that takes float32 only (a grouped matmul of experts)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32:
+            raise RuntimeError(f"Expected mat_a to be Float32, got {x.dtype}")
+        return self.proj(x)
+
+
+class Float32OnlyGPT(GPT):
+    """Its first block's MLP runs in float32 only: a later layer is recorded in float32."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.h[0].mlp = Float32Mlp(config.n_embd)
+
+
+class NeedsLanguage(GPT):
+    """A forward that raises on plain ids until told something (X-MOD's language)."""
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        raise ValueError("Input language unknown. Please call set_default_language()")
+
+
+class ApartBiasAttention(SelfAttention):
+    """The output bias returned apart, for the block to add (GPT-NeoX Japanese's dense_bias)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.dense_bias = nn.Parameter(torch.zeros(config.n_embd))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().forward(x), self.dense_bias
+
+
+class ApartBiasBlock(Block):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, bias = self.attn(self.ln_1(x))
+        x = x + out + bias
+        return x + self.mlp(self.ln_2(x))
+
+
+class ApartBiasGPT(GPT):
+    attention = ApartBiasAttention
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.h = nn.ModuleList([ApartBiasBlock(config, self.attention) for _ in self.h])
+
+
+class IdleWeightAttention(SelfAttention):
+    """A projection its model never uses as called (LUKE's entity queries without entities)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.entity_query = nn.Linear(config.n_embd, config.n_embd)
+
+
+class IdleWeightGPT(GPT):
+    attention = IdleWeightAttention

@@ -155,3 +155,112 @@ def test_injected_bugs_fail_on_the_probe_named(bug, where, probe, trap):
     assert (where, probe) in failing(diagnosis)
     found = next(f for f in diagnosis.properties if f.probe == probe)
     assert trap in found.message
+
+
+def _layer(diagnosis, probe):
+    (group,) = diagnosis.groups
+    return next(f for f in group.diagnosis.findings if f.probe == probe)
+
+
+def test_attention_sinks_are_not_a_broken_softmax():
+    diagnosis = diagnose_model(small(model_modules.SinkGPT))
+    assert diagnosis.healthy, diagnosis.text()
+    assert "attention sinks (`sinks`" in _layer(diagnosis, "agrees with SDPA").message
+
+
+def test_a_layer_is_held_to_the_scale_it_declares():
+    declared = diagnose_model(small(model_modules.DeclaredUnscaledGPT))
+    assert declared.healthy, declared.text()
+    silent = diagnose_model(small(model_modules.SilentUnscaledGPT))
+    assert "missing_scale" in _layer(silent, "agrees with SDPA").message
+
+
+def test_a_layer_after_a_float32_only_block_is_recorded_in_float32():
+    diagnosis = diagnose_model(small(model_modules.Float32OnlyGPT))
+    assert diagnosis.healthy, diagnosis.text()
+    assert diagnosis.groups[0].paths == ["h.0.attn", "h.1.attn"]
+
+
+def test_a_forward_that_raises_on_ids_is_one_line(capsys):
+    code, out, err = run_cli(capsys, "doctor", f"{TARGET}:NeedsLanguage")
+    assert code == 2 and not out
+    assert err.count("\n") == 1 and "NeedsLanguage.forward raises on token ids" in err
+
+
+def test_the_zoo_table_counts_what_it_shows():
+    from harness.zoo.rows import Row
+    from harness.zoo.table import summary, verdict
+
+    rows = [Row("a-causal-lm", "A", built=True, ran=True, healthy=True, layers=2),
+            Row("b-causal-lm", "B", built=True, ran=True, known="defect: x"),
+            Row("c-causal-lm", "C", built=True),
+            Row("d-masked-lm", "D"),
+            Row("bug", "A", built=True, ran=True, expected="causal no-leak", caught=True),
+            Row("bug2", "A", built=True, ran=True, expected="left padding")]  # fmt: skip
+    assert [verdict(r) for r in rows] == ["healthy", "known defect", "-", "-", "caught", "MISSED"]
+    text = summary(rows)
+    assert "4 architectures; 3 build" in text and "2 of them run" in text and "(66.7%)" in text
+    assert "unhealthy: 1, of which 1" in text and "caught on the probe named: 1 of 2" in text
+
+
+def test_an_encoder_decoder_is_probed_layer_by_layer():
+    diagnosis = diagnose_model(small(transformers.BartForConditionalGeneration))
+    assert diagnosis.healthy, diagnosis.text()
+    encoder, decoder = diagnosis.groups
+    assert (encoder.diagnosis.config.causal, decoder.diagnosis.config.causal) == (False, True)
+    # the encoder's padding reaches the decoder's self-attention only through cross-attention
+    assert (encoder.diagnosis.config.mask, decoder.diagnosis.config.mask) == ("keep", "none")
+
+
+def test_a_cache_the_model_passes_its_layers_is_copied_for_each_replay():
+    diagnosis = diagnose_model(small(transformers.XLMWithLMHeadModel))
+    assert [len(g.paths) for g in diagnosis.groups] == [2], diagnosis.text()
+    # each replay starts from the cache as the model passed it, not as the last replay left it
+    assert diagnosis.groups[0].diagnosis.healthy, diagnosis.text()
+
+
+def test_left_padding_compares_positions_passed_the_same_way():
+    diagnosis = diagnose_model(small(transformers.CamembertForMaskedLM))
+    padding = next(f for f in diagnosis.properties if f.probe == "left padding")
+    assert padding.status == "pass", padding.message
+
+
+def test_a_zoo_case_past_its_limit_is_a_row_that_says_so():
+    import time
+
+    from harness.zoo.rows import diagnose_row
+
+    def slow(layers=2):
+        time.sleep(5)
+
+    row = diagnose_row("slow-causal-lm", "Slow", slow, limit=0.5)
+    assert (row.built, row.ran) == (False, False)
+    assert row.evidence.startswith("did not finish within 0.5 s")
+    built = diagnose_row("gpt-causal-lm", "GPT", lambda layers=2: small(model_modules.GPT))
+    assert (built.built, built.ran, built.healthy, built.layers) == (True, True, True, 2)
+
+
+def test_gradient_flow_asks_how_the_model_uses_a_weight_the_output_misses():
+    apart = _layer(diagnose_model(small(model_modules.ApartBiasGPT)), "gradient flow")
+    assert apart.status == "pass" and "dense_bias: no gradient through the layer's output" in (
+        apart.message
+    )
+    idle = _layer(diagnose_model(small(model_modules.IdleWeightGPT)), "gradient flow")
+    assert idle.status == "warn" and "unused by the model as called" in idle.message
+    assert "entity_query.weight" in idle.message
+
+
+def test_a_hybrid_without_attention_at_two_layers_is_built_deeper():
+    from types import SimpleNamespace
+
+    from harness.zoo.rows import DEEPER, diagnose_row
+
+    def make(layers=2):
+        model = small(model_modules.HybridGPT if layers == DEEPER else model_modules.GPT)
+        if layers != DEEPER:
+            model.h = torch.nn.ModuleList([model_modules.RecurrentBlock(model.config)])
+        model.config = SimpleNamespace(**vars(model.config), layer_types=["linear"] * layers)
+        return model
+
+    row = diagnose_row("hybrid-causal-lm", "Hybrid", make)
+    assert (row.ran, row.layers) == (True, 2), row

@@ -15,7 +15,7 @@ from harness.devices import resolve_device
 from harness.doctor.causes import explain
 from harness.doctor.convention import NAME as CONVENTION
 from harness.doctor.convention import detect
-from harness.doctor.findings import FAIL, Diagnosis, Finding, failed, skipped
+from harness.doctor.findings import FAIL, SKIP, Diagnosis, Finding, failed, skipped
 from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.subject import Config, Subject, quietly_seeded
@@ -56,8 +56,12 @@ def diagnose(
     timeout: float | None = TIMEOUT,
     progress: Callable[[str], None] | None = None,
     crashed: Mapping[str, str] | None = None,
+    skip: Mapping[str, str] | None = None,
 ) -> Diagnosis:
     """Run every probe on a copy of ``module``; the module itself is left as it was.
+
+    ``skip``: probes not run, each with the reason it reports (the model doctor's, for a layer
+    whose positions come from its model).
 
     ``timeout``: seconds each probe may run (None or 0: no limit). ``progress`` is called with
     each step's name before it runs (``len(STEPS)`` calls at most). A device that is not
@@ -87,6 +91,9 @@ def diagnose(
         report(probe_name)
         if crashed and probe_name in crashed:
             diagnosis.findings.append(Finding(probe_name, FAIL, crashed[probe_name]))
+            continue
+        if skip and probe_name in skip:
+            diagnosis.findings.append(Finding(probe_name, SKIP, skip[probe_name]))
             continue
         diagnosis.findings.append(examine(probe_name, probe, subject, timeout))
     diagnosis.causes = explain(diagnosis.findings, config)

@@ -280,7 +280,8 @@ class Subject:
         self.original = module  # the module as given (its class's code is read for rotary)
         self.new_cache, self.cache_source = cache_convention(self.module, self.plan)
         self.window, self.window_source = window_of(self.module, config)
-        self.context = declared_context(self.module)
+        # the layer's own, else its caller's (the model doctor's replay: the model's context)
+        self.context = declared_context(self.module) or getattr(config.call, "context", None)
         self.asked_seq_len = config.seq_len  # --seq-len, which the context may shorten
         if self.context is not None and 3 <= self.context < config.seq_len:
             # a module built for shorter sequences is probed within what it takes
@@ -355,6 +356,18 @@ class Subject:
     @property
     def position_source(self) -> str:
         return self.positions_found.source
+
+    @cached_property
+    def sinks(self) -> str:
+        """The name of the module's attention sinks, "" when it has none: a parameter named
+        ``sinks`` (or ``...sink(s)``) holding one logit per head, which each row's softmax
+        also normalizes over (gpt-oss, StreamingLLM), so rows sum to less than 1."""
+        heads = head_count(self.module)
+        found = [
+            n for n, p in self.module.named_parameters()
+            if n.rsplit(".", 1)[-1].endswith(("sink", "sinks")) and p.numel() == heads
+        ]  # fmt: skip
+        return found[0] if found else ""
 
     @property
     def kv_grouping(self) -> str:
@@ -665,6 +678,8 @@ def position_scheme(subject: Subject) -> Positions:
     words = sorted({w.lower() for w in ROTARY_WORDS.findall(code)})
     named = f"its code names {words[0]}" if words else ""
     given = next((n for n in plan.positions if n not in OFFSET_NAMES), None)
+    if getattr(config.call, "ignores_positions", False):  # its caller has no positions to give
+        given = None
     if given is not None and subject.responds_to_positions():
         if named:
             return Positions("relative", f"its output follows `{given}` and {named}")

@@ -155,7 +155,8 @@ D_MODEL_NAMES = (
 )  # fmt: skip
 HEADS_NAMES = (
     "heads", "n_heads", "num_heads", "n_head", "nhead", "h", "num_attention_heads", "head_count",
-    "num_head", "n_heads_q", "attention_heads",
+    "num_head", "n_heads_q", "attention_heads", "encoder_attention_heads",
+    "decoder_attention_heads",
 )  # fmt: skip
 HEAD_DIM_NAMES = (
     "d_k", "d_v", "head_dim", "d_head", "dim_head", "head_size", "attention_head_size",
@@ -166,7 +167,7 @@ HEAD_DIM_NAMES = (
 KV_HEADS_NAMES = ("num_key_value_heads", "n_kv_heads", "kv_heads", "num_kv_heads", "n_kv_head",
                   "n_query_groups")  # fmt: skip
 LAYER_COUNT_NAMES = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers",
-                     "num_encoder_layers")  # fmt: skip
+                     "num_encoder_layers", "encoder_layers", "decoder_layers")  # fmt: skip
 LAYER_INDEX_NAMES = ("layer_idx", "layer_id", "layer_number", "layer_index")
 # Partial rotary's width in dimensions (GPT-J's and CodeGen's default 64 of a 256-wide head):
 # sized with the head, as half of it, so that a partial rotary module is built partial and fits.
@@ -178,7 +179,7 @@ LATENT_NAMES = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_r
                 "q_lora_rank")  # fmt: skip
 SIZE_NAMES = frozenset(
     (*D_MODEL_NAMES, *HEADS_NAMES, *HEAD_DIM_NAMES, *KV_HEADS_NAMES, *ROTARY_DIM_NAMES,
-     *LATENT_NAMES, "query_pre_attn_scalar")
+     *LATENT_NAMES, "query_pre_attn_scalar", *LAYER_COUNT_NAMES, "vocab_size", "n_vocab")
 )  # fmt: skip
 NAMES: dict[str, Callable[[Sizes], object]] = {
     **dict.fromkeys(D_MODEL_NAMES, lambda s: s.d_model),
@@ -203,12 +204,19 @@ NAMES: dict[str, Callable[[Sizes], object]] = {
     ),
     # a whole model's depth and vocabulary, and its special tokens within that vocabulary
     **dict.fromkeys(LAYER_COUNT_NAMES, lambda s: s.layers),
-    **dict.fromkeys(("vocab_size", "n_vocab"), lambda s: s.vocab),
+    **dict.fromkeys(("vocab_size", "n_vocab", "entity_vocab_size"), lambda s: s.vocab),
     "pad_token_id": lambda s: 0,
+    # a mixture of experts: four experts, each token routed to two
+    **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts"),
+                    lambda s: 4),
+    **dict.fromkeys(("num_experts_per_tok", "moe_k", "moe_topk", "num_experts_per_token",
+                     "n_activated_experts"), lambda s: 2),
+    **dict.fromkeys(("n_group", "topk_group"), lambda s: 1),  # grouped routing: one group
     "bos_token_id": lambda s: 1,
     "eos_token_id": lambda s: 2,
     **dict.fromkeys(
-        ("intermediate_size", "n_inner", "ffn_dim", "mlp_dim", "d_ff", "dim_feedforward"),
+        ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+         "n_inner", "ffn_dim", "mlp_dim", "d_ff", "dim_feedforward"),
         lambda s: 4 * s.d_model,
     ),
     # A required dropout rate gets a non-zero one, so dropout left on in eval mode shows.

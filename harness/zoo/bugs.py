@@ -111,13 +111,13 @@ class Bug:
     attention: str | None = None  # a function of ATTENTION, as the model's implementation
     patch: Callable[[nn.Module], None] | None = None
 
-    def build(self, seed: int = 0) -> nn.Module:
+    def build(self, seed: int = 0, layers: int = 2) -> nn.Module:
         transformers = importlib.import_module("transformers")
         for name, function in ATTENTION.items():  # each with eager's full additive masks
             transformers.AttentionInterface.register(name, function)
             masks = importlib.import_module("transformers.masking_utils")
             transformers.AttentionMaskInterface.register(name, masks.eager_mask)
-        model = build(getattr(transformers, self.class_name), Sizes(), seed)
+        model = build(getattr(transformers, self.class_name), Sizes(layers=layers), seed)
         if self.attention is not None:
             model.set_attn_implementation(self.attention)
         if self.patch is not None:

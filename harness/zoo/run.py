@@ -13,7 +13,9 @@ from harness.files import write_atomically
 from harness.zoo import cases
 from harness.zoo.table import markdown, read_rows
 
-CASE_TIMEOUT = 120  # seconds per case (pytest-timeout): a model the doctor hangs on fails
+# pytest-timeout's limit, past each case's own (rows.LIMIT): a C call that never returns, which
+# no signal interrupts, ends its worker (the thread method), and pytest-xdist starts another
+CASE_TIMEOUT = 180
 
 
 def run_zoo(out: Path, workers: str = "auto", select: str = "", timeout: int = CASE_TIMEOUT) -> str:
@@ -27,6 +29,7 @@ def run_zoo(out: Path, workers: str = "auto", select: str = "", timeout: int = C
         raise UsageError(needed) from None
     with tempfile.TemporaryDirectory(prefix="attention-zoo-") as rows:
         args = [cases.__file__, "-q", "-p", "xdist", "-n", workers, "--timeout", str(timeout),
+                "--timeout-method", "thread",
                 "-p", "no:cacheprovider", "--no-header", "-rN",
                 "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # fmt: skip
         if select:

@@ -102,5 +102,6 @@ def low_precision(patient: Patient) -> Outcome:
             )
         scale = reference.abs().max().item()
         errors.append(f"{name} {(got - reference).abs().max().item() / scale:.2g}")
-    return passed(f"finite under autocast on {SEQ_LEN} tokens, left padding included; error "
-                  f"over the logits' scale: {', '.join(errors)}")  # fmt: skip
+    padding = ", left padding included" if given else ""
+    return passed(f"finite under autocast on {SEQ_LEN} tokens{padding}; error over the logits' "
+                  f"scale: {', '.join(errors)}")  # fmt: skip

@@ -14,11 +14,14 @@ from torch import Tensor, nn
 from harness.errors import UsageError
 from harness.inputs import generator
 
-# The names real models give each input of their forward, most common first.
-IDS_NAMES = ("input_ids", "idx", "tokens", "token_ids", "ids", "input", "src", "x")
+# The names real models give each input of their forward, most common first; only these say
+# "token ids" (a layer's ``input`` or ``x`` takes hidden states).
+IDS_NAMES = ("input_ids", "idx", "tokens", "token_ids", "ids")
 MASK_NAMES = ("attention_mask", "padding_mask", "mask", "key_padding_mask")
 POSITION_NAMES = ("position_ids", "positions", "pos", "input_pos")
+FLAT_POSITION_NAMES = ("input_pos",)  # gpt-fast's and litgpt's: one (T,) row for the batch
 CACHE_NAMES = ("past_key_values", "cache", "past", "kv_cache")
+LABEL_NAMES = ("targets", "labels")  # nanoGPT returns every position's logits only with targets
 VOCAB_NAMES = ("vocab_size", "n_vocab", "num_tokens", "vocab")
 
 
@@ -35,7 +38,7 @@ def takes_token_ids(model: nn.Module) -> bool:
     """A model, not a layer: its forward's first parameter is named for token ids and it
     embeds tokens (an nn.Embedding somewhere inside)."""
     params = [p for p in forward_parameters(model) if p not in ("self",)]
-    if not params or params[0] not in IDS_NAMES[:-1]:  # `x` alone may be hidden states
+    if not params or params[0] not in IDS_NAMES:
         return False
     return any(isinstance(m, nn.Embedding) for m in model.modules())
 
@@ -69,9 +72,10 @@ def logits_of(output: object) -> Tensor:
     )
 
 
-@dataclass(frozen=True)
+@dataclass
 class ModelCall:
-    """The model's forward, read from its signature."""
+    """The model's forward, read from its signature; how it wants its positions and whether
+    it needs labels for every position's logits are learnt on the first call that shows it."""
 
     ids: str
     mask: str | None
@@ -79,6 +83,9 @@ class ModelCall:
     cache: str | None
     use_cache: bool  # it takes use_cache=
     vocab: int
+    labels: str | None = None
+    with_labels: bool = False  # its forward gives every position's logits only with labels
+    flat_positions: bool = False  # it takes positions as one (T,) row (gpt-fast's input_pos)
 
     @classmethod
     def of(cls, model: nn.Module) -> ModelCall:
@@ -102,6 +109,8 @@ class ModelCall:
             cache=_named(params, CACHE_NAMES),
             use_cache="use_cache" in params,
             vocab=vocabulary(model),
+            labels=_named(params, LABEL_NAMES),
+            flat_positions=_named(params, POSITION_NAMES) in FLAT_POSITION_NAMES,
         )
 
     def tokens(self, batch: int, seq_len: int, seed: int) -> Tensor:
@@ -129,8 +138,56 @@ class ModelCall:
             call[name] = value
         if self.use_cache:
             call["use_cache"] = cache is not None
+        if self.flat_positions and positions is not None:
+            call[self.positions] = positions[0]  # (T,): one row for the batch
+        if self.with_labels:
+            call[self.labels] = ids
         return call
 
     def run(self, model: nn.Module, ids: Tensor, **given: Any) -> Tensor:
-        """The logits (B, T, V) of one forward."""
-        return logits_of(model(**self.kwargs(ids, **given)))
+        """The logits (B, T, V) of one forward. A forward that returns the last position's
+        only asks for labels; one that refuses (B, T) positions gets one (T,) row where it
+        takes that; positions it takes neither way are a NotImplementedError where it runs
+        without them (the probe that passes them is skipped)."""
+        positions = given.get("positions")
+        per_row = positions is not None and not bool((positions == positions[:1]).all())
+        if self.flat_positions and per_row:
+            raise NotImplementedError("the model takes one row of positions for the whole batch")
+        try:
+            logits = logits_of(model(**self.kwargs(ids, **given)))
+        except Exception as first:
+            if positions is None:
+                raise
+            logits = self._other_positions(model, ids, given, first)
+        last_only = logits.dim() >= 2 and logits.shape[1] == 1 < ids.shape[1]
+        if last_only and self.labels and not self.with_labels:
+            self.with_labels = True
+            logits = logits_of(model(**self.kwargs(ids, **given)))
+        return logits
+
+    def _other_positions(
+        self, model: nn.Module, ids: Tensor, given: dict[str, Any], first: Exception
+    ) -> Tensor:
+        """After a forward with (B, T) positions raised ``first``: the logits with one (T,)
+        row where the model takes that (and the rows are one); a NotImplementedError where
+        it takes them neither way but runs without (litgpt wants ``set_kv_cache()`` first for
+        its input_pos); else ``first``."""
+        positions = given["positions"]
+        if positions.dim() == 2 and not self.flat_positions:
+            self.flat_positions = True  # does it take one (T,) row?
+            try:
+                logits = logits_of(model(**self.kwargs(ids, **given)))
+            except Exception:
+                self.flat_positions = False
+            else:
+                if bool((positions == positions[:1]).all()):
+                    return logits
+                raise NotImplementedError(
+                    "the model takes one row of positions for the whole batch"
+                ) from None
+        without = {k: v for k, v in given.items() if k != "positions"}
+        try:
+            logits_of(model(**self.kwargs(ids, **without)))
+        except Exception:
+            raise first from None
+        raise NotImplementedError(f"the model refuses position ids: {first}") from None

@@ -7,21 +7,24 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+import torch
 from torch import nn
 
-from harness.doctor.examine import diagnose, evidence
-from harness.doctor.findings import FAIL, Finding, Outcome, failed
+from harness.doctor.examine import SETUP, diagnose, evidence
+from harness.doctor.findings import FAIL, SKIP, WARN, Diagnosis, Finding, Outcome, failed
 from harness.doctor.guard import TIMEOUT, guarded
 from harness.doctor.model import backends, generation, properties
 from harness.doctor.model.call import ModelCall
 from harness.doctor.model.diagnosis import LayerGroup, ModelDiagnosis
-from harness.doctor.model.layers import attention_layers, grouped
-from harness.doctor.model.patient import Patient, declared_causal
+from harness.doctor.model.layers import Group, attention_layers, grouped
+from harness.doctor.model.patient import Patient, declared_causal, layer_causal
 from harness.doctor.model.replay import Replay
 from harness.doctor.subject import Config, quietly_seeded
 from harness.errors import UsageError
 
+DETERMINISM = "eval determinism"
 MODEL_PROBES: dict[str, Callable[[Patient], Outcome]] = {
+    DETERMINISM: properties.eval_determinism,
     "causal no-leak": properties.causal_no_leak,
     "batch independence": properties.batch_independence,
     "left padding": properties.left_padding,
@@ -33,12 +36,77 @@ MODEL_PROBES: dict[str, Callable[[Patient], Outcome]] = {
 FINDING = "finding attention layers"
 
 
-def layer_config(config: Config, call: ModelCall, causal: bool, replay: Replay) -> Config:
-    """The layer probes' options: masks go to the model as its attention mask (a key padding
-    mask, 1 for a real token), calls through the model's recorded call."""
-    mask = {"mask": "keep", "mask_shape": "bk", "mask_dtype": "float"} if call.mask else {
+def declared_scale(layer: nn.Module) -> float | None:
+    """The factor a layer says it puts on its scores (transformers' ``scaling``: Granite's
+    ``attention_multiplier``, Gemma's ``query_pre_attn_scalar ** -0.5``), None when it says
+    nothing: then 1/sqrt(head width), as SDPA's."""
+    value = getattr(layer, "scaling", None)
+    ok = isinstance(value, float) and 0 < value < float("inf")
+    return value if ok else None
+
+
+def layer_plan(
+    config: Config, group: Group, causal: bool, replay: Replay
+) -> tuple[Config, dict[str, str]]:
+    """The layer probes' options, and the probes not run with the reason each reports.
+
+    Masks go to the model as its attention mask (a key padding mask, 1 for a real token) where
+    that mask reaches the layer; calls go through the model's recorded call. Causal when it
+    masks the future as its model calls it (a decoder's self-attention, whatever its flags
+    say), else as the layer says (an encoder's layers are not), else as the model. A layer
+    whose positions come from its model as a score bias, or from a convolution of its own, is
+    not held to permutation equivariance or token order, which its model shows or not; one
+    with a position bias is not compared with SDPA, which would not add it.
+    """
+    padded = replay.padding_reaches_layer()
+    mask = {"mask": "keep", "mask_shape": "bk", "mask_dtype": "float"} if padded else {
         "mask": "none"}  # fmt: skip
-    return replace(config, call=replay, causal=config.causal or causal, **mask)
+    said = layer_causal(group.module)
+    masks = group.call is not None and group.call.masks_future()  # what it does, as called
+    said = masks or (causal if said is None else said)
+    positions = replay.position_inputs()
+    conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in group.module.modules())
+    skip: dict[str, str] = {}
+    if positions == "bias" or conv:
+        how = "a position bias its model adds" if positions == "bias" else "its own convolution"
+        reason = (f"positions reach it through {how}: whether tokens' order counts is the "
+                  "model's to show")  # fmt: skip
+        skip.update(dict.fromkeys(("permutation equivariance", "token order"), reason))
+    if positions == "bias":
+        skip["agrees with SDPA"] = (
+            "its model adds a position bias to its scores (ALiBi's slopes, relative buckets), "
+            "which SDPA's reference does not"
+        )
+    return replace(config, call=replay, causal=config.causal or said, **mask), skip
+
+
+def probe_layer(
+    config: Config, group: Group, causal: bool, replay: Replay, timeout: float | None,
+    report: Callable[[str], None], crashed: Mapping[str, str] | None,
+) -> Diagnosis:  # fmt: skip
+    """The layer probes on the first layer of ``group``, as its model calls it; a layer that
+    declares another scale than 1/sqrt(d) (``scaling``) and disagrees with SDPA at 1/sqrt(d)
+    is probed again at its declared one (Granite's ``attention_multiplier``; ESM scales its
+    queries itself and declares 1)."""
+    with guarded(timeout), quietly_seeded(config.seed):
+        layer, skip = layer_plan(config, group, causal, replay)
+
+    def run(options: Config) -> Diagnosis:
+        return diagnose(group.module, options, group.path, timeout,
+                        progress=lambda step: report(f"{group.path}: {step}"),
+                        crashed=_prefixed(crashed, group.path), skip=skip)  # fmt: skip
+
+    diagnosis = run(layer)
+    declared = declared_scale(group.module)
+    if declared is not None and layer.scale is None and not _agrees(diagnosis):
+        other = run(replace(layer, scale=declared))
+        if _agrees(other):
+            return other
+    return diagnosis
+
+
+def _agrees(diagnosis: Diagnosis) -> bool:
+    return any(f.probe == "agrees with SDPA" and f.status != FAIL for f in diagnosis.findings)
 
 
 def diagnose_model(
@@ -54,9 +122,23 @@ def diagnose_model(
     config = config or Config()
     if config.call is not None:
         raise UsageError("a model is its own adapter: --call is for a lone layer")
+    modes = {m: m.training for m in model.modules()}
+    try:  # in eval mode, as its copy: a lambda attribute (minGPT's mlpf) calls the original
+        model.eval()
+        return _diagnose_model(model, config, target, timeout, report, crashed)
+    finally:
+        for m, training in modes.items():  # the user's model keeps its mode and its weights
+            m.training = training
+
+
+def _diagnose_model(
+    model: nn.Module, config: Config, target: str, timeout: float | None,
+    report: Callable[[str], None], crashed: Mapping[str, str] | None,
+) -> ModelDiagnosis:  # fmt: skip
     found = ModelDiagnosis(target or type(model).__name__, type(model).__name__, config.strict)
     call = ModelCall.of(model)
-    model = copy.deepcopy(model).eval()  # the user's model keeps its mode and its weights
+    model = copy.deepcopy(model).eval()
+    runs(model, call, config.seed, timeout)
     report(FINDING)
     try:
         with guarded(timeout), quietly_seeded(config.seed):
@@ -71,27 +153,51 @@ def diagnose_model(
     except Exception as exc:
         found.properties.append(Finding(FINDING, FAIL, evidence(exc)))
         return found
-    how = "measured: earlier logits ignore later tokens" if said is None else "declared"
+    how = "declared" if said is not None else (
+        "measured: earlier logits ignore later tokens" if causal
+        else "measured: later tokens reach earlier logits")  # fmt: skip
     found.notes.append(
         f"{'causal' if causal else 'not causal'} ({how}); model probes in "
         f"{str(patient.dtype).removeprefix('torch.')}, {len(groups)} layer group(s)"
     )
     if not groups:  # a recurrence or a convolution: the model's own probes still apply
-        found.notes.append("no attention layer: no submodule mixes positions with a softmax")
+        nothing = "no attention layer found: no submodule mixes positions with a softmax"
+        found.properties.append(Finding(FINDING, WARN, f"{nothing}, so no layer was probed"))
     for group in groups:
         replay = Replay(model, group.path, call, config.seed)
-        layer = layer_config(config, call, causal, replay)
-        diagnosis = diagnose(group.module, layer, group.path, timeout,
-                             progress=lambda step, p=group.path: report(f"{p}: {step}"),
-                             crashed=_prefixed(crashed, group.path))  # fmt: skip
+        try:
+            diagnosis = probe_layer(config, group, causal, replay, timeout, report, crashed)
+        except UsageError:
+            raise
+        except Exception as exc:  # the model cannot be run to record this layer's calls
+            diagnosis = Diagnosis(group.path, config, [Finding(SETUP, FAIL, evidence(exc))])
         found.groups.append(LayerGroup(group.paths, group.cls, diagnosis))
     for name, probe in MODEL_PROBES.items():
         report(name)
         if crashed and name in crashed:
             found.properties.append(Finding(name, FAIL, crashed[name]))
             continue
+        if any(f.probe == DETERMINISM and f.status == FAIL for f in found.properties):
+            found.properties.append(Finding(name, SKIP, "two identical forwards differ (see "
+                                            f"{DETERMINISM}): nothing else compares"))  # fmt: skip
+            continue
         found.properties.append(_examine(name, probe, patient, timeout))
     return found
+
+
+def runs(model: nn.Module, call: ModelCall, seed: int, timeout: float | None) -> None:
+    """The model's forward runs on token ids; else a UsageError saying how it fails (a model
+    that needs a language set, an input it cannot make from ids)."""
+    ids = call.tokens(2, 8, seed)
+    try:
+        with guarded(timeout), quietly_seeded(seed), torch.no_grad():
+            call.run(model, ids)
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(
+            f"{type(model).__name__}.forward raises on token ids (B=2, T=8): {evidence(exc)}"
+        ) from None
 
 
 def _prefixed(crashed: Mapping[str, str] | None, path: str) -> dict[str, str]:

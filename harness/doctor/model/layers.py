@@ -10,7 +10,7 @@ probed once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from harness.doctor.model.call import ModelCall
-from harness.doctor.model.replay import Slot
+from harness.doctor.model.replay import Slot, fresh
 from harness.runner import seeded, split_output
 
 # What an attention layer runs: a softmax over its scores, or a kernel that does.
@@ -35,15 +35,15 @@ BATCH, SEQ_LEN = 2, 8  # the recorded forward: B != T, so neither is taken for t
 
 
 class _Watch(TorchFunctionMode):
-    """Notes whether a softmax or an attention kernel runs."""
+    """Calls ``seen()`` whenever a softmax or an attention kernel runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, seen: Callable[[], None]) -> None:
         super().__init__()
-        self.attends = False
+        self.seen = seen
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         if func in ATTENTION_FUNCTIONS:
-            self.attends = True
+            self.seen()
         return func(*args, **(kwargs or {}))
 
 
@@ -56,37 +56,43 @@ class Call:
     slot: Slot
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    softmax: bool = False  # a softmax or an attention kernel ran inside one of its calls
 
-    def run(self, x: Tensor) -> tuple[Tensor, bool]:
-        """The output (B, T, ...) with ``x`` as hidden states, and whether a softmax ran."""
-        args, kwargs = self.slot.put(self.args, self.kwargs, x)
-        watch = _Watch()
-        with torch.no_grad(), seeded(0), watch:  # the same dropout (left on in eval) each run
-            out, _ = split_output(self.module(*args, **kwargs))
-        return out, watch.attends
+    def run(self, x: Tensor) -> Tensor:
+        """The output (B, T, ...) with ``x`` as hidden states."""
+        args, kwargs = self.slot.put(*fresh(self.args, self.kwargs), x)
+        with torch.no_grad(), seeded(0):  # the same dropout (left on in eval) each run
+            return split_output(self.module(*args, **kwargs))[0]
 
-    def runs_softmax(self) -> bool:
-        """Called as the model called it, it runs a softmax or an attention kernel."""
+    def masks_future(self) -> bool:
+        """Called as recorded, changing the second half of the hidden states leaves the first
+        half's outputs exactly as they were (a causal layer that does not say so)."""
+        x = self.slot.take(self.args, self.kwargs)
+        half = x.shape[1] // 2
+        later = x.clone()
+        later[:, half:] = -later[:, half:]
         try:
-            return self.run(self.slot.take(self.args, self.kwargs))[1]
-        except Exception:  # a submodule that cannot be called alone is not a layer we probe
+            return torch.equal(self.run(x)[:, :half], self.run(later)[:, :half])
+        except Exception:
             return False
 
     def mixes(self) -> bool:
-        """Changing the last token moves the first one's output, or the first the last."""
+        """Changing the first token moves another's output, or changing the last does (a
+        sliding window shorter than the sequence keeps the first from the last)."""
         x = self.slot.take(self.args, self.kwargs)
         try:
-            base, _ = self.run(x)
+            base = self.run(x)
             if base.dim() < 2 or tuple(base.shape[:2]) != tuple(x.shape[:2]):
                 return False
             # a change well past rounding: a mixture-of-experts block moves other tokens by
             # rounding alone when one token's route changes the order of its sums
             beyond = MIXING * base.abs().max().item()
-            for moved, seen in ((-1, 0), (0, -1)):
+            T = x.shape[1]
+            for moved in (0, T - 1):  # first and last: one of them reaches another, causal or not
                 other = x.clone()
                 other[:, moved] = -other[:, moved]
-                out, _ = self.run(other)
-                if (out[:, seen] - base[:, seen]).abs().max().item() > beyond:
+                rest = [t for t in range(T) if t != moved]
+                if (self.run(other)[:, rest] - base[:, rest]).abs().max().item() > beyond:
                     return True
         except Exception:
             return False
@@ -99,6 +105,7 @@ class Group:
 
     paths: list[str]
     module: nn.Module = field(repr=False)
+    call: Call | None = field(default=None, repr=False)  # the first layer's recorded call
 
     @property
     def path(self) -> str:
@@ -109,21 +116,39 @@ class Group:
         return type(self.module).__name__
 
 
+@dataclass
+class _Seen:
+    """What one forward showed: each submodule's first call, by path, and the paths inside
+    which a softmax or an attention kernel ran."""
+
+    calls: dict[str, tuple[nn.Module, tuple, dict]] = field(default_factory=dict)
+    softmax: set[str] = field(default_factory=set)
+    running: list[str] = field(default_factory=list)  # the submodules being called, outermost first
+
+
 @contextmanager
-def _recording(model: nn.Module) -> Iterator[dict[str, tuple[nn.Module, tuple, dict]]]:
-    """Every submodule's first call during the block, by path."""
-    calls: dict[str, tuple[nn.Module, tuple, dict]] = {}
+def _recording(model: nn.Module) -> Iterator[_Seen]:
+    """Hooks on every submodule for the block: their first calls, and where a softmax ran."""
+    seen = _Seen()
     handles = []
     for path, module in model.named_modules():
         if not path:
             continue
 
-        def hook(m: nn.Module, args: tuple, kwargs: dict, path: str = path) -> None:
-            calls.setdefault(path, (m, args, kwargs))
+        def enter(m: nn.Module, args: tuple, kwargs: dict, path: str = path) -> None:
+            if path not in seen.calls:  # its state before the call (a cache it will update)
+                seen.calls[path] = (m, *fresh(args, kwargs))
+            seen.running.append(path)
 
-        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+        def leave(m: nn.Module, args: tuple, output: object) -> None:
+            seen.running.pop()
+
+        handles.append(module.register_forward_pre_hook(enter, with_kwargs=True))
+        handles.append(module.register_forward_hook(leave, always_call=True))
+    watch = _Watch(lambda: seen.softmax.update(seen.running))
     try:
-        yield calls
+        with watch:
+            yield seen
     finally:
         for handle in handles:
             handle.remove()
@@ -132,15 +157,15 @@ def _recording(model: nn.Module) -> Iterator[dict[str, tuple[nn.Module, tuple, d
 def record_calls(model: nn.Module, call: ModelCall, seed: int) -> list[Call]:
     """The calls of one seeded forward whose arguments hold hidden states (B, T, d)."""
     ids = call.tokens(BATCH, SEQ_LEN, seed)
-    with _recording(model) as calls, torch.no_grad():
+    with _recording(model) as seen, torch.no_grad():
         call.run(model, ids)
     found = []
-    for path, (module, args, kwargs) in calls.items():
+    for path, (module, args, kwargs) in seen.calls.items():
         try:
             slot = Slot.find(args, kwargs, BATCH, SEQ_LEN)
         except LookupError:
             continue
-        found.append(Call(path, module, slot, args, kwargs))
+        found.append(Call(path, module, slot, args, kwargs, path in seen.softmax))
     return found
 
 
@@ -148,7 +173,8 @@ def attention_layers(model: nn.Module, call: ModelCall, seed: int = 0) -> list[C
     """The calls that mix positions and run a softmax, innermost: none of the submodules they
     call mixes positions itself (a block holding attention mixes through it; a block whose
     mixing is a recurrence and whose softmax is a router's is no attention layer). In the
-    model's order."""
+    model's order; the innermost are tried first, so a block around a layer already found is
+    never replayed."""
     calls = record_calls(model, call, seed)
     mixing: dict[str, bool] = {}
 
@@ -157,14 +183,13 @@ def attention_layers(model: nn.Module, call: ModelCall, seed: int = 0) -> list[C
             mixing[c.path] = c.mixes()
         return mixing[c.path]
 
-    found = []
-    for c in calls:
-        if not (c.runs_softmax() and mixes(c)):
+    found: set[str] = set()
+    for c in sorted((c for c in calls if c.softmax), key=lambda c: -c.path.count(".")):
+        if any(p.startswith(c.path + ".") for p in found) or not mixes(c):
             continue
-        inner = [o for o in calls if o.path.startswith(c.path + ".")]
-        if not any(mixes(o) for o in inner):
-            found.append(c)
-    return found
+        if not any(mixes(o) for o in calls if o.path.startswith(c.path + ".")):
+            found.add(c.path)
+    return [c for c in calls if c.path in found]
 
 
 def _settings(module: nn.Module) -> tuple[object, ...]:
@@ -210,5 +235,5 @@ def grouped(layers: list[Call]) -> list[Group]:
         if key in groups:
             groups[key].paths.append(layer.path)
         else:
-            groups[key] = Group([layer.path], layer.module)
+            groups[key] = Group([layer.path], layer.module, layer)
     return list(groups.values())

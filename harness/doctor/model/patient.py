@@ -15,14 +15,30 @@ from harness.runner import as_dtype
 BATCH, SEQ_LEN = 2, 8  # the model probes' batch; B != T, so that neither passes for the other
 
 
+# Config attributes that say the model reads every token of its ids both ways, whatever its
+# class can do: an encoder-decoder (the encoder sees all the ids), a causal flag turned off,
+# XLNet-style bidirectional attention.
+BIDIRECTIONAL = {"is_encoder_decoder": True, "causal": False, "is_causal": False, "attn_type": "bi"}
+
+
+def layer_causal(layer: nn.Module) -> bool | None:
+    """What an attention layer says of itself (``is_causal``), None when it says nothing."""
+    flag = getattr(layer, "is_causal", None)
+    return flag if isinstance(flag, bool) else None
+
+
 def declared_causal(model: nn.Module, layers: list[nn.Module]) -> bool | None:
-    """What the model says it is: its attention layers' ``is_causal``, else whether it can
-    generate (transformers' ``can_generate()``, else a ``generate`` method), else a causal LM by
-    its class name (``...ForCausalLM``, ``...LMHeadModel``); None when nothing says."""
-    flags = [layer.is_causal for layer in layers if isinstance(getattr(layer, "is_causal", None),
-                                                                bool)]  # fmt: skip
+    """What the model says it is: causal when every attention layer says so (``is_causal``; an
+    encoder's layers say otherwise), else not when its config says it reads both ways, else
+    whether it can generate (transformers' ``can_generate()``, else a ``generate`` method), else
+    a causal LM by its class name (``...ForCausalLM``, ``...LMHeadModel``); None when nothing
+    says."""
+    flags = [flag for flag in map(layer_causal, layers) if flag is not None]
     if flags:
-        return any(flags)
+        return all(flags)
+    config = getattr(model, "config", None)
+    if any(getattr(config, name, None) == value for name, value in BIDIRECTIONAL.items()):
+        return False
     can_generate = getattr(model, "can_generate", None)
     if callable(can_generate):
         return bool(can_generate())
@@ -76,5 +92,7 @@ class Patient:
             return self.call.run(model or self.model, ids, **given).double()
 
     def floor(self, logits: Tensor) -> float:
-        """How far rounding alone may move logits of this size in the copy's dtype."""
-        return rounding(logits.abs().max().item(), self.dtype)
+        """How far rounding alone may move logits of this size: float32's rounding at least,
+        since any part of a model may compute in float32 (a recurrence's scan, an upcast
+        softmax) even in a float64 copy."""
+        return rounding(logits.abs().max().item(), torch.float32)

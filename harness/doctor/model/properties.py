@@ -17,6 +17,19 @@ def _moved(a: Tensor, b: Tensor) -> float:
     return (a - b).abs().nan_to_num(float("inf")).max().item()
 
 
+def eval_determinism(patient: Patient) -> Outcome:
+    """Two identical forwards in eval mode give the same logits."""
+    ids = patient.tokens()
+    first, second = patient.logits(ids), patient.logits(ids)
+    moved = _moved(first, second)
+    if moved > 0:
+        return failed(
+            f"two identical forwards in eval mode differ by {moved:.3g}: dropout left on, or "
+            "sampling (dropout_in_eval: F.dropout without training=self.training)"
+        )
+    return passed("two identical forwards agree exactly")
+
+
 def _future_change(patient: Patient) -> tuple[Tensor, Tensor, float, float]:
     """Logits before and after the tokens from position SEQ_LEN // 2 on change, how far the
     earlier ones move and the floor."""
@@ -82,7 +95,9 @@ def left_padding(patient: Patient) -> Outcome:
     if call.positions is not None:
         given["positions"] = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() counts them
     got = patient.logits(padded, **given)[0, PAD:]
-    alone = patient.logits(ids[:1])[0]
+    # unpadded, with positions passed the same way (RoBERTa's own count starts elsewhere)
+    alone_given = {"positions": torch.arange(SEQ_LEN)[None]} if call.positions else {}
+    alone = patient.logits(ids[:1], **alone_given)[0]
     moved = _moved(got, alone)
     floor = patient.floor(alone)
     if moved <= floor:

@@ -10,19 +10,24 @@ called with everything the model passed (its own mask, rotary tables, flags, a l
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from harness.doctor.model.call import ModelCall
+from harness.doctor.subject import declared_context
+from harness.inputs import generator
 from harness.masks import lowest
 from harness.runner import as_dtype
 
 
-class Recorded(Exception):
-    """Raised by the pre-hook to stop the model where it calls the layer."""
+class Recorded(BaseException):
+    """Raised by the pre-hook to stop the model where it calls the layer: a BaseException, so
+    that no ``except Exception`` on the way (the model's, a retry's) takes it for an error."""
 
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]):
         super().__init__("recorded")
@@ -71,7 +76,7 @@ def record(
     the model stopped there."""
 
     def stop(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        raise Recorded(args, kwargs)
+        raise Recorded(*fresh(args, kwargs))
 
     handle = layer.register_forward_pre_hook(stop, with_kwargs=True)
     try:
@@ -100,6 +105,57 @@ def as_built(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, 
     return _as_built(args), {k: _as_built(v) for k, v in kwargs.items()}
 
 
+def _cast(value: Any, dtype: torch.dtype) -> Any:
+    """Floating tensors in ``value`` (nested in tuples, lists, dicts) cast to ``dtype``."""
+    if isinstance(value, Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, tuple | list):
+        return type(value)(_cast(v, dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast(v, dtype) for k, v in value.items()}
+    return value
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of a stateful argument (a cache the layer updates in place), so that each replay
+    starts from the state the model passed; tensors, plain values and modules as they are."""
+    if isinstance(value, Tensor | nn.Module | int | float | str | bool | type(None)):
+        return value
+    if isinstance(value, tuple | list):
+        return type(value)(_fresh(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # a handle, a lock: taken as it is
+        return value
+
+
+def fresh(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict]:
+    """The arguments, each stateful one copied (``_fresh``)."""
+    return _fresh(args), _fresh(kwargs)
+
+
+def _is_mask(t: Tensor) -> bool:
+    """A mask: additive (0 where allowed, a large negative fill or -inf where blocked) or 0/1
+    (CTRL's causal mask, multiplied by its fill inside the layer)."""
+    return bool(((t == 0) | (t <= -1e4)).all() or ((t == 0) | (t == 1)).all())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two recorded calls are equal: every tensor equal, every other value equal."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape
+                and bool(torch.equal(a, b)))  # fmt: skip
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, int | float | str | bool | type(None)):
+        return a == b
+    return type(a) is type(b)  # objects made per forward (a cache, a block mask) by their kind
+
+
 class Replay:
     """A ``--call`` adapter for one layer of a model: ``(module, x, *, positions, mask,
     cache)``, calling ``module`` (the doctor's copy of the layer) with what the model passes it.
@@ -115,6 +171,7 @@ class Replay:
         self.path = path
         self.call = call
         self.seed = seed
+        self.context = declared_context(model)  # the longest sequence the model takes
         self._copies: dict[tuple[torch.dtype, torch.device], nn.Module] = {}
         self._calls: dict[tuple[object, ...], tuple[Slot, tuple[Any, ...], dict[str, Any]]] = {}
 
@@ -138,27 +195,97 @@ class Replay:
         key = (B, T, x.dtype, x.device, None if mask is None else mask.cpu().numpy().tobytes(),
                None if ordinary else positions.cpu().numpy().tobytes())  # fmt: skip
         if key not in self._calls:
-            model = self._model(x.dtype, x.device)
             given: dict[str, Any] = {}
             if mask is not None:
                 given["mask"] = mask.reshape(B, T).to(x.device, torch.long)
             if not ordinary:
                 given["positions"] = positions.to(x.device, torch.long)
             ids = self.call.tokens(B, T, self.seed).to(x.device)
-            args, kwargs = record(model, model.get_submodule(self.path), self.call, ids, **given)
+            args, kwargs = self._record(ids, x.dtype, x.device, given)
             self._calls[key] = (Slot.find(args, kwargs, B, T), *as_built(args, kwargs))
         return self._calls[key]
 
-    def _positions_reach_layer(self, x: Tensor, mask: Tensor | None) -> bool:
-        """The model passes the layer more than hidden states of the sequence's length (rotary
-        tables, a position bias): positions it computes itself, which ids cannot move."""
+    def _record(
+        self, ids: Tensor, dtype: torch.dtype, device: torch.device, given: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The layer's arguments from a model copy in ``dtype``; for a model whose earlier
+        layers do not run in float64 (a grouped matmul of experts), from its float32 copy,
+        floating tensors then cast to ``dtype``."""
+        model = self._model(dtype, device)
+        try:
+            return record(model, model.get_submodule(self.path), self.call, ids, **given)
+        except (LookupError, NotImplementedError):
+            raise
+        except Exception:
+            if dtype != torch.float64:
+                raise
+        model = self._model(torch.float32, device)
+        args, kwargs = record(model, model.get_submodule(self.path), self.call, ids, **given)
+        return _cast(args, dtype), _cast(kwargs, dtype)
+
+    @cached_property
+    def unused_by_model(self) -> frozenset[str]:
+        """The layer's parameters (by name within it) that no gradient reaches in a backward
+        through the model's own logits: a weight its model never uses as called (an entity
+        query without entity inputs, a top-k indexer, a long-context branch)."""
+        model = as_dtype(self.model, torch.device("cpu"), torch.float32).train(False)
+        ids = self.call.tokens(2, 8, self.seed)
+        logits = self.call.run(model, ids)
+        weights = torch.randn(logits.shape, generator=generator(self.seed))
+        (logits.float() * weights).sum().backward()
+        layer = model.get_submodule(self.path)
+        return frozenset(n for n, p in layer.named_parameters()
+                         if p.grad is None or not bool(p.grad.any()))  # fmt: skip
+
+    def padding_reaches_layer(self) -> bool:
+        """The model's attention mask changes what the model passes the layer (a decoder's
+        self-attention in an encoder-decoder gets the encoder's padding only through the
+        cross-attention): the layer probes pad through it only then."""
+        if self.call.mask is None:
+            return False
+        x = torch.zeros(2, 4, 1)  # the shape of a batch; only B and T are read
+        positions = torch.arange(4).expand(2, 4)
+        keep = torch.ones(2, 4)
+        left = keep.clone()
+        left[0, 0] = 0
+        _, args, kwargs = self.recorded(x, positions, keep)
+        _, args_left, kwargs_left = self.recorded(x, positions, left)
+        return not _same((args, kwargs), (args_left, kwargs_left))
+
+    def _position_inputs(self, x: Tensor, mask: Tensor | None) -> str:
+        """What the model passes the layer besides the hidden states and masks that carries
+        positions it computes itself: "" (nothing), "rotary" (a (cos, sin) pair of one shape,
+        or complex frequencies), or "bias" (any other floating tensor of two or more
+        dimensions: ALiBi's slopes (h, 1, L), relative buckets (.., h, T, T))."""
         T = x.shape[1]
         slot, args, kwargs = self.recorded(x, torch.arange(T, device=x.device), mask)
         others = [v for i, v in enumerate(args) if i != slot.index]
         others += [v for k, v in kwargs.items() if k != slot.name]
-        flat = [t for v in others for t in (v if isinstance(v, tuple | list) else (v,))]
-        return any(isinstance(t, Tensor) and t.is_floating_point() and T in t.shape
-                   and t.dim() >= 2 for t in flat)  # fmt: skip
+        found = ""
+        for value in others:
+            pair = isinstance(value, tuple | list) and len(value) == 2 and all(
+                isinstance(t, Tensor) and t.is_floating_point() for t in value)  # fmt: skip
+            if (pair and value[0].shape == value[1].shape) or (
+                    isinstance(value, Tensor) and value.is_complex()):  # fmt: skip
+                found = found or "rotary"
+            elif (isinstance(value, Tensor) and value.is_floating_point() and value.dim() >= 2
+                  and not _is_mask(value)):  # fmt: skip
+                return "bias"
+        return found
+
+    def _positions_reach_layer(self, x: Tensor, mask: Tensor | None) -> bool:
+        return bool(self._position_inputs(x, mask))
+
+    @cached_property
+    def ignores_positions(self) -> bool:
+        """The model takes no position ids and passes the layer nothing that carries them:
+        the positions an adapter call is given cannot reach the layer (which may still rotate
+        0..T-1 by itself, as a layer that builds its rotary tables from arange(T))."""
+        return self.call.positions is None and not self.position_inputs()
+
+    def position_inputs(self) -> str:
+        """``_position_inputs`` on an ordinary batch."""
+        return self._position_inputs(torch.zeros(2, 7, 1), None)
 
     def __call__(
         self, module: nn.Module, x: Tensor, *, positions: Tensor, mask: Tensor | None, cache: object
@@ -166,5 +293,5 @@ class Replay:
         if cache is not None:
             raise NotImplementedError("the layer's cache is probed on the whole model")
         slot, args, kwargs = self.recorded(x, positions, mask)
-        args, kwargs = slot.put(args, kwargs, x)
+        args, kwargs = slot.put(*fresh(args, kwargs), x)
         return module(*args, **kwargs)

@@ -186,7 +186,10 @@ def probe_weights(subject: Subject) -> Outcome:
     rows = w[live]
     if not torch.isfinite(rows).all():
         return failed("NaN or Inf in rows that have allowed keys" + _other_axis(w, allowed))
-    row_err = (rows.sum(-1) - 1).abs().max().item() if rows.numel() else 0.0
+    sums = rows.sum(-1)
+    # with attention sinks the sink takes the rest of each row: a row sums to at most 1
+    off = (sums - 1).clamp(min=0) if subject.sinks else (sums - 1).abs()
+    row_err = off.max().item() if rows.numel() else 0.0
     if row_err > 1e-6 or (rows < 0).any():
         return failed(
             f"rows are not distributions: max |row sum - 1| = {row_err:.3g}"
@@ -254,6 +257,25 @@ def _saturation_of_projections(subject: Subject, keep: torch.Tensor | None) -> O
     )
 
 
+def _unused(subject: Subject, unused: list[str]) -> Outcome:
+    """No gradient reaches ``unused`` through the output: a failure, unless the call is the
+    model doctor's replay (``unused_by_model``), which says how the model itself uses them:
+    through another output of the layer (a bias returned apart, added by the block: it
+    passes), or not at all as called (a warning: an input or a length this run does not
+    give)."""
+    by_model = getattr(subject.config.call, "unused_by_model", None)
+    if by_model is None:
+        return failed(f"no gradient reaches {', '.join(unused)} (unused?)")
+    idle = [n for n in unused if n in by_model]
+    elsewhere = [n for n in unused if n not in by_model]
+    said = (f"{', '.join(elsewhere)}: no gradient through the layer's output, but through "
+            "another output its model uses; " if elsewhere else "")  # fmt: skip
+    if idle:
+        return warned(f"{said}no gradient reaches {', '.join(idle)}, in the model's own "
+                      "forward either: unused by the model as called")  # fmt: skip
+    return passed(said.rstrip("; "))
+
+
 @probe("gradient flow")
 def probe_gradients(subject: Subject) -> Outcome:
     """Every parameter gets a gradient; exactly-zero ones are dead weight (a warning)."""
@@ -272,7 +294,7 @@ def probe_gradients(subject: Subject) -> Outcome:
     }
     unused = [n for n, g in zip(norms, grads, strict=True) if g is None]
     if unused:
-        return failed(f"no gradient reaches {', '.join(unused)} (unused?)")
+        return _unused(subject, unused)
     broken = [n for n, v in norms.items() if not math.isfinite(v)]
     if broken:
         return failed(f"the gradient of {', '.join(broken)} is NaN or infinite on ordinary inputs")

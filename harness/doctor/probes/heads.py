@@ -31,9 +31,10 @@ def _projections(module: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear] | 
 
 
 def reached(module: nn.Module, call, v_proj: nn.Linear, out_proj: nn.Module, heads: int,
-            kv_head: int, d_head: int) -> set[int]:  # fmt: skip
+            kv_head: int, d_head: int, width: int | None = None) -> set[int]:  # fmt: skip
     """The query heads whose output moves when K/V head ``kv_head``'s values are doubled, read
-    at the input of ``out_proj`` (the output projection, or a norm before it)."""
+    at the input of ``out_proj`` (the output projection, or a norm before it, whose input must
+    be ``width`` wide: all heads side by side, as the output projection takes them)."""
     seen: list[Tensor] = []
 
     def capture(_module: nn.Module, args: tuple) -> None:
@@ -52,6 +53,8 @@ def reached(module: nn.Module, call, v_proj: nn.Linear, out_proj: nn.Module, hea
     finally:
         for hook in hooks:
             hook.remove()
+    if len(seen) != 2 or (width is not None and seen[0].shape[-1] != width):  # a qk-norm
+        return set()  # not where the heads meet
     before, after = (t.reshape(*t.shape[:-1], heads, -1) for t in seen)  # (B, T, h, d)
     change = (after - before).abs().flatten(0, 1).amax(dim=(0, 2))  # (h,)
     scale = max(1.0, before.abs().max().item())
@@ -60,12 +63,15 @@ def reached(module: nn.Module, call, v_proj: nn.Linear, out_proj: nn.Module, hea
 
 def _readers(module: nn.Module, out_proj: nn.Linear, width: int) -> list[nn.Module]:
     """Where the heads can be read, first that moves: the input of a norm as wide as all heads
-    together (BitNet's attn_sub_norm, which mixes them before the output projection; a norm
-    before the projections sees no value move), then the output projection's."""
+    together (BitNet's attn_sub_norm, which mixes them before the output projection; nGPT's
+    parameterless L2 norm there, as Dory's; a norm before the projections sees no value move),
+    then the output projection's."""
 
     def all_heads_wide(m: nn.Module) -> bool:
         weight = getattr(m, "weight", None)
-        return "Norm" in type(m).__name__ and isinstance(weight, Tensor) and weight.numel() == width
+        if "Norm" not in type(m).__name__:
+            return False
+        return weight is None or (isinstance(weight, Tensor) and weight.numel() == width)
 
     return [*(m for m in module.children() if all_heads_wide(m)), out_proj]
 
@@ -93,8 +99,9 @@ def probe_grouped(subject: Subject) -> Outcome:
 
     n_rep = heads // kv_heads
     found = [
-        next((r for reader in _readers(module, out_proj, heads * d_head)
-              if (r := reached(module, call, v_proj, reader, heads, j, d_head))), set())
+        next((r for reader in _readers(module, out_proj, out_proj.in_features)
+              if (r := reached(module, call, v_proj, reader, heads, j, d_head,
+                               out_proj.in_features))), set())
         for j in range(kv_heads)
     ]  # fmt: skip
     blocks = [set(range(j * n_rep, (j + 1) * n_rep)) for j in range(kv_heads)]

@@ -347,6 +347,11 @@ def probe_sdpa(subject: Subject) -> Outcome:
         return _measured(subject, f"uses positions ({subject.position_source}): SDPA would not")
     if not subject.deterministic:
         return skipped("not deterministic in eval mode (see above)")
+    if subject.sinks:
+        return skipped(
+            f"attention sinks (`{subject.sinks}`: one more logit per head in each softmax, as "
+            "gpt-oss's): SDPA takes none, so it is not compared"
+        )
     module = subject.copy()  # float64, or float32 for a module that runs only in float32
     reading_copy = subject.copy(torch.float64)  # the reference is float64 either way
     readings = subject.readings(reading_copy)
