@@ -280,3 +280,12 @@ class IdleWeightAttention(SelfAttention):
 
 class IdleWeightGPT(GPT):
     attention = IdleWeightAttention
+
+
+class FixedLengthLM(GPT):
+    """Logits for every position its decoder holds, the input's first (Perceiver's MLM)."""
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(idx)  # (B, T, V)
+        B, T, V = logits.shape
+        return torch.cat([logits, logits.new_zeros(B, self.config.block_size - T, V)], dim=1)

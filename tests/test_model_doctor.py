@@ -264,3 +264,8 @@ def test_a_hybrid_without_attention_at_two_layers_is_built_deeper():
 
     row = diagnose_row("hybrid-causal-lm", "Hybrid", make)
     assert (row.ran, row.layers) == (True, 2), row
+
+
+def test_a_fixed_length_decoders_logits_are_read_for_the_input_only():
+    diagnosis = diagnose_model(small(model_modules.FixedLengthLM))
+    assert diagnosis.healthy, diagnosis.text()

@@ -163,7 +163,9 @@ class ModelCall:
         if last_only and self.labels and not self.with_labels:
             self.with_labels = True
             logits = logits_of(model(**self.kwargs(ids, **given)))
-        return logits
+        # a decoder of fixed length (Perceiver's, one query per position it can hold): the
+        # first T outputs are the input's
+        return logits[:, : ids.shape[1]] if logits.dim() >= 2 else logits
 
     def _other_positions(
         self, model: nn.Module, ids: Tensor, given: dict[str, Any], first: Exception
