@@ -105,6 +105,12 @@ def sdpa_output(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None,
     return out.transpose(1, 2).contiguous(), None
 
 
+def grouped_kv(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    """K/V heads repeated in blocks for the query heads, as transformers' repeat_kv does."""
+    groups = query.shape[1] // key.shape[1]
+    return key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+
+
 def tiled_gqa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                         attention_mask: Tensor | None, scaling: float, dropout: float = 0.0,
                         **kwargs: object) -> tuple[Tensor, None]:  # fmt: skip
@@ -120,8 +126,7 @@ def double_scale_attention(module: nn.Module, query: Tensor, key: Tensor, value:
                            **kwargs: object) -> tuple[Tensor, None]:  # fmt: skip
     """An attention function with the bug of transformers PRs 38290 and 44397: q scaled by
     ``scaling`` and then SDPA's own default scale on top."""
-    groups = query.shape[1] // key.shape[1]
-    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    key, value = grouped_kv(query, key, value)
     return sdpa_output(query * scaling, key, value, attention_mask, None)
 
 

@@ -58,6 +58,17 @@ class Finding:
     message: str = ""
 
 
+def findings_table(findings: list[Finding]) -> pd.DataFrame:
+    """One row per finding: probe, status, message."""
+    return pd.DataFrame([asdict(f) for f in findings], columns=["probe", "status", "message"])
+
+
+def markdown_header(target: str, healthy: bool, details: str) -> list[str]:
+    """The first lines of a diagnosis in markdown: its title and verdict."""
+    verdict = "healthy" if healthy else "problems found"
+    return [f"# Attention doctor: `{target}`", "", f"Verdict: **{verdict}** ({details})."]
+
+
 @dataclass
 class Diagnosis:
     """All findings for one module."""
@@ -81,9 +92,7 @@ class Diagnosis:
         return 0 if self.healthy else 1
 
     def table(self) -> pd.DataFrame:
-        return pd.DataFrame(
-            [asdict(f) for f in self.findings], columns=["probe", "status", "message"]
-        )
+        return findings_table(self.findings)
 
     @property
     def problems(self) -> int:
@@ -122,13 +131,13 @@ class Diagnosis:
         )
 
     def markdown(self) -> str:
-        lines = [
-            f"# Attention doctor: `{self.target}`",
-            "",
-            f"Verdict: **{'healthy' if self.healthy else 'problems found'}** "
-            f"(mask convention `{self.config.mask}`, causal {self.config.causal}, "
+        details = (
+            f"mask convention `{self.config.mask}`, causal {self.config.causal}, "
             f"batch {self.config.batch}, seq_len {self.config.seq_len}, "
-            f"device {self.config.device}, seed {self.config.seed}).",
+            f"device {self.config.device}, seed {self.config.seed}"
+        )
+        lines = [
+            *markdown_header(self.target, self.healthy, details),
             "",
             self.table().to_markdown(index=False),
         ]

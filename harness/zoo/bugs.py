@@ -13,13 +13,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.doctor.target import Sizes, build
-from harness.realmodules import double_scale_attention, sdpa_output, tiled_gqa_attention
-
-
-def _grouped(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-    """K/V heads repeated in blocks for the query heads, as transformers' repeat_kv does."""
-    groups = query.shape[1] // key.shape[1]
-    return key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+from harness.realmodules import (
+    double_scale_attention,
+    grouped_kv,
+    sdpa_output,
+    tiled_gqa_attention,
+)
 
 
 def unmasked_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
@@ -27,7 +26,7 @@ def unmasked_attention(module: nn.Module, query: Tensor, key: Tensor, value: Ten
                        **kwargs: object) -> tuple[Tensor, None]:  # fmt: skip
     """The causal mask dropped: the mask never reaches SDPA and ``is_causal`` is left False
     (transformers issue 27050's kind: a refactor that stops passing the mask)."""
-    key, value = _grouped(query, key, value)
+    key, value = grouped_kv(query, key, value)
     return sdpa_output(query, key, value, None, scaling)
 
 
@@ -37,7 +36,7 @@ def inverted_mask_attention(module: nn.Module, query: Tensor, key: Tensor, value
     """The additive mask handed to SDPA as ``mask < 0``, a bool mask that SDPA reads as the
     keys to keep: the blocked ones are kept and the kept ones blocked (PyTorch issue 92554's
     kind, a bool mask of the other convention)."""
-    key, value = _grouped(query, key, value)
+    key, value = grouped_kv(query, key, value)
     mask = None if attention_mask is None else attention_mask < 0
     if mask is not None:
         mask = mask | ~mask.any(dim=-1, keepdim=True)  # a row with no key at all: every key
@@ -50,7 +49,7 @@ def softcap_after_mask_attention(module: nn.Module, query: Tensor, key: Tensor, 
                                  **kwargs: object) -> tuple[Tensor, None]:  # fmt: skip
     """Gemma 2's score cap applied after the mask is added: cap * tanh(-big / cap) is -cap,
     finite, so a masked key keeps weight exp(-2 cap) relative (transformers PR 31698's kind)."""
-    key, value = _grouped(query, key, value)
+    key, value = grouped_kv(query, key, value)
     scores = query @ key.transpose(-2, -1) * scaling  # (B, h, T, S)
     if attention_mask is not None:
         scores = scores + attention_mask
@@ -66,13 +65,12 @@ def current_token_dropped_attention(module: nn.Module, query: Tensor, key: Tenso
                                     **kwargs: object) -> tuple[Tensor, None]:  # fmt: skip
     """A cached step that reads the cache before the new keys are in it: with fewer queries
     than keys, the keys and values of the tokens being fed are left out."""
-    key, value = _grouped(query, key, value)
+    key, value = grouped_kv(query, key, value)
     new, total = query.shape[-2], key.shape[-2]
     if new < total:
         key, value = key[:, :, : total - new], value[:, :, : total - new]
         if attention_mask is not None:
             attention_mask = attention_mask[..., : total - new]
-        return sdpa_output(query, key, value, attention_mask, scaling)
     return sdpa_output(query, key, value, attention_mask, scaling)
 
 

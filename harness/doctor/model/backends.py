@@ -10,7 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from harness.doctor.findings import Outcome, failed, passed, skipped
-from harness.doctor.model.patient import SEQ_LEN, Patient
+from harness.doctor.model.call import SEQ_LEN, left_padded
+from harness.doctor.model.patient import Patient, max_change
 from harness.metrics import rounding
 from harness.runner import as_dtype, describe
 
@@ -18,20 +19,12 @@ from harness.runner import as_dtype, describe
 # milliseconds, so it is compared where it is cheap (CUDA) only
 IMPLEMENTATIONS = ("eager", "sdpa")
 LOW = (torch.float16, torch.bfloat16)
-PAD = 3
 
 
 def _padded(patient: Patient) -> tuple[Tensor, dict[str, Tensor]]:
     """A batch whose first sequence is left-padded, with the mask (and positions) for it."""
     ids = patient.tokens()
-    if patient.call.mask is None:
-        return ids, {}
-    mask = torch.ones_like(ids)
-    mask[0, :PAD] = 0
-    given = {"mask": mask}
-    if patient.call.positions is not None:
-        given["positions"] = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids, given
+    return ids, left_padded(patient.call, ids)
 
 
 def _with(model: nn.Module, implementation: str) -> nn.Module:
@@ -70,10 +63,10 @@ def backends(patient: Patient) -> Outcome:
         return skipped(f"fewer than two implementations run here; refused: {', '.join(refused)}")
     base = outputs.pop("eager")
     floor = rounding(base.abs().max().item(), torch.float32)
-    moved = {n: (o - base).abs().nan_to_num(float("inf")).max().item() for n, o in outputs.items()}
-    wrong = {n: m for n, m in moved.items() if m > floor}
+    apart = {n: max_change(o, base) for n, o in outputs.items()}
+    wrong = {n: m for n, m in apart.items() if m > floor}
     shown = ", ".join(f"{n}{' (the one it runs)' if n == current else ''} {m:.2g}"
-                      for n, m in moved.items())  # fmt: skip
+                      for n, m in apart.items())  # fmt: skip
     skipped_note = f"; not run here: {', '.join(refused)}" if refused else ""
     if wrong:
         return failed(f"against eager on real tokens: {shown}, over the float32 floor "

@@ -23,6 +23,8 @@ FLAT_POSITION_NAMES = ("input_pos",)  # gpt-fast's and litgpt's: one (T,) row fo
 CACHE_NAMES = ("past_key_values", "cache", "past", "kv_cache")
 LABEL_NAMES = ("targets", "labels")  # nanoGPT returns every position's logits only with targets
 VOCAB_NAMES = ("vocab_size", "n_vocab", "num_tokens", "vocab")
+BATCH, SEQ_LEN = 2, 8  # the model doctor's forwards: B != T, so neither passes for the other
+PAD = 3  # left-padding tokens before the first sequence of a padded batch
 
 
 def forward_parameters(model: nn.Module) -> Mapping[str, inspect.Parameter]:
@@ -54,6 +56,21 @@ def vocabulary(model: nn.Module) -> int:
                 return value
     embedding = next(m for m in model.modules() if isinstance(m, nn.Embedding))
     return embedding.num_embeddings
+
+
+def left_padded(call: ModelCall, ids: Tensor, positions: bool = True) -> dict[str, Tensor]:
+    """The inputs that make the first PAD tokens of ``ids``' first sequence padding: the
+    model's attention mask, and (with ``positions``, where it takes them) positions counted
+    from each sequence's first real token, as generate() counts them; none for a model that
+    takes no mask."""
+    if call.mask is None:
+        return {}
+    mask = torch.ones_like(ids)
+    mask[0, :PAD] = 0
+    given = {"mask": mask}
+    if positions and call.positions is not None:
+        given["positions"] = (mask.cumsum(-1) - 1).clamp(min=0)
+    return given
 
 
 def logits_of(output: object) -> Tensor:

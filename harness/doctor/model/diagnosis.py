@@ -9,7 +9,15 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
-from harness.doctor.findings import FAIL, PASS, WARN, Diagnosis, Finding
+from harness.doctor.findings import (
+    FAIL,
+    PASS,
+    WARN,
+    Diagnosis,
+    Finding,
+    findings_table,
+    markdown_header,
+)
 
 # A trap named in a failure's evidence, as the probes name one: "(causal_leak: ...",
 # "(rope_cache_offset)", or last, after a colon ("...: double_scale").
@@ -115,10 +123,7 @@ class ModelDiagnosis:
 
     def markdown(self) -> str:
         lines = [
-            f"# Attention doctor: `{self.target}`",
-            "",
-            f"Verdict: **{'healthy' if self.healthy else 'problems found'}** "
-            f"({self.model_class}; {'; '.join(self.notes)}).",
+            *markdown_header(self.target, self.healthy, "; ".join([self.model_class, *self.notes])),
             "",
             "## Attention layers",
             "",
@@ -126,7 +131,7 @@ class ModelDiagnosis:
             "",
             "## The model",
             "",
-            pd.DataFrame([asdict(f) for f in self.properties]).to_markdown(index=False),
+            findings_table(self.properties).to_markdown(index=False),
         ]
         for g in self.groups:
             lines += ["", f"## `{g.paths[0]}`", "", g.diagnosis.table().to_markdown(index=False)]

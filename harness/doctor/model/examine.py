@@ -14,7 +14,7 @@ from harness.doctor.examine import SETUP, diagnose, evidence
 from harness.doctor.findings import FAIL, SKIP, WARN, Diagnosis, Finding, Outcome, failed
 from harness.doctor.guard import TIMEOUT, guarded
 from harness.doctor.model import backends, generation, properties
-from harness.doctor.model.call import ModelCall
+from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall
 from harness.doctor.model.diagnosis import LayerGroup, ModelDiagnosis
 from harness.doctor.model.layers import Group, attention_layers, grouped
 from harness.doctor.model.patient import Patient, declared_causal, layer_causal
@@ -188,7 +188,7 @@ def _diagnose_model(
 def runs(model: nn.Module, call: ModelCall, seed: int, timeout: float | None) -> None:
     """The model's forward runs on token ids; else a UsageError saying how it fails (a model
     that needs a language set, an input it cannot make from ids)."""
-    ids = call.tokens(2, 8, seed)
+    ids = call.tokens(BATCH, SEQ_LEN, seed)
     try:
         with guarded(timeout), quietly_seeded(seed), torch.no_grad():
             call.run(model, ids)
@@ -196,7 +196,8 @@ def runs(model: nn.Module, call: ModelCall, seed: int, timeout: float | None) ->
         raise
     except Exception as exc:
         raise UsageError(
-            f"{type(model).__name__}.forward raises on token ids (B=2, T=8): {evidence(exc)}"
+            f"{type(model).__name__}.forward raises on token ids (B={BATCH}, T={SEQ_LEN}): "
+            f"{evidence(exc)}"
         ) from None
 
 

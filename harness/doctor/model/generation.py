@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
-from harness.doctor.model.call import logits_of
-from harness.doctor.model.patient import SEQ_LEN, Patient
+from harness.doctor.model.call import SEQ_LEN, logits_of
+from harness.doctor.model.patient import Patient, max_change
 from harness.runner import describe
 
 PREFILL = SEQ_LEN // 2
@@ -103,10 +103,10 @@ def cached_generation(patient: Patient) -> Outcome:
                 raise
             refused.append(f"{name} raises {describe(exc)}")  # a refusal, said (ProphetNet's)
             continue
-        moved = (got.logits - full).abs().nan_to_num(float("inf")).amax(dim=(0, 2))  # (T,)
-        results.append(f"{name}: {moved.max().item():.2g}")
-        if moved.max().item() > floor:
-            wrong.append((name, chunks, int((moved > floor).nonzero()[0]), moved.max().item()))
+        steps = (got.logits - full).abs().nan_to_num(float("inf")).amax(dim=(0, 2))  # (T,)
+        results.append(f"{name}: {steps.max().item():.2g}")
+        if steps.max().item() > floor:
+            wrong.append((name, chunks, int((steps > floor).nonzero()[0]), steps.max().item()))
         if got.length is not None and got.length != SEQ_LEN:
             lengths.append(f"after {name} the cache holds {got.length} tokens of {SEQ_LEN} fed")
     if not wrong:
@@ -121,7 +121,7 @@ def cached_generation(patient: Patient) -> Outcome:
                f"floor {floor:.2g})"  # fmt: skip
     if call.positions is not None:
         retried, _ = decode(patient, ids, chunks, positions=True)
-        if (retried.logits - full).abs().nan_to_num(float("inf")).max().item() <= floor:
+        if max_change(retried.logits, full) <= floor:
             return failed(f"{evidence}; with position ids passed it agrees: the model's own "
                           "positions restart under a cache (rope_cache_offset)")  # fmt: skip
     if lengths:
@@ -149,11 +149,11 @@ def cache_reuse(patient: Patient) -> Outcome:
         return skipped("its cache has no reset(): a new cache per prompt is the only use")
     cache.reset()
     reused, _ = decode(patient, ids, chunks, cache=cache)
-    moved = (reused.logits - fresh.logits).abs().nan_to_num(float("inf")).max().item()
+    apart = max_change(reused.logits, fresh.logits)
     floor = patient.floor(fresh.logits)
-    if moved > floor:
+    if apart > floor:
         return failed(
-            f"after another prompt and reset(), decoding moves by {moved:.3g} from a "
+            f"after another prompt and reset(), decoding moves by {apart:.3g} from a "
             "fresh cache's (stale_cache: the reset keeps the previous prompt's keys)"
         )
-    return passed(f"reset after another prompt: {moved:.2g} (floor {floor:.2g})")
+    return passed(f"reset after another prompt: {apart:.2g} (floor {floor:.2g})")

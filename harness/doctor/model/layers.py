@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from harness.doctor.model.call import ModelCall
+from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall
 from harness.doctor.model.replay import Slot, fresh
 from harness.runner import seeded, split_output
 
@@ -31,7 +31,6 @@ ATTENTION_FUNCTIONS = {
 # Attributes that number a layer rather than configure it.
 NUMBERING = ("idx", "index", "layer_id", "layer_number", "layer_num", "block_id")
 MIXING = 1e-4  # a position's share of another's output that counts as mixing, of its scale
-BATCH, SEQ_LEN = 2, 8  # the recorded forward: B != T, so neither is taken for the other
 
 
 class _Watch(TorchFunctionMode):

@@ -8,12 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.doctor.model.call import ModelCall
+from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, left_padded
 from harness.metrics import rounding
 from harness.runner import as_dtype
-
-BATCH, SEQ_LEN = 2, 8  # the model probes' batch; B != T, so that neither passes for the other
-
 
 # Config attributes that say the model reads every token of its ids both ways, whatever its
 # class can do: an encoder-decoder (the encoder sees all the ids), a causal flag turned off,
@@ -48,6 +45,11 @@ def declared_causal(model: nn.Module, layers: list[nn.Module]) -> bool | None:
     return True if "CausalLM" in name or "LMHead" in name else None
 
 
+def max_change(a: Tensor, b: Tensor) -> float:
+    """The largest |a - b|; infinite where either is not finite."""
+    return (a - b).abs().nan_to_num(float("inf")).max().item()
+
+
 @dataclass
 class Patient:
     """A copy of the model in ``dtype`` (float64 where it runs so: a probability that should not
@@ -65,11 +67,7 @@ class Patient:
         batch is not finite there (transformers' eager attention fills with float64's
         ``finfo.min``, then takes its softmax in float32, where that is -inf)."""
         ids = call.tokens(BATCH, SEQ_LEN, seed)
-        given = {}
-        if call.mask is not None:
-            mask = torch.ones_like(ids)
-            mask[0, :3] = 0
-            given["mask"] = mask
+        given = left_padded(call, ids, positions=False)
         for dtype in (torch.float64, torch.float32):
             copy = as_dtype(model, torch.device("cpu"), dtype).eval()
             try:

@@ -8,20 +8,15 @@ import torch
 from torch import Tensor
 
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
-from harness.doctor.model.patient import BATCH, SEQ_LEN, Patient
-
-PAD = 3  # left-padding tokens before the first sequence
-
-
-def _moved(a: Tensor, b: Tensor) -> float:
-    return (a - b).abs().nan_to_num(float("inf")).max().item()
+from harness.doctor.model.call import BATCH, PAD, SEQ_LEN, left_padded
+from harness.doctor.model.patient import Patient, max_change
 
 
 def eval_determinism(patient: Patient) -> Outcome:
     """Two identical forwards in eval mode give the same logits."""
     ids = patient.tokens()
     first, second = patient.logits(ids), patient.logits(ids)
-    moved = _moved(first, second)
+    moved = max_change(first, second)
     if moved > 0:
         return failed(
             f"two identical forwards in eval mode differ by {moved:.3g}: dropout left on, or "
@@ -38,7 +33,7 @@ def _future_change(patient: Patient) -> tuple[Tensor, Tensor, float, float]:
     later = ids.clone()
     later[:, j:] = patient.tokens(seed=1)[:, j:]
     before, after = patient.logits(ids), patient.logits(later)
-    return before, after, _moved(before[:, :j], after[:, :j]), patient.floor(before)
+    return before, after, max_change(before[:, :j], after[:, :j]), patient.floor(before)
 
 
 def masks_future(patient: Patient) -> bool:
@@ -67,7 +62,7 @@ def batch_independence(patient: Patient) -> Outcome:
     """Each sequence of a batch gets the logits it gets alone."""
     ids = patient.tokens()
     together = patient.logits(ids)
-    moved = max(_moved(together[b], patient.logits(ids[b : b + 1])[0]) for b in range(BATCH))
+    moved = max(max_change(together[b], patient.logits(ids[b : b + 1])[0]) for b in range(BATCH))
     floor = patient.floor(together)
     if moved > floor:
         return failed(
@@ -88,17 +83,14 @@ def left_padding(patient: Patient) -> Outcome:
                        "different lengths")  # fmt: skip
     ids = patient.tokens()
     padded = torch.cat([torch.zeros(BATCH, PAD, dtype=ids.dtype), ids], dim=1)  # (B, PAD + T)
-    mask = torch.ones_like(padded)
-    mask[0, :PAD] = 0  # sequence 0 is left-padded; sequence 1 is longer by PAD real tokens
-    padded[1, :PAD] = patient.tokens(seed=2)[1, :PAD]
-    given: dict[str, Tensor] = {"mask": mask}
-    if call.positions is not None:
-        given["positions"] = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() counts them
+    padded[1, :PAD] = patient.tokens(seed=2)[1, :PAD]  # sequence 1 is longer by PAD real tokens
+    given = left_padded(call, padded)  # sequence 0 is left-padded
+    mask = given["mask"]
     got = patient.logits(padded, **given)[0, PAD:]
     # unpadded, with positions passed the same way (RoBERTa's own count starts elsewhere)
     alone_given = {"positions": torch.arange(SEQ_LEN)[None]} if call.positions else {}
     alone = patient.logits(ids[:1], **alone_given)[0]
-    moved = _moved(got, alone)
+    moved = max_change(got, alone)
     floor = patient.floor(alone)
     if moved <= floor:
         how = "positions counted from the first real token" if call.positions else "no positions"
@@ -110,7 +102,7 @@ def left_padding(patient: Patient) -> Outcome:
             "positions on (left_pad_positions: pad it on the right, or give it position ids)"
         )
     ignored = patient.logits(padded, **{**given, "mask": torch.ones_like(mask)})[0, PAD:]
-    if _moved(ignored, got) <= floor:
+    if max_change(ignored, got) <= floor:
         return failed(f"{evidence}: the same as with no padding masked, so the model ignores "
                       "its attention mask there")  # fmt: skip
     return failed(

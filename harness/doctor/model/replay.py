@@ -11,6 +11,7 @@ called with everything the model passed (its own mask, rotary tables, flags, a l
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.doctor.model.call import ModelCall
+from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall
 from harness.doctor.subject import declared_context
 from harness.inputs import generator
 from harness.masks import lowest
@@ -89,11 +90,19 @@ def record(
     raise LookupError("the model's forward never called the layer")
 
 
-def _as_built(value: Any) -> Any:
+def _leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` with ``leaf`` applied to everything in it that is not a tuple, list or dict
+    (the arguments of a call, nested as the model nests them)."""
+    if isinstance(value, tuple | list):
+        return type(value)(_leaves(v, leaf) for v in value)
+    if isinstance(value, dict):
+        return {k: _leaves(v, leaf) for k, v in value.items()}
+    return leaf(value)
+
+
+def _fill_as_built(value: Any) -> Any:
     if isinstance(value, Tensor) and value.dtype == torch.float64:
         return value.clamp(min=lowest(torch.float64))
-    if isinstance(value, tuple | list):
-        return type(value)(_as_built(v) for v in value)
     return value
 
 
@@ -102,29 +111,20 @@ def as_built(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, 
     the model builds it in the dtype it runs in: the doctor's float64 copy would otherwise pass
     float64's, which a layer that computes its softmax in float32 (transformers' eager) turns
     into -inf, and a row with no key into NaN that no real run shows."""
-    return _as_built(args), {k: _as_built(v) for k, v in kwargs.items()}
+    return _leaves(args, _fill_as_built), _leaves(kwargs, _fill_as_built)
 
 
 def _cast(value: Any, dtype: torch.dtype) -> Any:
-    """Floating tensors in ``value`` (nested in tuples, lists, dicts) cast to ``dtype``."""
-    if isinstance(value, Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, tuple | list):
-        return type(value)(_cast(v, dtype) for v in value)
-    if isinstance(value, dict):
-        return {k: _cast(v, dtype) for k, v in value.items()}
-    return value
+    """Floating tensors in ``value`` cast to ``dtype``."""
+    return _leaves(value, lambda v: v.to(dtype) if isinstance(v, Tensor) and v.is_floating_point()
+                   else v)  # fmt: skip
 
 
-def _fresh(value: Any) -> Any:
+def _copied(value: Any) -> Any:
     """A copy of a stateful argument (a cache the layer updates in place), so that each replay
     starts from the state the model passed; tensors, plain values and modules as they are."""
     if isinstance(value, Tensor | nn.Module | int | float | str | bool | type(None)):
         return value
-    if isinstance(value, tuple | list):
-        return type(value)(_fresh(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _fresh(v) for k, v in value.items()}
     try:
         return copy.deepcopy(value)
     except Exception:  # a handle, a lock: taken as it is
@@ -132,8 +132,8 @@ def _fresh(value: Any) -> Any:
 
 
 def fresh(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict]:
-    """The arguments, each stateful one copied (``_fresh``)."""
-    return _fresh(args), _fresh(kwargs)
+    """The arguments, each stateful one copied (``_copied``)."""
+    return _leaves(args, _copied), _leaves(kwargs, _copied)
 
 
 def _is_mask(t: Tensor) -> bool:
@@ -229,7 +229,7 @@ class Replay:
         through the model's own logits: a weight its model never uses as called (an entity
         query without entity inputs, a top-k indexer, a long-context branch)."""
         model = as_dtype(self.model, torch.device("cpu"), torch.float32).train(False)
-        ids = self.call.tokens(2, 8, self.seed)
+        ids = self.call.tokens(BATCH, SEQ_LEN, self.seed)
         logits = self.call.run(model, ids)
         weights = torch.randn(logits.shape, generator=generator(self.seed))
         (logits.float() * weights).sum().backward()
