@@ -102,6 +102,18 @@ HEAD_ATTRS = (
 HEAD_DIM_ATTRS = ("head_dim", "d_head", "dim_head", "head_size", "attention_head_size", "d_k")
 
 
+_ABSENT = object()
+
+
+def _read(owner: object, name: str) -> object:
+    """``owner.name``, or _ABSENT where reading it raises (not only an AttributeError: a
+    transformers config with per-layer values refuses a global ``head_dim``)."""
+    try:
+        return getattr(owner, name)
+    except Exception:
+        return _ABSENT
+
+
 def int_attribute(
     module: nn.Module, names: tuple[str, ...], include_config: bool = True
 ) -> int | None:
@@ -124,11 +136,12 @@ def positive_attribute(
     kinds = (int, float) if real else (int,)
     config = getattr(module, "config", None) if include_config else None
     for owner in (module, config):
-        present = [name for name in names if owner is not None and hasattr(owner, name)]
+        said = {name: _read(owner, name) for name in names if owner is not None}
+        present = [name for name, value in said.items() if value is not _ABSENT]
         if owner is module and not present:
             continue  # the module says nothing: ask its config
         for name in present:
-            value = getattr(owner, name)
+            value = said[name]
             if isinstance(value, kinds) and not isinstance(value, bool) and value > 0:
                 return float(value) if real else value
         return None
@@ -324,6 +337,32 @@ def _normed(qkv: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], q_norm: nn.M
     return normed
 
 
+V_NORMS = ("v_norm", "value_norm", "norm_v")
+
+
+def _v_norm(module: nn.Module) -> tuple[str, nn.Module] | None:
+    """The module's value norm when it has no parameters (Gemma 4's RMSNorm without a scale,
+    over each head): one that has some is not a projection this reading covers."""
+    children = dict(module.named_children())
+    for name in V_NORMS:
+        norm = children.get(name)
+        if norm is not None and "Norm" in type(norm).__name__ and not any(norm.parameters()):
+            return name, norm
+    return None
+
+
+def _v_normed(qkv: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], v_norm: nn.Module,
+              heads: int) -> Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]:  # fmt: skip
+    """``qkv`` with v normalized over each head (its width: q's over the heads)."""
+
+    def normed(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = qkv(x)
+        width = q.shape[-1] // heads
+        return q, k, v_norm(v.unflatten(-1, (-1, width))).flatten(-2)  # (..., h_kv, d): each head
+
+    return normed
+
+
 def _projection_list(module: nn.Module) -> tuple[str, list[nn.Module]] | None:
     """A ModuleList of three or four projections of one width, in the order q, k, v (and the
     output): the Annotated Transformer's ``self.linears = clones(nn.Linear(d, d), 4)``."""
@@ -415,6 +454,11 @@ def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> l
     ):
         return []  # slopes, position tables, ...: SDPA would not (rotary tables it rotates alike)
     heads = heads or head_count(module)
+    if (v_norm := _v_norm(module)) is not None and heads:  # v normalized per head (Gemma 4)
+        qkv = _v_normed(qkv, v_norm[1], heads)
+        layouts = [(_v_normed(fn, v_norm[1], heads), words) for fn, words in layouts]
+        found[v_norm[0]] = (v_norm[1], [])  # type: ignore[assignment]
+        used += [v_norm[0]]
     rest = "".join(f", {n}" for n in used[1:])
     if layouts:  # one reading per layout of the fused weight
         return [(fn, out, heads, f"{used[0]} ({words}){rest} with {heads} head(s)")

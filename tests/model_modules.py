@@ -289,3 +289,136 @@ class FixedLengthLM(GPT):
         logits = super().forward(idx)  # (B, T, V)
         B, T, V = logits.shape
         return torch.cat([logits, logits.new_zeros(B, self.config.block_size - T, V)], dim=1)
+
+
+class CachedAttention(SelfAttention):
+    """Keys and values kept inside, written at the positions given (Meta's Llama keeps plain
+    tensors ``cache_k``; gpt-fast buffers made by ``setup_caches``)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.cache_k = self.cache_v = None
+
+    def make_cache(self, batch: int, length: int) -> None:
+        d = self.c_proj.in_features // self.n_head
+        self.cache_k = torch.zeros(batch, self.n_head, length, d)
+        self.cache_v = torch.zeros(batch, self.n_head, length, d)
+
+    def slots(self, start: int, T: int) -> slice:
+        return slice(start, start + T)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, ...]:
+        """This chunk's keys and values written; all of them so far read back."""
+        B, _, T, _ = k.shape
+        self.cache_k = self.cache_k.to(k.dtype)
+        self.cache_v = self.cache_v.to(v.dtype)
+        self.cache_k[:B, :, self.slots(start, T)] = k
+        self.cache_v[:B, :, self.slots(start, T)] = v
+        return self.cache_k[:B, :, : start + T], self.cache_v[:B, :, : start + T]
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        keys, values = self.update(k, v, start)  # (B, h, start + T, d)
+        allowed = self.causal[start : start + T, : start + T]  # (T, start + T)
+        att = self.scores(q, keys).masked_fill(~allowed, float("-inf"))
+        return self.merge(F.softmax(att, dim=-1) @ values)
+
+
+class CachedBlock(Block):
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), start)
+        return x + self.mlp(self.ln_2(x))
+
+
+class StartPosGPT(GPT):
+    """Meta's Llama's interface: ``forward(tokens, start_pos)`` under inference mode, its cache
+    made with the model for up to 4 sequences."""
+
+    attention = CachedAttention
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.h = nn.ModuleList([CachedBlock(config, self.attention) for _ in self.h])
+        for block in self.h:
+            block.attn.make_cache(4, config.block_size)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
+        T = tokens.shape[1]
+        pos = torch.arange(start_pos, start_pos + T, device=tokens.device)  # (T,)
+        x = self.wte(tokens) + self.wpe(pos)  # (B, T, C)
+        for block in self.h:
+            x = block(x, start_pos)
+        return self.lm_head(self.ln_f(x)).float()  # (B, T, vocab)
+
+
+class FrontSlotsAttention(CachedAttention):
+    """Every chunk written to the cache's first slots (the start position forgotten)."""
+
+    def slots(self, start: int, T: int) -> slice:
+        return slice(0, T)
+
+
+class FrontSlotsStartPosGPT(StartPosGPT):
+    attention = FrontSlotsAttention
+
+
+class InputPosGPT(StartPosGPT):
+    """gpt-fast's interface: ``setup_caches(max_batch_size, max_seq_length)`` first, then
+    ``forward(idx, input_pos)`` with the positions of the tokens fed."""
+
+    def __init__(self, config: GPTConfig):
+        GPT.__init__(self, config)
+        self.h = nn.ModuleList([CachedBlock(config, self.attention) for _ in self.h])
+        self.max_batch_size = self.max_seq_length = -1
+
+    def setup_caches(self, max_batch_size: int, max_seq_length: int) -> None:
+        if self.max_batch_size >= max_batch_size and self.max_seq_length >= max_seq_length:
+            return  # as gpt-fast: a cache as large is kept
+        self.max_batch_size, self.max_seq_length = max_batch_size, max_seq_length
+        for block in self.h:
+            block.attn.make_cache(max_batch_size, max_seq_length)
+
+    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None) -> torch.Tensor:
+        assert input_pos is not None, "input_pos: the positions of the tokens fed"
+        B = idx.shape[0]
+        assert B == self.max_batch_size, "a cache made for another batch"  # gpt-fast's update
+        return StartPosGPT.forward.__wrapped__(self, idx, int(input_pos[0]))
+
+
+class FrontSlotsInputPosGPT(InputPosGPT):
+    attention = FrontSlotsAttention
+
+
+class NoGenerateGPT(GPT):
+    """nanoGPT without generate(): causal only by its attention's name and mask buffer."""
+
+    generate = None
+
+
+class CausalSelfAttention(UnmaskedAttention):
+    """nanoGPT's class and its ``bias`` mask buffer, the mask never applied."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        causal = torch.tril(torch.ones(config.block_size, config.block_size))
+        self.register_buffer("bias", causal.view(1, 1, *causal.shape))
+
+
+class LeakyNoGenerateGPT(NoGenerateGPT):
+    attention = CausalSelfAttention
+
+
+class StaleReadAttention(CachedAttention):
+    """Keys and values read from the cache before this chunk's are written into it."""
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, ...]:
+        B, _, T, _ = k.shape
+        read = [c[:B, :, : start + T].to(k.dtype).clone() for c in (self.cache_k, self.cache_v)]
+        super().update(k, v, start)
+        return tuple(read)
+
+
+class StaleReadStartPosGPT(StartPosGPT):
+    attention = StaleReadAttention

@@ -120,6 +120,10 @@ def test_the_trap_named_is_the_one_the_evidence_names():
     assert named_trap(findings[:1]) == ""  # none fails
     unnamed = [Finding("d", FAIL, "output of sequence 0 depends on sequence 1"), *findings]
     assert named_trap(unnamed) == ""  # the first failure names none
+    sdpa = Finding("agrees with SDPA", FAIL, "it matches softmax over the queries (softmax_dim)")
+    leak = Finding("causal no-leak", FAIL, "position 0 depends on input 1 (causal_leak: ...)")
+    assert named_trap([leak, sdpa]) == "softmax_dim"  # the cause, not its consequence
+    assert named_trap([leak, Finding("agrees with SDPA", FAIL, "off by 0.3")]) == "causal_leak"
 
 
 transformers = pytest.importorskip("transformers")
@@ -269,3 +273,99 @@ def test_a_hybrid_without_attention_at_two_layers_is_built_deeper():
 def test_a_fixed_length_decoders_logits_are_read_for_the_input_only():
     diagnosis = diagnose_model(small(model_modules.FixedLengthLM))
     assert diagnosis.healthy, diagnosis.text()
+
+
+@pytest.mark.parametrize("cls", ["StartPosGPT", "InputPosGPT"])
+def test_a_model_that_keeps_its_cache_inside_is_decoded_through_it(cls):
+    healthy = diagnose_model(small(getattr(model_modules, cls)))
+    assert healthy.healthy, healthy.text()
+    decoded = next(f for f in healthy.properties if f.probe == "cached generation")
+    assert decoded.status == "pass" and "one token per step: 0" in decoded.message
+    buggy = diagnose_model(small(getattr(model_modules, f"FrontSlots{cls}")))
+    assert failing(buggy) == [("model", "cached generation")]
+
+
+def test_a_layer_given_its_input_as_query_key_and_value_gets_x_in_all_three():
+    # CTRL calls attn(x, x, x, mask, ...): the probes' hidden states must reach k and v too
+    diagnosis = diagnose_model(small(transformers.CTRLLMHeadModel))
+    assert diagnosis.healthy, diagnosis.text()
+    # k and v are the probes' x, not a position bias its model adds: SDPA is compared
+    assert _layer(diagnosis, "agrees with SDPA").status == "pass"
+
+
+def test_a_composite_config_is_built_at_the_tiny_size_in_every_part():
+    model = small(transformers.GotOcr2ForConditionalGeneration)  # 560M parameters as built
+    assert sum(p.numel() for p in model.parameters()) < 5_000_000
+    assert model.config.vision_config.hidden_size == 64
+
+
+def test_a_hybrid_with_no_attention_at_any_depth_gets_one_in_its_last_layer():
+    from types import SimpleNamespace
+
+    from harness.zoo.rows import with_attention
+
+    linear = ["linear_attention", "linear_attention"]
+    indexed = SimpleNamespace(layer_types=linear, attn_layer_indices=None)
+    assert with_attention(indexed) == {"attn_layer_indices": [1]}
+    listed = SimpleNamespace(layer_types=linear)
+    assert with_attention(listed) == {"layer_types": ["linear_attention", "full_attention"]}
+    assert with_attention(SimpleNamespace(layer_types=["linear_attention", "attention"])) == {}
+
+
+def test_a_rotary_dim_its_rotary_never_reads_is_not_held_against_it():
+    # MiniMax-M3 keeps rotary_dim in its config (half a head here); its rotary reads
+    # rope_parameters, which say the whole head
+    from harness.zoo.architectures import architectures
+
+    (arch,) = [a for a in architectures() if a.id == "minimax_m3_vl_text-causal-lm"]
+    diagnosis = diagnose_model(arch.build())
+    assert diagnosis.healthy, diagnosis.text()
+
+
+def test_a_declared_scale_is_taken_where_sdpa_cannot_be_compared():
+    # Gemma 4 scores RMS-normed q and k at scale 1 and normalizes v; its global layer's
+    # proportional rotary is not one SDPA reproduces, so its word decides its floor
+    diagnosis = diagnose_model(small(transformers.Gemma4ForCausalLM))
+    local, global_ = (g.diagnosis for g in diagnosis.groups)
+    sdpa = next(f for f in local.findings if f.probe == "agrees with SDPA")
+    assert sdpa.status == "pass" and "v_norm" in sdpa.message and "scale 1," in sdpa.message
+    assert global_.config.scale == 1.0
+    half = [f for f in global_.findings if f.probe.endswith("robustness")]
+    assert [f.status for f in half] == ["pass", "pass"], [f.message for f in half]
+
+
+def test_a_sliding_window_shorter_than_the_padding_is_judged_on_rows_with_a_key():
+    # right padding leaves some queries a window of padding only: eager spreads them evenly
+    model = build(transformers.Gemma2ForCausalLM, Sizes(init={"sliding_window": 4}), 0)
+    diagnosis = diagnose_model(model)
+    assert diagnosis.healthy, diagnosis.text()
+    (local, _) = (g.diagnosis for g in diagnosis.groups)
+    assert next(f for f in local.findings if f.probe == "sliding window").status == "pass"
+
+
+def test_a_model_without_generate_is_causal_by_its_attentions_name_and_mask():
+    diagnosis = diagnose_model(small(model_modules.LeakyNoGenerateGPT))
+    assert ("model", "causal no-leak") in failing(diagnosis), diagnosis.text()
+
+
+def test_a_forward_that_reads_what_the_last_one_left_is_stale_state_not_dropout():
+    diagnosis = diagnose_model(small(model_modules.StaleReadStartPosGPT))
+    found = next(f for f in diagnosis.properties if f.probe == "eval determinism")
+    assert found.status == FAIL and "stale_cache" in found.message, found.message
+    dropout = diagnose_model(small(model_modules.LeakyGPT))  # deterministic: passes
+    assert next(f for f in dropout.properties if f.probe == "eval determinism").status == "pass"
+
+
+def test_a_wrapper_whose_forward_takes_x_and_a_bool_mask_is_diagnosed_as_a_model():
+    # x-transformers: forward(x, mask=...) with x the token ids and mask booleans
+    x_transformers = pytest.importorskip("x_transformers")
+    torch.manual_seed(0)
+    model = x_transformers.TransformerWrapper(
+        num_tokens=256, max_seq_len=64,
+        attn_layers=x_transformers.Decoder(dim=64, depth=2, heads=4, rotary_pos_emb=True),
+    )  # fmt: skip
+    assert takes_token_ids(model)
+    diagnosis = diagnose_model(model)
+    assert diagnosis.healthy, diagnosis.text()
+    padding = next(f for f in diagnosis.properties if f.probe == "left padding")
+    assert padding.status in ("pass", "warn"), padding.message

@@ -18,6 +18,7 @@ from harness.doctor.convention import detect
 from harness.doctor.findings import FAIL, SKIP, Diagnosis, Finding, failed, skipped
 from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.probes import PROBES, Probe
+from harness.doctor.probes.numerics import HALF_FILL, HALF_FILL_NAMED
 from harness.doctor.subject import Config, Subject, quietly_seeded
 from harness.errors import UsageError
 from harness.inputs import check_seed
@@ -30,8 +31,10 @@ NOT_TAKEN = "the module or its adapter does not take this probe's input"
 
 
 def evidence(exc: Exception) -> str:
-    """What an exception from the user's code is reported as."""
-    return str(exc) if isinstance(exc, UserCodeError) else f"raises: {describe(exc)}"
+    """What an exception from the user's code is reported as; a mask fill past float16's
+    range named as its trap, wherever it raises (a model that autocasts itself)."""
+    said = str(exc) if isinstance(exc, UserCodeError) else f"raises: {describe(exc)}"
+    return said + (HALF_FILL_NAMED if HALF_FILL.search(said) else "")
 
 
 def examine(name: str, probe: Probe, subject: Subject, timeout: float | None = TIMEOUT) -> Finding:

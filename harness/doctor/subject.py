@@ -905,11 +905,13 @@ def rotary_dims(module: nn.Module, declared: int | None = None) -> int | None:
     rotary): ``declared`` (--rotary-dims), else the module's own attribute or its config's
     (litgpt's ``rope_n_elem``), else its config's fraction of the head width
     (``partial_rotary_factor``, which transformers keeps in ``rope_parameters``, ``rotary_pct``,
-    litgpt's ``rotary_percentage``); None: the whole head."""
-    found = declared or int_attribute(module, ROTARY_DIM_ATTRS)
+    litgpt's ``rotary_percentage``); None: the whole head. A config with ``rope_parameters``
+    is read for its fraction only: MiniMax-M3 keeps a ``rotary_dim`` its rotary never reads."""
     config = getattr(module, "config", None)
     rope = getattr(config, "rope_parameters", None)
-    factors = [rope.get(n) for n in ROTARY_FACTORS] if isinstance(rope, Mapping) else []
+    modern = isinstance(rope, Mapping)  # transformers' rotary reads rope_parameters, not ints
+    found = declared or int_attribute(module, ROTARY_DIM_ATTRS, include_config=not modern)
+    factors = [rope.get(n) for n in ROTARY_FACTORS] if modern else []
     factors += [getattr(config, n, None) for n in ROTARY_FACTORS]
     factor = next((f for f in factors if f is not None), None)
     if found is None and isinstance(factor, int | float) and 0 < factor < 1:

@@ -179,7 +179,8 @@ LATENT_NAMES = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_r
                 "q_lora_rank")  # fmt: skip
 SIZE_NAMES = frozenset(
     (*D_MODEL_NAMES, *HEADS_NAMES, *HEAD_DIM_NAMES, *KV_HEADS_NAMES, *ROTARY_DIM_NAMES,
-     *LATENT_NAMES, "query_pre_attn_scalar", *LAYER_COUNT_NAMES, "vocab_size", "n_vocab")
+     *LATENT_NAMES, "query_pre_attn_scalar", *LAYER_COUNT_NAMES, "vocab_size", "n_vocab",
+     "vocab_size_per_layer_input", "d_latents", "num_self_attends_per_block")
 )  # fmt: skip
 NAMES: dict[str, Callable[[Sizes], object]] = {
     **dict.fromkeys(D_MODEL_NAMES, lambda s: s.d_model),
@@ -204,7 +205,13 @@ NAMES: dict[str, Callable[[Sizes], object]] = {
     ),
     # a whole model's depth and vocabulary, and its special tokens within that vocabulary
     **dict.fromkeys(LAYER_COUNT_NAMES, lambda s: s.layers),
-    **dict.fromkeys(("vocab_size", "n_vocab", "entity_vocab_size"), lambda s: s.vocab),
+    **dict.fromkeys(("vocab_size", "n_vocab", "entity_vocab_size",
+                     "vocab_size_per_layer_input"), lambda s: s.vocab),
+    # MusicGen's decoder takes ids (B * codebooks, T): one codebook, so that ids are (B, T)
+    "num_codebooks": lambda s: 1,
+    # Perceiver: its latents' width and self-attention depth
+    "d_latents": lambda s: s.d_model,
+    "num_self_attends_per_block": lambda s: s.layers,
     "pad_token_id": lambda s: 0,
     # a mixture of experts: four experts, each token routed to two
     **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts"),
@@ -313,6 +320,9 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
         with contextlib.suppress(Exception):  # classes taking **kwargs declare fields on instances
             names += [n for n in vars(cls()) if n not in names]
     known = {n: value_for(n, sizes) for n in names if n in NAMES or n in sizes.init}
+    for name, sub in _sub_configs(cls).items():  # a composite's parts at the same tiny size
+        if name not in sizes.init:
+            known[name] = _typed_config(sub, sizes)
     if "kv_lora_rank" in names and sizes.kv_heads is None:  # latent attention: one K/V per head
         known.update({n: sizes.heads for n in KV_HEADS_NAMES if n in known and n not in sizes.init})
     extra = {n: v for n, v in sizes.init.items() if n not in known}  # --init beyond the fields
@@ -331,6 +341,24 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
             f"cannot build its config {cls.__name__}({', '.join(known)}): "
             f"{type(exc).__name__}: {_first_line(exc)}"
         ) from None
+
+
+def _sub_configs(cls: type) -> dict[str, type]:
+    """A composite config's parts (transformers' ``sub_configs``: a text and a vision config),
+    each by the class its default holds; empty for a plain config."""
+    parts = getattr(cls, "sub_configs", None)
+    if not isinstance(parts, dict) or not parts:
+        return {}
+    try:
+        default = cls()
+    except Exception:
+        return {}
+    found = {}
+    for name in parts:
+        value = getattr(default, name, None)
+        if value is not None and hasattr(value, "to_dict"):  # a config object, not a dict
+            found[name] = type(value)
+    return found
 
 
 def _first_line(exc: BaseException) -> str:

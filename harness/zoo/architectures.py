@@ -30,12 +30,14 @@ class Architecture:
     def id(self) -> str:
         return f"{self.model_type}-{self.task}"
 
-    def build(self, seed: int = 0, layers: int = 2) -> nn.Module:
-        """The model at the doctor's tiny size, under ``seed``; a causal LM built as a decoder
-        (``is_decoder``, XLM's ``causal``), as transformers' own tests build the encoder
-        families' causal-LM classes (built without it they attend both ways)."""
+    def build(self, seed: int = 0, layers: int = 2, **init: object) -> nn.Module:
+        """The model at the doctor's tiny size, under ``seed``, with config fields ``init``; a
+        causal LM built as a decoder (``is_decoder``, XLM's ``causal``), as transformers' own
+        tests build the encoder families' causal-LM classes (built without it they attend both
+        ways)."""
         transformers = importlib.import_module("transformers")
-        init = {"is_decoder": True, "causal": True} if self.task == "causal-lm" else {}
+        if self.task == "causal-lm":
+            init = {"is_decoder": True, "causal": True, **init}
         sizes = Sizes(init=init, layers=layers)
         return build(getattr(transformers, self.class_name), sizes, seed)
 

@@ -3,6 +3,9 @@ verdict and, for a failure, which probe and the evidence."""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -16,6 +19,9 @@ from harness.errors import UsageError, shorten
 from harness.runner import describe
 
 LIMIT = 90.0  # seconds per case: building it and the whole diagnosis
+# An allocation refused under the case's memory cap (cases.MEMORY): torch's CPU allocator, or
+# oneDNN failing to make a kernel; a probe that raises it says nothing about the model
+OUT_OF_MEMORY = re.compile(r"can't allocate memory|could not create a primitive|MemoryError")
 
 # Architectures the doctor calls unhealthy for a defect reproduced and explained (the zoo's
 # table states the evidence): model type -> what is wrong, reproduced with transformers 5.24
@@ -48,9 +54,23 @@ KNOWN: dict[str, str] = {
     "size (4 heads of 16)",
     "prophetnet": "defect: the logits of its first 4 tokens depend on how many tokens follow "
     "(alone vs within 8: 0.0031), so a prefill through its cache cannot match its full forward",
+    "bamba": "defect (built with attention in its last layer; by default it has none, and "
+    "then its own cache raises in get_seq_length): its forward defaults position_ids to "
+    "arange(T) whatever its cache holds, so a decoding step without position ids is rotated "
+    "as position 0 and differs from the full forward by 0.0031 (1.8e-07 with position ids: "
+    "rope_cache_offset)",
+    "recurrent_gemma": "defect: its recurrent blocks run over left padding unmasked (changing "
+    "the padding's ids moves real tokens' logits by 0.14), so padding queries, which eager "
+    "fills with uniform weights and SDPA with zeros, reach the real tokens: 0.048 apart",
+    "gemma4_text": "at initialisation (not a defect of trained weights): its full-attention "
+    "layer, 512 wide per head at any size (global_head_dim is no config field), scores "
+    "RMS-normed q and k at scale 1, so 80% of its rows put >= 0.99 on one key, as its own "
+    "output_attentions shows (init_variance)",
     "minimax": "defect: its cache's reset() leaves the lightning-attention layers' state, so "
     "decoding after another prompt and reset() moves by 0.053 from a fresh cache (stale_cache)",
 }
+for _gemma4 in ("gemma4", "gemma4_unified", "gemma4_unified_text"):  # the same text attention
+    KNOWN[_gemma4] = KNOWN["gemma4_text"]
 
 
 @dataclass
@@ -82,19 +102,38 @@ LAYER_PATTERNS = (
 DEEPER = 8
 
 
+def with_attention(config: object, layers: int = 2) -> dict[str, object]:
+    """Config fields that place full attention in the last of ``layers`` layers, for a hybrid
+    whose default places none at any depth (Bamba's ``attn_layer_indices`` and
+    GraniteMoeHybrid's ``layer_types`` default to linear attention only); empty otherwise."""
+    kinds = getattr(config, "layer_types", None)
+    if not kinds or any(kind != "linear_attention" for kind in kinds):
+        return {}
+    if hasattr(config, "attn_layer_indices"):  # layer_types is derived from it
+        return {"attn_layer_indices": [layers - 1]}
+    if isinstance(inspect.getattr_static(type(config), "layer_types", None), property):
+        return {}  # derived from something else (Jamba's period): deeper may place some
+    return {"layer_types": ["linear_attention"] * (layers - 1) + ["full_attention"]}
+
+
 def diagnose_row(
     case: str, class_name: str, make: Callable[..., nn.Module], expect: str = "",
     limit: float = LIMIT,
 ) -> Row:  # fmt: skip
     """Build the model with ``make`` and diagnose it; nothing raises out of here. A hybrid
-    in which two layers hold no attention is built again with ``DEEPER`` layers."""
+    whose config places attention nowhere is built with it in its last layer
+    (``with_attention``), and one whose two layers still hold none with ``DEEPER``."""
     row = Row(case, class_name, expected=expect, known=KNOWN.get(case.rsplit("-", 2)[0], ""))
     started = time.perf_counter()
     try:
         with guarded(limit):  # one limit for the case (the probes' own then do not arm)
             model = make()
             row.built = True
-            hybrid = any(getattr(getattr(model, "config", None), n, None) for n in LAYER_PATTERNS)
+            config = getattr(model, "config", None)
+            hybrid = any(getattr(config, n, None) for n in LAYER_PATTERNS)
+            if hybrid and (again := with_attention(config)):  # none at any depth
+                with contextlib.suppress(Exception):  # a config that refuses: deeper, below
+                    model = make(**again)
             try:
                 diagnosis = diagnose_model(model, target=case)
             except UsageError:  # a hybrid whose two layers hold no attention may not even run
@@ -109,13 +148,18 @@ def diagnose_row(
     if time.perf_counter() - started >= limit:  # the limit hit inside a probe, which failed
         row.evidence = f"did not finish within {limit:g} s"
         return row
+    failures = [(g.paths[0], f) for g in diagnosis.groups for f in g.diagnosis.findings
+                if f.status == FAIL]  # fmt: skip
+    failures += [("model", f) for f in diagnosis.properties if f.status == FAIL]
+    short = next((f"{where}: {f.probe}: {f.message}" for where, f in failures
+                  if OUT_OF_MEMORY.search(f.message)), None)  # fmt: skip
+    if short:  # the case's memory cap, not a verdict on the model
+        row.evidence = shorten(f"out of the case's memory: {short}", 300)
+        return row
     row.ran = True
     row.healthy = diagnosis.healthy
     row.layers = sum(len(g.paths) for g in diagnosis.groups)
     row.groups = len(diagnosis.groups)
-    failures = [(g.paths[0], f) for g in diagnosis.groups for f in g.diagnosis.findings
-                if f.status == FAIL]  # fmt: skip
-    failures += [("model", f) for f in diagnosis.properties if f.status == FAIL]
     row.failed = [f"{where}: {f.probe}" for where, f in failures]
     if failures:
         where, first = failures[0]

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.doctor.findings import Outcome, failed, passed, skipped
-from harness.doctor.model.call import SEQ_LEN, left_padded
+from harness.doctor.model.call import NO_AUTOCAST, SEQ_LEN, left_padded
 from harness.doctor.model.patient import Patient, max_change
 from harness.metrics import rounding
 from harness.runner import as_dtype, describe
@@ -77,6 +77,8 @@ def backends(patient: Patient) -> Outcome:
 def low_precision(patient: Patient) -> Outcome:
     """Under autocast to float16 and bfloat16, a left-padded batch gives finite logits on its
     real tokens (accuracy is judged per layer, against SDPA in the same dtype)."""
+    if patient.call.makes_cache(patient.model):
+        return skipped(NO_AUTOCAST)
     ids, given = _padded(patient)
     real = (given["mask"] if given else torch.ones_like(ids)).bool()
     reference = patient.logits(ids, **given)[real]

@@ -3,6 +3,7 @@ attention mask, the positions and the cache, and where its output keeps the logi
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,16 +12,29 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from harness.doctor.subject import declared_context
 from harness.errors import UsageError
 from harness.inputs import generator
 
 # The names real models give each input of their forward, most common first; only these say
 # "token ids" (a layer's ``input`` or ``x`` takes hidden states).
 IDS_NAMES = ("input_ids", "idx", "tokens", "token_ids", "ids")
+# Names a layer's hidden states take too: a model only when it maps ids to logits
+AMBIGUOUS_NAMES = ("x", "input", "inputs", "src")
 MASK_NAMES = ("attention_mask", "padding_mask", "mask", "key_padding_mask")
 POSITION_NAMES = ("position_ids", "positions", "pos", "input_pos")
 FLAT_POSITION_NAMES = ("input_pos",)  # gpt-fast's and litgpt's: one (T,) row for the batch
 CACHE_NAMES = ("past_key_values", "cache", "past", "kv_cache")
+# Meta's Llama: one int, the position of the first token, its cache kept inside the model
+START_NAMES = ("start_pos",)
+# Methods that make the cache a model keeps inside, called with (batch, length) before a
+# forward: gpt-fast's setup_caches(max_batch_size, max_seq_length), litgpt's set_kv_cache
+SETUP_NAMES = ("setup_caches", "set_kv_cache")
+# the sizes gpt-fast's setup_caches remembers, returning early when its cache is as large: a
+# cache for a batch of 4 takes no batch of 2 (its update writes k_cache[:, :, input_pos])
+SETUP_SIZES = ("max_batch_size", "max_seq_length")
+NO_AUTOCAST = ("its cache is made in its weights' dtype (setup_caches) and takes no autocast "
+               "keys: such a model runs in low precision cast, not autocast")  # fmt: skip
 LABEL_NAMES = ("targets", "labels")  # nanoGPT returns every position's logits only with targets
 VOCAB_NAMES = ("vocab_size", "n_vocab", "num_tokens", "vocab")
 BATCH, SEQ_LEN = 2, 8  # the model doctor's forwards: B != T, so neither passes for the other
@@ -37,12 +51,29 @@ def _named(params: Mapping[str, inspect.Parameter], names: tuple[str, ...]) -> s
 
 
 def takes_token_ids(model: nn.Module) -> bool:
-    """A model, not a layer: its forward's first parameter is named for token ids and it
-    embeds tokens (an nn.Embedding somewhere inside)."""
+    """A model, not a layer: it embeds tokens (an nn.Embedding somewhere inside) and its
+    forward's first parameter is named for token ids, or for any input (``x``) where the
+    forward maps ids to logits over its vocabulary."""
     params = [p for p in forward_parameters(model) if p not in ("self",)]
-    if not params or params[0] not in IDS_NAMES:
+    embeds = any(isinstance(m, nn.Embedding) for m in model.modules())
+    if not params or not embeds:
         return False
-    return any(isinstance(m, nn.Embedding) for m in model.modules())
+    if params[0] in IDS_NAMES:
+        return True
+    return params[0] in AMBIGUOUS_NAMES and _maps_ids_to_logits(model)
+
+
+def _maps_ids_to_logits(model: nn.Module) -> bool:
+    """Its forward takes token ids (B, T) and gives logits over its vocabulary, (B, T, V)
+    (x-transformers' ``TransformerWrapper.forward(x)``); a layer given integers raises."""
+    vocab = vocabulary(model)
+    ids = torch.randint(1, max(2, min(vocab, 1000)), (BATCH, SEQ_LEN), generator=generator(0))
+    try:
+        with torch.no_grad():
+            out = logits_of(copy.deepcopy(model).eval()(ids))
+    except Exception:
+        return False
+    return tuple(out.shape) == (BATCH, SEQ_LEN, vocab)
 
 
 def vocabulary(model: nn.Module) -> int:
@@ -71,6 +102,17 @@ def left_padded(call: ModelCall, ids: Tensor, positions: bool = True) -> dict[st
     if positions and call.positions is not None:
         given["positions"] = (mask.cumsum(-1) - 1).clamp(min=0)
     return given
+
+
+def first_position(positions: Tensor | None, seq_len: int) -> int:
+    """The first position of ``positions`` (B, T) where every row counts on from it, for a
+    model that takes only that (``start_pos``); 0 for None; NotImplementedError otherwise."""
+    if positions is None:
+        return 0
+    start = int(positions.reshape(-1, seq_len)[0, 0])
+    if not bool((positions == torch.arange(start, start + seq_len)).all()):
+        raise NotImplementedError("the model takes only the first position (start_pos)")
+    return start
 
 
 def logits_of(output: object) -> Tensor:
@@ -103,12 +145,16 @@ class ModelCall:
     labels: str | None = None
     with_labels: bool = False  # its forward gives every position's logits only with labels
     flat_positions: bool = False  # it takes positions as one (T,) row (gpt-fast's input_pos)
+    start: str | None = None  # it takes the first token's position as one int (start_pos)
+    needs_positions: bool = False  # its forward raises without them (gpt-fast's input_pos)
+    bool_mask: bool = False  # it takes its mask as booleans (x-transformers' masked_fill)
+    context: int = 256  # the longest sequence its own cache is made for (``prepare``)
 
     @classmethod
     def of(cls, model: nn.Module) -> ModelCall:
         params = forward_parameters(model)
         ids = next(iter(params))
-        known = {ids, *MASK_NAMES, *POSITION_NAMES, *CACHE_NAMES}
+        known = {ids, *MASK_NAMES, *POSITION_NAMES, *CACHE_NAMES, *START_NAMES}
         needed = [
             n for n, p in params.items()
             if n not in known and p.default is p.empty
@@ -128,7 +174,31 @@ class ModelCall:
             vocab=vocabulary(model),
             labels=_named(params, LABEL_NAMES),
             flat_positions=_named(params, POSITION_NAMES) in FLAT_POSITION_NAMES,
+            start=_named(params, START_NAMES),
+            context=declared_context(model) or cls.context,
         )
+
+    @property
+    def takes_positions(self) -> bool:
+        """It takes positions, as ids (B, T) or (T,) or as the first one's (start_pos)."""
+        return self.positions is not None or self.start is not None
+
+    @staticmethod
+    def makes_cache(model: nn.Module) -> bool:
+        """The model makes the cache it keeps with a method of its own (``SETUP_NAMES``)."""
+        return any(callable(getattr(model, name, None)) for name in SETUP_NAMES)
+
+    def prepare(self, model: nn.Module, batch: int) -> None:
+        """Make the cache a model keeps inside for ``batch`` sequences (gpt-fast's
+        ``setup_caches``), empty, where it has such a method; nothing otherwise."""
+        for name in SETUP_NAMES:
+            setup = getattr(model, name, None)
+            if callable(setup):
+                for made in SETUP_SIZES:  # gpt-fast's keeps a larger cache: made again
+                    if isinstance(getattr(model, made, None), int):
+                        setattr(model, made, -1)
+                setup(batch, self.context)
+                return
 
     def tokens(self, batch: int, seq_len: int, seed: int) -> Tensor:
         """Seeded token ids (B, T), away from id 0 (often padding)."""
@@ -145,6 +215,11 @@ class ModelCall:
         """The keyword arguments of one forward: ids, and the mask, positions and cache where
         given (a model that takes none of them given one is a NotImplementedError)."""
         call: dict[str, Any] = {self.ids: ids}
+        if self.bool_mask and mask is not None:
+            mask = mask.bool()
+        if self.start is not None:  # the first position, one for the batch
+            call[self.start] = first_position(positions, ids.shape[1])
+            positions = None
         for value, name, what in ((mask, self.mask, "an attention mask"),
                                   (positions, self.positions, "position ids"),
                                   (cache, self.cache, "a cache")):  # fmt: skip
@@ -166,15 +241,22 @@ class ModelCall:
         only asks for labels; one that refuses (B, T) positions gets one (T,) row where it
         takes that; positions it takes neither way are a NotImplementedError where it runs
         without them (the probe that passes them is skipped)."""
+        self.prepare(model, ids.shape[0])
+        if self.needs_positions and "positions" not in given:
+            given = {**given, "positions": torch.arange(ids.shape[1]).expand_as(ids)}
         positions = given.get("positions")
         per_row = positions is not None and not bool((positions == positions[:1]).all())
         if self.flat_positions and per_row:
             raise NotImplementedError("the model takes one row of positions for the whole batch")
         try:
             logits = logits_of(model(**self.kwargs(ids, **given)))
+        except NotImplementedError:
+            raise
         except Exception as first:
+            if "mask" in given and not self.bool_mask:
+                return self._with_bool_mask(model, ids, given, first)
             if positions is None:
-                raise
+                return self._with_positions(model, ids, given, first)
             logits = self._other_positions(model, ids, given, first)
         last_only = logits.dim() >= 2 and logits.shape[1] == 1 < ids.shape[1]
         if last_only and self.labels and not self.with_labels:
@@ -183,6 +265,36 @@ class ModelCall:
         # a decoder of fixed length (Perceiver's, one query per position it can hold): the
         # first T outputs are the input's
         return logits[:, : ids.shape[1]] if logits.dim() >= 2 else logits
+
+    def _with_bool_mask(
+        self, model: nn.Module, ids: Tensor, given: dict[str, Any], first: Exception
+    ) -> Tensor:
+        """After a forward with a 0/1 integer mask raised ``first``: the logits with it as
+        booleans (x-transformers' ``mask``), remembered for every later forward; else the
+        forward's other retries, with the integer mask."""
+        self.bool_mask = True
+        try:
+            return self.run(model, ids, **given)
+        except Exception:
+            self.bool_mask = False
+        if given.get("positions") is None:
+            return self._with_positions(model, ids, given, first)
+        return self._other_positions(model, ids, given, first)
+
+    def _with_positions(
+        self, model: nn.Module, ids: Tensor, given: dict[str, Any], first: Exception
+    ) -> Tensor:
+        """After a forward without positions raised ``first``: the logits with positions
+        0..T-1 where the model takes them and runs so (gpt-fast's forward wants input_pos
+        whatever its default says), remembered for every later forward; else ``first``."""
+        if not self.takes_positions or self.needs_positions:
+            raise first
+        self.needs_positions = True
+        try:
+            return self.run(model, ids, **given)
+        except Exception:
+            self.needs_positions = False
+            raise first from None
 
     def _other_positions(
         self, model: nn.Module, ids: Tensor, given: dict[str, Any], first: Exception

@@ -24,11 +24,19 @@ from harness.doctor.findings import (
 NAMED = re.compile(r"\(([a-z][a-z0-9]*(?:_[a-z0-9]+)+)[:)]|: ([a-z][a-z0-9]*(?:_[a-z0-9]+)+)$")
 
 
+IDENTIFIES = "agrees with SDPA"  # matches the layer against the catalogue's own bug forms
+
+
 def named_trap(findings: list[Finding]) -> str:
-    """The catalogue trap the first failing finding names, or "" (none fails, or the first
+    """The catalogue trap a failing comparison with SDPA names (it tells causes apart: a
+    softmax over the wrong dim, softcapping after the mask, which the causal leak they cause
+    does not), else the one the first failing finding names, or "" (none fails, or the first
     names none: a later probe's name may be a consequence, not the cause)."""
-    first = next((f for f in findings if f.status == FAIL), None)
+    failing = [f for f in findings if f.status == FAIL]
+    first = next((f for f in failing if f.probe == IDENTIFIES), failing[0] if failing else None)
     found = NAMED.search(first.message) if first is not None else None
+    if found is None and first is not None and first is not failing[0]:
+        found = NAMED.search(failing[0].message)  # SDPA names none: the first failure's
     return (found[1] or found[2]) if found else ""
 
 

@@ -4,6 +4,7 @@ model calls it, then probe the model's own properties."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ import torch
 from torch import nn
 
 from harness.doctor.examine import SETUP, diagnose, evidence
-from harness.doctor.findings import FAIL, SKIP, WARN, Diagnosis, Finding, Outcome, failed
+from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding, Outcome, failed
 from harness.doctor.guard import TIMEOUT, guarded
 from harness.doctor.model import backends, generation, properties
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall
@@ -21,6 +22,7 @@ from harness.doctor.model.patient import Patient, declared_causal, layer_causal
 from harness.doctor.model.replay import Replay
 from harness.doctor.subject import Config, quietly_seeded
 from harness.errors import UsageError
+from harness.reference import HEAD_DIM_ATTRS, int_attribute
 
 DETERMINISM = "eval determinism"
 MODEL_PROBES: dict[str, Callable[[Patient], Outcome]] = {
@@ -41,8 +43,11 @@ def declared_scale(layer: nn.Module) -> float | None:
     ``attention_multiplier``, Gemma's ``query_pre_attn_scalar ** -0.5``), None when it says
     nothing: then 1/sqrt(head width), as SDPA's."""
     value = getattr(layer, "scaling", None)
-    ok = isinstance(value, float) and 0 < value < float("inf")
-    return value if ok else None
+    if not (isinstance(value, float) and 0 < value < float("inf")):
+        return None
+    width = int_attribute(layer, HEAD_DIM_ATTRS)
+    usual = width is not None and math.isclose(value * math.sqrt(width), 1.0, rel_tol=1e-6)
+    return None if usual else value  # 1/sqrt(d) is what the probes assume anyway
 
 
 def layer_plan(
@@ -85,9 +90,11 @@ def probe_layer(
     report: Callable[[str], None], crashed: Mapping[str, str] | None,
 ) -> Diagnosis:  # fmt: skip
     """The layer probes on the first layer of ``group``, as its model calls it; a layer that
-    declares another scale than 1/sqrt(d) (``scaling``) and disagrees with SDPA at 1/sqrt(d)
-    is probed again at its declared one (Granite's ``attention_multiplier``; ESM scales its
-    queries itself and declares 1)."""
+    declares a scale (``scaling``) and does not agree with SDPA at 1/sqrt(d) is probed again at
+    its declared one (Granite's ``attention_multiplier``), kept when SDPA agrees there, or when
+    the comparison could not be made at either (a rotary SDPA does not reproduce): then the
+    layer's word decides, and its low-precision floor is that of its own scale. ESM scales its
+    queries itself and declares 1: SDPA agrees at 1/sqrt(d), and that stays."""
     with guarded(timeout), quietly_seeded(config.seed):
         layer, skip = layer_plan(config, group, causal, replay)
 
@@ -98,15 +105,16 @@ def probe_layer(
 
     diagnosis = run(layer)
     declared = declared_scale(group.module)
-    if declared is not None and layer.scale is None and not _agrees(diagnosis):
-        other = run(replace(layer, scale=declared))
-        if _agrees(other):
-            return other
-    return diagnosis
+    if declared is None or layer.scale is not None or _sdpa(diagnosis) in (PASS, WARN):
+        return diagnosis
+    other = run(replace(layer, scale=declared))
+    undecided = _sdpa(diagnosis) == SKIP and _sdpa(other) == SKIP
+    return other if _sdpa(other) in (PASS, WARN) or undecided else diagnosis
 
 
-def _agrees(diagnosis: Diagnosis) -> bool:
-    return any(f.probe == "agrees with SDPA" and f.status != FAIL for f in diagnosis.findings)
+def _sdpa(diagnosis: Diagnosis) -> str:
+    """The status of the layer's comparison with SDPA (skip when it was not made)."""
+    return next((f.status for f in diagnosis.findings if f.probe == "agrees with SDPA"), SKIP)
 
 
 def diagnose_model(

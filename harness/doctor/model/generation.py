@@ -4,13 +4,14 @@ one gives; the cache holds as many tokens as were fed."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
-from harness.doctor.model.call import SEQ_LEN, logits_of
+from harness.doctor.model.call import BATCH, SEQ_LEN, logits_of
 from harness.doctor.model.patient import Patient, max_change
 from harness.runner import describe
 
@@ -48,21 +49,26 @@ def decode(
     """Feed ``ids`` in chunks of the given lengths through one cache (None: the model makes
     it); ``positions``: pass each chunk's position ids explicitly."""
     call, model = patient.call, model or patient.model
+    inside = call.cache is None  # a model that keeps its cache itself, in a copy made here
+    if inside:
+        model = copy.deepcopy(model)
+        call.prepare(model, ids.shape[0])
     start, pieces = 0, []
     with torch.no_grad():
         for size in chunks:
             piece = ids[:, start : start + size]
-            kwargs = call.kwargs(piece)
-            kwargs[call.cache] = cache
+            at = torch.arange(start, start + size).expand_as(piece)
+            wanted = positions or inside or call.needs_positions
+            kwargs = call.kwargs(piece, positions=at if wanted else None)
+            if not inside:
+                kwargs[call.cache] = cache
             if call.use_cache:
                 kwargs["use_cache"] = True
-            if positions:
-                kwargs[call.positions] = torch.arange(start, start + size).expand_as(piece)
             output = model(**kwargs)
             pieces.append(logits_of(output).double())
-            cache = cache_of(output, call.cache)
+            cache = model if inside else cache_of(output, call.cache)
             start += size
-    return Decoded(torch.cat(pieces, dim=1), _length(cache)), cache
+    return Decoded(torch.cat(pieces, dim=1), None if inside else _length(cache)), cache
 
 
 def _length(cache: object) -> int | None:
@@ -85,12 +91,12 @@ def cached_generation(patient: Patient) -> Outcome:
     cache says it holds is evidence when they do not (appended twice, never cleared), not a
     finding of its own: a looped model or a rolling window counts otherwise."""
     call = patient.call
-    if call.cache is None:
-        return skipped("the model's forward takes no cache")
     if not patient.causal:
         return skipped("not a causal model: nothing to generate")
+    if call.cache is None and not keeps_state(patient):
+        return skipped("the model's forward takes no cache and it keeps none between forwards")
     ids = patient.tokens()
-    full = patient.logits(ids)
+    full = patient.logits(ids, **({} if call.cache else {"positions": _positions(ids)}))
     floor = patient.floor(full)
     results, wrong, lengths, refused = [], [], [], []
     for name, chunks in SCENARIOS.items():
@@ -110,7 +116,8 @@ def cached_generation(patient: Patient) -> Outcome:
         if got.length is not None and got.length != SEQ_LEN:
             lengths.append(f"after {name} the cache holds {got.length} tokens of {SEQ_LEN} fed")
     if not wrong:
-        counted = f"; {lengths[0]}" if lengths else "; cache length = tokens fed"
+        counted = f"; {lengths[0]}" if lengths else "; cache length = tokens fed" if (
+            call.cache is not None) else ""  # fmt: skip
         if refused:
             return warned(f"{'; '.join(results)} (floor {floor:.2g}); {refused[0]}: a caller "
                           "must feed it one token at a time")  # fmt: skip
@@ -119,7 +126,7 @@ def cached_generation(patient: Patient) -> Outcome:
     size = "not finite" if by == float("inf") else f"{by:.3g}"
     evidence = f"{name} differs from the full forward from position {first} on (by {size}, " \
                f"floor {floor:.2g})"  # fmt: skip
-    if call.positions is not None:
+    if call.positions is not None and call.cache is not None:
         retried, _ = decode(patient, ids, chunks, positions=True)
         if max_change(retried.logits, full) <= floor:
             return failed(f"{evidence}; with position ids passed it agrees: the model's own "
@@ -127,11 +134,45 @@ def cached_generation(patient: Patient) -> Outcome:
     if lengths:
         return failed(f"{evidence}; {lengths[0]} (stale_cache: appended twice or never "
                       "cleared)")  # fmt: skip
+    retried = call.positions is not None and call.cache is not None
+    restart = "" if retried else (", rope_cache_offset (each chunk's positions counted from 0 "
+                                  "instead of from where the cache ends)")  # fmt: skip
     return failed(
         f"{evidence}. Known causes: cache_causal_alignment (a causal mask anchored top-left for "
         "fewer queries than keys), stale_cache (keys written to or read from the wrong slots, "
-        "or the current token left out)"
+        f"or the current token left out){restart}"
     )
+
+
+def _positions(ids: Tensor) -> Tensor:
+    return torch.arange(ids.shape[1]).expand_as(ids)
+
+
+def _state(model: nn.Module) -> dict[str, Tensor]:
+    """Every buffer and plain tensor attribute of the model's modules (a cache kept inside:
+    gpt-fast's k_cache buffers, Meta's Llama's cache_k attributes), copied."""
+    found = {}
+    for path, module in model.named_modules():
+        tensors = dict(module.named_buffers(recurse=False))
+        tensors.update({n: v for n, v in vars(module).items() if isinstance(v, Tensor)})
+        found.update({f"{path}.{n}": t.detach().clone() for n, t in tensors.items()})
+    return found
+
+
+def keeps_state(patient: Patient) -> bool:
+    """A model that takes positions (input_pos, start_pos) and keeps a cache inside: a
+    forward on the first tokens changes a buffer or tensor attribute of one of its modules."""
+    call = patient.call
+    if not call.takes_positions:
+        return False
+    model = copy.deepcopy(patient.model)
+    call.prepare(model, BATCH)
+    before = _state(model)
+    ids = patient.tokens()[:, :PREFILL]
+    with torch.no_grad():
+        model(**call.kwargs(ids, positions=_positions(ids)))
+    after = _state(model)
+    return any(n in after and not torch.equal(t, after[n]) for n, t in before.items())
 
 
 def cache_reuse(patient: Patient) -> Outcome:

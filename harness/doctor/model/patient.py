@@ -24,10 +24,30 @@ def layer_causal(layer: nn.Module) -> bool | None:
     return flag if isinstance(flag, bool) else None
 
 
+def _causal_table(t: Tensor) -> bool:
+    """A square lower-triangular mask: 1/True (or 0 in an additive one) on and below the
+    diagonal, 0/False (a large negative fill) above."""
+    if t.dim() < 2 or t.shape[-1] != t.shape[-2] or t.shape[-1] < 2 or t.is_complex():
+        return False
+    t = t.reshape(-1, *t.shape[-2:])[0]
+    allowed = t > -1 if t.is_floating_point() and bool((t < 0).any()) else t != 0
+    return torch.equal(allowed, torch.ones_like(allowed).tril())
+
+
+def says_causal(layer: nn.Module) -> bool:
+    """An attention layer that says it is causal by its class name (nanoGPT's
+    ``CausalSelfAttention``) or holds a causal mask (a lower-triangular buffer, nanoGPT's
+    ``bias``)."""
+    if "causal" in type(layer).__name__.lower():
+        return True
+    return any(_causal_table(b) for b in layer.buffers(recurse=False))
+
+
 def declared_causal(model: nn.Module, layers: list[nn.Module]) -> bool | None:
     """What the model says it is: causal when every attention layer says so (``is_causal``; an
     encoder's layers say otherwise), else not when its config says it reads both ways, else
-    whether it can generate (transformers' ``can_generate()``, else a ``generate`` method), else
+    causal when a layer says so by its name or its mask (``says_causal``), else whether it can
+    generate (transformers' ``can_generate()``, else a ``generate`` method), else
     a causal LM by its class name (``...ForCausalLM``, ``...LMHeadModel``); None when nothing
     says."""
     flags = [flag for flag in map(layer_causal, layers) if flag is not None]
@@ -36,6 +56,8 @@ def declared_causal(model: nn.Module, layers: list[nn.Module]) -> bool | None:
     config = getattr(model, "config", None)
     if any(getattr(config, name, None) == value for name, value in BIDIRECTIONAL.items()):
         return False
+    if any(says_causal(layer) for layer in layers):
+        return True
     can_generate = getattr(model, "can_generate", None)
     if callable(can_generate):
         return bool(can_generate())

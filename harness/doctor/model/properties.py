@@ -4,6 +4,8 @@ positions changes nothing real. Each failure names the catalogue trap it fits.""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor
 
@@ -13,16 +15,32 @@ from harness.doctor.model.patient import Patient, max_change
 
 
 def eval_determinism(patient: Patient) -> Outcome:
-    """Two identical forwards in eval mode give the same logits."""
+    """Two identical forwards in eval mode give the same logits. Where they do not, two fresh
+    copies of the model, each called once, tell state it keeps from randomness: agreeing,
+    the second call read what the first left (a cache read before it is written)."""
     ids = patient.tokens()
+    pristine = copy.deepcopy(patient.model)
     first, second = patient.logits(ids), patient.logits(ids)
     moved = max_change(first, second)
+    if moved > 0 and _fresh_copies_agree(patient, ids, pristine):
+        return failed(
+            f"a second identical forward differs from the first by {moved:.3g}, while two "
+            "fresh copies called once agree: a forward reads state an earlier one left "
+            "(stale_cache: keys read from the cache before this call writes them, or never "
+            "cleared)"
+        )
     if moved > 0:
         return failed(
             f"two identical forwards in eval mode differ by {moved:.3g}: dropout left on, or "
             "sampling (dropout_in_eval: F.dropout without training=self.training)"
         )
     return passed("two identical forwards agree exactly")
+
+
+def _fresh_copies_agree(patient: Patient, ids: Tensor, pristine: torch.nn.Module) -> bool:
+    """Two copies of the model as it was, each called once on ``ids``, agree exactly."""
+    once = [patient.logits(ids, copy.deepcopy(pristine)) for _ in range(2)]
+    return max_change(*once) == 0
 
 
 def _future_change(patient: Patient) -> tuple[Tensor, Tensor, float, float]:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall
+from harness.doctor.model.call import BATCH, NO_AUTOCAST, SEQ_LEN, ModelCall
 from harness.doctor.subject import declared_context
 from harness.inputs import generator
 from harness.masks import lowest
@@ -38,36 +38,40 @@ class Recorded(BaseException):
 
 @dataclass(frozen=True)
 class Slot:
-    """Where a call holds its hidden states: positional index, or keyword name."""
+    """Where a call holds its hidden states: the positional indices and keyword names of every
+    argument that is that tensor (a self-attention called as ``attn(x, x, x, mask)`` takes it
+    as query, key and value)."""
 
-    index: int | None = None
-    name: str | None = None
+    indices: tuple[int, ...] = ()
+    names: tuple[str, ...] = ()
 
     @classmethod
     def find(cls, args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, seq_len: int) -> Slot:
-        """The first floating tensor of shape (B, T, d) among the arguments."""
+        """The first floating tensor of shape (B, T, d) among the arguments, wherever the
+        call passes that same tensor."""
 
         def hidden(value: object) -> bool:
             return (isinstance(value, Tensor) and value.is_floating_point() and value.dim() == 3
                     and tuple(value.shape[:2]) == (batch, seq_len))  # fmt: skip
 
-        for i, value in enumerate(args):
-            if hidden(value):
-                return cls(index=i)
-        for name, value in kwargs.items():
-            if hidden(value):
-                return cls(name=name)
-        raise LookupError("no (B, T, d) hidden states among the layer's arguments")
+        first = next((v for v in (*args, *kwargs.values()) if hidden(v)), None)
+        if first is None:
+            raise LookupError("no (B, T, d) hidden states among the layer's arguments")
+        return cls(indices=tuple(i for i, v in enumerate(args) if v is first),
+                   names=tuple(k for k, v in kwargs.items() if v is first))  # fmt: skip
 
     def take(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
-        return args[self.index] if self.index is not None else kwargs[self.name]
+        return args[self.indices[0]] if self.indices else kwargs[self.names[0]]
+
+    def holds(self, index: int | None = None, name: str | None = None) -> bool:
+        """Whether the argument at ``index`` (or named ``name``) is the hidden states."""
+        return index in self.indices or name in self.names
 
     def put(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], x: Tensor
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if self.index is not None:
-            return (*args[: self.index], x, *args[self.index + 1 :]), kwargs
-        return args, {**kwargs, self.name: x}
+        args = tuple(x if i in self.indices else v for i, v in enumerate(args))
+        return args, {**kwargs, **dict.fromkeys(self.names, x)}
 
 
 def record(
@@ -123,6 +127,8 @@ def _cast(value: Any, dtype: torch.dtype) -> Any:
 def _copied(value: Any) -> Any:
     """A copy of a stateful argument (a cache the layer updates in place), so that each replay
     starts from the state the model passed; tensors, plain values and modules as they are."""
+    if isinstance(value, Tensor) and value.is_inference():  # recorded under inference_mode
+        return value.clone()  # (Meta's Llama decorates its forward): one autograd can take
     if isinstance(value, Tensor | nn.Module | int | float | str | bool | type(None)):
         return value
     try:
@@ -140,6 +146,16 @@ def _is_mask(t: Tensor) -> bool:
     """A mask: additive (0 where allowed, a large negative fill or -inf where blocked) or 0/1
     (CTRL's causal mask, multiplied by its fill inside the layer)."""
     return bool(((t == 0) | (t <= -1e4)).all() or ((t == 0) | (t == 1)).all())
+
+
+def _rotary_table(value: Any) -> int | None:
+    """The width a rotary table turns: a (cos, sin) pair of one shape, its last dimension;
+    complex frequencies, twice theirs; None for anything else."""
+    if isinstance(value, Tensor) and value.is_complex():
+        return 2 * value.shape[-1]
+    pair = isinstance(value, tuple | list) and len(value) == 2 and all(
+        isinstance(t, Tensor) and t.is_floating_point() for t in value)  # fmt: skip
+    return value[0].shape[-1] if pair and value[0].shape == value[1].shape else None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -164,8 +180,6 @@ class Replay:
     attention mask. Recordings are kept per shape, dtype, mask and positions.
     """
 
-    kv_grouping = "auto"
-
     def __init__(self, model: nn.Module, path: str, call: ModelCall, seed: int = 0):
         self.model = model
         self.path = path
@@ -174,6 +188,12 @@ class Replay:
         self.context = declared_context(model)  # the longest sequence the model takes
         self._copies: dict[tuple[torch.dtype, torch.device], nn.Module] = {}
         self._calls: dict[tuple[object, ...], tuple[Slot, tuple[Any, ...], dict[str, Any]]] = {}
+
+    @property
+    def kv_grouping(self) -> str:
+        """How its grouped K/V heads are laid out: in blocks for a transformers model (its
+        checkpoints are, and its repeat_kv interleaves), else not known ("auto")."""
+        return "blocks" if type(self.model).__module__.startswith("transformers.") else "auto"
 
     def _model(self, dtype: torch.dtype, device: torch.device) -> nn.Module:
         key = (dtype, device)
@@ -188,10 +208,15 @@ class Replay:
         positions."""
         B, T = x.shape[:2]
         ordinary = bool((positions == torch.arange(T, device=positions.device)).all())
-        if not ordinary and self.call.positions is None:
+        if not ordinary and not self.call.takes_positions:
             if self._positions_reach_layer(x, mask):
                 raise NotImplementedError("the model takes no position ids")
             ordinary = True  # the layer gets nothing that depends on positions
+        if not ordinary and self.keeps_cache:
+            raise NotImplementedError(
+                "its positions index a cache the model keeps: tokens at other positions need "
+                "the tokens before them in it (the model's cached generation probes that)"
+            )
         key = (B, T, x.dtype, x.device, None if mask is None else mask.cpu().numpy().tobytes(),
                None if ordinary else positions.cpu().numpy().tobytes())  # fmt: skip
         if key not in self._calls:
@@ -257,21 +282,21 @@ class Replay:
         positions it computes itself: "" (nothing), "rotary" (a (cos, sin) pair of one shape,
         or complex frequencies), or "bias" (any other floating tensor of two or more
         dimensions: ALiBi's slopes (h, 1, L), relative buckets (.., h, T, T))."""
-        T = x.shape[1]
-        slot, args, kwargs = self.recorded(x, torch.arange(T, device=x.device), mask)
-        others = [v for i, v in enumerate(args) if i != slot.index]
-        others += [v for k, v in kwargs.items() if k != slot.name]
         found = ""
-        for value in others:
-            pair = isinstance(value, tuple | list) and len(value) == 2 and all(
-                isinstance(t, Tensor) and t.is_floating_point() for t in value)  # fmt: skip
-            if (pair and value[0].shape == value[1].shape) or (
-                    isinstance(value, Tensor) and value.is_complex()):  # fmt: skip
+        for value in self._others(x, mask):
+            if _rotary_table(value) is not None:
                 found = found or "rotary"
             elif (isinstance(value, Tensor) and value.is_floating_point() and value.dim() >= 2
                   and not _is_mask(value)):  # fmt: skip
                 return "bias"
         return found
+
+    def _others(self, x: Tensor, mask: Tensor | None) -> list[Any]:
+        """What the model passes the layer besides its hidden states, on an ordinary batch."""
+        T = x.shape[1]
+        slot, args, kwargs = self.recorded(x, torch.arange(T, device=x.device), mask)
+        others = [v for i, v in enumerate(args) if not slot.holds(index=i)]
+        return others + [v for k, v in kwargs.items() if not slot.holds(name=k)]
 
     def _positions_reach_layer(self, x: Tensor, mask: Tensor | None) -> bool:
         return bool(self._position_inputs(x, mask))
@@ -281,7 +306,7 @@ class Replay:
         """The model takes no position ids and passes the layer nothing that carries them:
         the positions an adapter call is given cannot reach the layer (which may still rotate
         0..T-1 by itself, as a layer that builds its rotary tables from arange(T))."""
-        return self.call.positions is None and not self.position_inputs()
+        return not self.call.takes_positions and not self.position_inputs()
 
     def position_inputs(self) -> str:
         """``_position_inputs`` on an ordinary batch."""
@@ -294,4 +319,33 @@ class Replay:
             raise NotImplementedError("the layer's cache is probed on the whole model")
         slot, args, kwargs = self.recorded(x, positions, mask)
         args, kwargs = slot.put(*fresh(args, kwargs), x)
+        if self.makes_cache:
+            if torch.is_autocast_enabled(x.device.type):
+                raise NotImplementedError(NO_AUTOCAST)
+            self._fit_cache(module, x)
         return module(*args, **kwargs)
+
+    @cached_property
+    def makes_cache(self) -> bool:
+        """Its model makes the cache its layers keep (gpt-fast's ``setup_caches``)."""
+        return self.call.makes_cache(self.model)
+
+    @cached_property
+    def keeps_cache(self) -> bool:
+        """Its model keeps its layers' cache itself, written at the positions it is given
+        (gpt-fast's ``setup_caches``, Meta's Llama's ``start_pos``)."""
+        return self.makes_cache or self.call.start is not None
+
+    def _fit_cache(self, module: nn.Module, x: Tensor) -> None:
+        """Give ``module`` (a copy of the layer) an empty cache made for x's batch, as its
+        model makes it: the model's copy prepared for that batch, the layer's cache parts
+        there (tensor attributes, children without parameters) copied over."""
+        model = self._model(x.dtype, x.device)
+        self.call.prepare(model, x.shape[0])
+        made = model.get_submodule(self.path)
+        for name, value in vars(made).items():
+            if isinstance(value, Tensor):
+                setattr(module, name, value.clone())
+        for name, child in made.named_children():
+            if not any(True for _ in child.parameters()):
+                setattr(module, name, copy.deepcopy(child))

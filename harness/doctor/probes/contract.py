@@ -196,7 +196,10 @@ def probe_weights(subject: Subject) -> Outcome:
             + _other_axis(w, allowed),
         )
     if allowed is not None:
-        leaked = w.masked_fill(allowed, 0).nan_to_num(0).abs().max().item()
+        # rows with no allowed key (a padded query whose window holds only padding) are
+        # the all-masked rows probe's: uniform weights there are one sound answer
+        dead = w.masked_fill(allowed, 0).nan_to_num(0)[live]
+        leaked = dead.abs().max().item() if dead.numel() else 0.0
         if leaked > EXACT:
             return failed(f"weight {leaked:.3g} on a masked key")
     saturated = metrics.saturated_fraction(rows) if rows.numel() else 0.0

@@ -34,9 +34,14 @@ def probe_window(subject: Subject) -> Outcome:
         return skipped(f"a window of {window} needs {seq_len} tokens, beyond its context")
     x = subject.x(cfg.batch, seq_len, 43)
     keep = subject.ordinary_keep(cfg.batch, seq_len)
+    allowed = subject.effective_keep(keep, cfg.batch, seq_len)  # (B, T, T), (T, T) or None
     wrong = []  # (t, inputs output t depends on, inputs it should depend on)
     for t in range(seq_len):
         grad = subject.grad_of(x, keep, lambda out, t=t: out[:, t])  # (B, T, d)
+        if allowed is not None:  # sequences where query t has a key (not all padding)
+            grad = grad[allowed.expand(cfg.batch, seq_len, seq_len)[:, t].any(-1)]
+            if not len(grad):
+                continue
         depends = grad.abs().amax(dim=(0, 2)) > 0  # (T,)
         seen = depends.nonzero().flatten().tolist()
         want = list(range(max(0, t - window + 1), t + 1))
