@@ -317,7 +317,7 @@ class CachedAttention(SelfAttention):
         return self.cache_k[:B, :, : start + T], self.cache_v[:B, :, : start + T]
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        B, T, _ = x.shape
+        T = x.shape[1]
         q, k, v = self.heads(x)  # (B, h, T, d)
         keys, values = self.update(k, v, start)  # (B, h, start + T, d)
         allowed = self.causal[start : start + T, : start + T]  # (T, start + T)
@@ -382,8 +382,7 @@ class InputPosGPT(StartPosGPT):
 
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None) -> torch.Tensor:
         assert input_pos is not None, "input_pos: the positions of the tokens fed"
-        B = idx.shape[0]
-        assert B == self.max_batch_size, "a cache made for another batch"  # gpt-fast's update
+        assert idx.shape[0] == self.max_batch_size, "a cache made for another batch"  # as gpt-fast
         return StartPosGPT.forward.__wrapped__(self, idx, int(input_pos[0]))
 
 

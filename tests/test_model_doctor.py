@@ -124,6 +124,12 @@ def test_the_trap_named_is_the_one_the_evidence_names():
     leak = Finding("causal no-leak", FAIL, "position 0 depends on input 1 (causal_leak: ...)")
     assert named_trap([leak, sdpa]) == "softmax_dim"  # the cause, not its consequence
     assert named_trap([leak, Finding("agrees with SDPA", FAIL, "off by 0.3")]) == "causal_leak"
+    glossed = Finding("b", FAIL, "squashes its fill: softcap_after_mask (cap, then mask)")
+    assert named_trap([glossed]) == "softcap_after_mask"
+    either = Finding("b", FAIL, "read the other way round: mask_bool or sdpa_mask_inverted")
+    assert named_trap([either]) == "mask_bool"
+    function = Finding("agrees with SDPA", FAIL, "tiled, not as repeat_interleave makes them")
+    assert named_trap([function]) == ""  # a function's name is not a trap's
 
 
 transformers = pytest.importorskip("transformers")

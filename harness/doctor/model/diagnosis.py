@@ -20,8 +20,11 @@ from harness.doctor.findings import (
 )
 
 # A trap named in a failure's evidence, as the probes name one: "(causal_leak: ...",
-# "(rope_cache_offset)", or last, after a colon ("...: double_scale").
-NAMED = re.compile(r"\(([a-z][a-z0-9]*(?:_[a-z0-9]+)+)[:)]|: ([a-z][a-z0-9]*(?:_[a-z0-9]+)+)$")
+# "(rope_cache_offset)", or after a colon, last or before its gloss ("...: double_scale",
+# ": softcap_after_mask (cap the scores, then mask them)", ": mask_bool or ...").
+NAMED = re.compile(
+    r"\(([a-z][a-z0-9]*(?:_[a-z0-9]+)+)[:)]|: ([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?:$| \(| or |, )"
+)
 
 
 IDENTIFIES = "agrees with SDPA"  # matches the layer against the catalogue's own bug forms

@@ -48,7 +48,8 @@ def probe_determinism(subject: Subject) -> Outcome:
         return failed("outputs are NaN or infinite on ordinary inputs: nothing to compare")
     if diff > 0:
         return failed(
-            f"two identical calls in eval mode differ by up to {diff:.3g} (dropout left on?)"
+            f"two identical calls in eval mode differ by up to {diff:.3g}: dropout left on "
+            "(dropout_in_eval), or state an earlier call left"
         )
     return passed("identical")
 

@@ -249,8 +249,8 @@ def _tiled(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Ten
     if declared == "blocks":
         return failed(
             "it matches SDPA only with its grouped K/V heads tiled (repeat) instead of each "
-            "serving its own block of query heads (repeat_interleave), against the declared "
-            "--kv-grouping blocks (gqa_kv_grouping)"
+            "serving its own block of query heads as repeat_interleave makes them, against "
+            "the declared blocks (gqa_kv_grouping)"
         )
     return passed(
         f"within {tolerance:.2g} with its grouped K/V heads tiled (repeat: strided grouping, as "
