@@ -51,11 +51,21 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
+def manual_seed(seed: int) -> None:
+    """``torch.manual_seed(seed)`` for the generators in use: the CPU's, and CUDA's where CUDA
+    is available. torch.manual_seed also queues a lazy seed for every other device type with a
+    captured stack, about 64 µs a call on a CPU-only torch, which the report pays 15,000 times;
+    the CPU generator's stream is the same either way."""
+    torch.default_generator.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
 @contextlib.contextmanager
 def seeded(seed: int) -> Iterator[None]:
-    """Run a block under ``torch.manual_seed(seed)`` and restore the global RNG afterwards."""
+    """Run a block under ``manual_seed(seed)`` and restore the global CPU RNG afterwards."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        manual_seed(seed)
         yield
 
 
