@@ -421,3 +421,152 @@ class StaleReadAttention(CachedAttention):
 
 class StaleReadStartPosGPT(StartPosGPT):
     attention = StaleReadAttention
+
+
+class MHABlock(nn.Module):
+    """A block on torch's nn.MultiheadAttention (its fused kernel in eval mode)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln = nn.LayerNorm(config.n_embd)
+        self.mha = nn.MultiheadAttention(config.n_embd, config.n_head, batch_first=True)
+
+    def blocked(self, T: int) -> torch.Tensor:
+        return torch.ones(T, T, dtype=torch.bool).triu(1)  # True: may not attend (the future)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.ln(x)
+        out, _ = self.mha(h, h, h, attn_mask=self.blocked(x.shape[1]), need_weights=False)
+        return x + out
+
+
+class MHAGPT(GPT):
+    block: type[nn.Module] = MHABlock
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.h = nn.ModuleList([self.block(config) for _ in self.h])
+
+
+class DiagonalBlockedMHABlock(MHABlock):
+    """The causal mask built with triu(diagonal=0): the diagonal blocked too, row 0 keyless."""
+
+    def blocked(self, T: int) -> torch.Tensor:
+        return torch.ones(T, T, dtype=torch.bool).triu(0)
+
+
+class DiagonalBlockedMHAGPT(MHAGPT):
+    block = DiagonalBlockedMHABlock
+
+
+def rotate_half(t: torch.Tensor) -> torch.Tensor:
+    first, second = t.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+class SplitRotaryAttention(SelfAttention):
+    """Rotary positions from tables its model passes as two arguments (litgpt's cos, sin)."""
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        q, k, v = self.heads(x)  # (B, h, T, d); cos, sin: (T, d)
+        q, k = (t * cos + rotate_half(t) * sin for t in (q, k))
+        att = self.scores(q, k).masked_fill(~self.causal[:T, :T], float("-inf"))
+        return self.merge(F.softmax(att, dim=-1) @ v)
+
+
+class SplitRotaryBlock(Block):
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cos, sin)
+        return x + self.mlp(self.ln_2(x))
+
+
+class SplitRotaryGPT(GPT):
+    attention = SplitRotaryAttention
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.h = nn.ModuleList([SplitRotaryBlock(config, self.attention) for _ in self.h])
+        d = config.n_embd // config.n_head
+        inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2) / d)  # (d/2,)
+        angles = torch.outer(torch.arange(config.block_size), inv_freq)  # (L, d/2)
+        self.register_buffer("cos", angles.cos().repeat(1, 2), persistent=False)  # (L, d)
+        self.register_buffer("sin", angles.sin().repeat(1, 2), persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        x = self.wte(idx)  # (B, T, C): positions come from the rotary tables only
+        for block in self.h:
+            x = block(x, self.cos[:T], self.sin[:T])
+        return self.lm_head(self.ln_f(x))
+
+
+class KVCache:
+    """Keys and values per layer, grown by update(); reset() empties it. A model that takes it
+    makes none itself: ``forward(idx, cache=None)`` runs without."""
+
+    def __init__(self):
+        self.keys: dict[int, torch.Tensor] = {}
+        self.values: dict[int, torch.Tensor] = {}
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> tuple[torch.Tensor, ...]:
+        if layer in self.keys:
+            k = torch.cat([self.keys[layer], k], dim=2)
+            v = torch.cat([self.values[layer], v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+    def reset(self) -> None:
+        self.keys, self.values = {}, {}
+
+
+class PassedCacheAttention(SelfAttention):
+    def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        T = x.shape[1]
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        if cache is not None:
+            k, v = cache.update(k, v, layer)  # (B, h, S, d)
+        S = k.shape[2]
+        att = self.scores(q, k).masked_fill(~self.causal[S - T : S, :S], float("-inf"))
+        return self.merge(F.softmax(att, dim=-1) @ v)
+
+
+class PassedCacheBlock(Block):
+    def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache, layer)
+        return x + self.mlp(self.ln_2(x))
+
+
+class PassedCacheGPT(GPT):
+    """A cache the caller makes and passes (GPT-J-style code), positions from its length."""
+
+    attention = PassedCacheAttention
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.h = nn.ModuleList([PassedCacheBlock(config, self.attention) for _ in self.h])
+
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        past = 0 if cache is None or not cache.keys else cache.keys[0].shape[2]
+        pos = torch.arange(past, past + idx.shape[1], device=idx.device)  # (T,)
+        x = self.wte(idx) + self.wpe(pos)
+        for i, block in enumerate(self.h):
+            x = block(x, cache, i)
+        return self.lm_head(self.ln_f(x))
+
+
+class RestartingPassedCacheGPT(PassedCacheGPT):
+    """Positions counted from 0 in every call, whatever the cache holds."""
+
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        return super().forward(idx, None if cache is None else _Fresh(cache))
+
+
+class _Fresh:
+    """The cache as the forward's position count sees it: empty (its keys hidden)."""
+
+    def __init__(self, cache: KVCache):
+        self.cache, self.keys = cache, {}
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> tuple[torch.Tensor, ...]:
+        return self.cache.update(k, v, layer)

@@ -375,3 +375,28 @@ def test_a_wrapper_whose_forward_takes_x_and_a_bool_mask_is_diagnosed_as_a_model
     assert diagnosis.healthy, diagnosis.text()
     padding = next(f for f in diagnosis.properties if f.probe == "left padding")
     assert padding.status in ("pass", "warn"), padding.message
+
+
+def test_torch_multihead_attention_is_found_and_a_keyless_row_is_named():
+    healthy = diagnose_model(small(model_modules.MHAGPT))
+    assert healthy.healthy and healthy.groups, healthy.text()
+    assert healthy.groups[0].paths == ["h.0.mha", "h.1.mha"]
+    keyless = diagnose_model(small(model_modules.DiagonalBlockedMHAGPT))
+    found = next(f for f in keyless.properties if f.probe == "eval determinism")
+    assert found.status == FAIL and "fully_masked_row" in found.message, found.message
+
+
+def test_cos_and_sin_passed_apart_are_rotary_tables_not_a_position_bias():
+    diagnosis = diagnose_model(small(model_modules.SplitRotaryGPT))
+    assert diagnosis.healthy, diagnosis.text()
+    sdpa = _layer(diagnosis, "agrees with SDPA")
+    assert sdpa.status == "pass" and "RoPE" in sdpa.message, sdpa.message
+
+
+def test_a_cache_the_caller_makes_is_made_from_the_class_the_models_file_defines():
+    healthy = diagnose_model(small(model_modules.PassedCacheGPT))
+    assert healthy.healthy, healthy.text()
+    decoded = next(f for f in healthy.properties if f.probe == "cached generation")
+    assert decoded.status == "pass", decoded.message
+    restarting = diagnose_model(small(model_modules.RestartingPassedCacheGPT))
+    assert failing(restarting) == [("model", "cached generation")], restarting.text()

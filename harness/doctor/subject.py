@@ -561,7 +561,7 @@ def _is_cache(value: object) -> bool:
     return callable(getattr(value, "update", None))
 
 
-def _cache_class(module: nn.Module) -> type | None:
+def cache_class(module: nn.Module) -> type | None:
     """A cache class the module's own file defines or imports: a class named ``...Cache`` with
     an ``update`` method that can be built without arguments (the catalogue's ``KVCache``,
     transformers' ``DynamicCache``)."""
@@ -598,7 +598,7 @@ def cache_convention(module: nn.Module, plan: CallPlan) -> tuple[Callable[[], ob
     if plan.positional:
         return None, "forward(*args): no cache parameter to pass"
     if plan.cache is not None:
-        cls = _cache_class(module)
+        cls = cache_class(module)
         if cls is not None:
             return cls, f"`{plan.cache}` given a fresh {cls.__name__}() from the module's file"
         if plan.cache in ("past_key_value", "past_key_values", "layer_past"):

@@ -5,6 +5,7 @@ one gives; the cache holds as many tokens as were fed."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -13,6 +14,7 @@ from torch import Tensor, nn
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.model.call import BATCH, SEQ_LEN, logits_of
 from harness.doctor.model.patient import Patient, max_change
+from harness.doctor.subject import cache_class
 from harness.runner import describe
 
 PREFILL = SEQ_LEN // 2
@@ -50,6 +52,7 @@ def decode(
     it); ``positions``: pass each chunk's position ids explicitly."""
     call, model = patient.call, model or patient.model
     inside = call.cache is None  # a model that keeps its cache itself, in a copy made here
+    given = cache is not None  # the caller's: the model updates it in place, or returns it
     if inside:
         model = copy.deepcopy(model)
         call.prepare(model, ids.shape[0])
@@ -66,9 +69,37 @@ def decode(
                 kwargs["use_cache"] = True
             output = model(**kwargs)
             pieces.append(logits_of(output).double())
-            cache = model if inside else cache_of(output, call.cache)
+            if inside:
+                cache = model
+            elif not given or _returns_cache(output):
+                cache = cache_of(output, call.cache)
             start += size
     return Decoded(torch.cat(pieces, dim=1), None if inside else _length(cache)), cache
+
+
+def _returns_cache(output: object) -> bool:
+    try:
+        cache_of(output, "cache")
+    except LookupError:
+        return False
+    return True
+
+
+def first_decode(
+    patient: Patient, ids: Tensor, chunks: list[int]
+) -> tuple[Decoded, Callable[[], object]]:
+    """``decode`` through the cache the model makes, or, where a forward that takes one makes
+    none (``forward(ids, cache=None)``), through a new one of the class its file defines
+    (``...Cache`` with ``update``); with what makes the next one (None: the model).
+    LookupError when it makes none and its file defines none."""
+    try:
+        return decode(patient, ids, chunks)[0], lambda: None
+    except LookupError:
+        kind = cache_class(patient.model)
+        if kind is None:
+            raise LookupError("the model returned no cache and its file defines no cache "
+                              "class") from None  # fmt: skip
+        return decode(patient, ids, chunks, cache=kind())[0], kind
 
 
 def _length(cache: object) -> int | None:
@@ -99,10 +130,15 @@ def cached_generation(patient: Patient) -> Outcome:
     full = patient.logits(ids, **({} if call.cache else {"positions": _positions(ids)}))
     floor = patient.floor(full)
     results, wrong, lengths, refused = [], [], [], []
+    counts = False  # the cache says how many tokens it holds
+    new_cache: Callable[[], object] | None = None
     for name, chunks in SCENARIOS.items():
         try:
-            got, _ = decode(patient, ids, chunks)
-        except LookupError as exc:  # no cache object comes back: it keeps its state itself
+            if new_cache is None:
+                got, new_cache = first_decode(patient, ids, chunks)
+            else:
+                got, _ = decode(patient, ids, chunks, cache=new_cache())
+        except LookupError as exc:
             return skipped(f"{exc}: its forward keeps its cache inside")
         except Exception as exc:
             if name == "one token per step":
@@ -113,11 +149,12 @@ def cached_generation(patient: Patient) -> Outcome:
         results.append(f"{name}: {steps.max().item():.2g}")
         if steps.max().item() > floor:
             wrong.append((name, chunks, int((steps > floor).nonzero()[0]), steps.max().item()))
+        counts = counts or got.length is not None
         if got.length is not None and got.length != SEQ_LEN:
             lengths.append(f"after {name} the cache holds {got.length} tokens of {SEQ_LEN} fed")
     if not wrong:
         counted = f"; {lengths[0]}" if lengths else "; cache length = tokens fed" if (
-            call.cache is not None) else ""  # fmt: skip
+            counts) else ""  # fmt: skip
         if refused:
             return warned(f"{'; '.join(results)} (floor {floor:.2g}); {refused[0]}: a caller "
                           "must feed it one token at a time")  # fmt: skip
@@ -127,7 +164,8 @@ def cached_generation(patient: Patient) -> Outcome:
     evidence = f"{name} differs from the full forward from position {first} on (by {size}, " \
                f"floor {floor:.2g})"  # fmt: skip
     if call.positions is not None and call.cache is not None:
-        retried, _ = decode(patient, ids, chunks, positions=True)
+        fresh = new_cache() if new_cache is not None else None
+        retried, _ = decode(patient, ids, chunks, cache=fresh, positions=True)
         if max_change(retried.logits, full) <= floor:
             return failed(f"{evidence}; with position ids passed it agrees: the model's own "
                           "positions restart under a cache (rope_cache_offset)")  # fmt: skip
@@ -182,10 +220,10 @@ def cache_reuse(patient: Patient) -> Outcome:
     ids, other = patient.tokens(), patient.tokens(seed=3)
     chunks = SCENARIOS["one token per step"]
     try:
-        fresh, _ = decode(patient, ids, chunks)
-    except LookupError as exc:  # no cache object comes back: it keeps its state itself
+        fresh, new_cache = first_decode(patient, ids, chunks)
+    except LookupError as exc:
         return skipped(f"{exc}: its forward keeps its cache inside")
-    _, cache = decode(patient, other, chunks)
+    _, cache = decode(patient, other, chunks, cache=new_cache())
     if not callable(getattr(cache, "reset", None)):
         return skipped("its cache has no reset(): a new cache per prompt is the only use")
     cache.reset()

@@ -27,6 +27,8 @@ from harness.runner import seeded, split_output
 ATTENTION_FUNCTIONS = {
     torch.softmax, torch.nn.functional.softmax, Tensor.softmax,
     torch.nn.functional.scaled_dot_product_attention,
+    # nn.MultiheadAttention's: its functional form, and the fused kernel it takes in eval mode
+    torch.nn.functional.multi_head_attention_forward, torch._native_multi_head_attention,
 }  # fmt: skip
 # Attributes that number a layer rather than configure it.
 NUMBERING = ("idx", "index", "layer_id", "layer_number", "layer_num", "block_id")

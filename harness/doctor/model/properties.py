@@ -15,13 +15,21 @@ from harness.doctor.model.patient import Patient, max_change
 
 
 def eval_determinism(patient: Patient) -> Outcome:
-    """Two identical forwards in eval mode give the same logits. Where they do not, two fresh
+    """Two identical forwards in eval mode give the same finite logits. Where they do not, two fresh
     copies of the model, each called once, tell state it keeps from randomness: agreeing,
     the second call read what the first left (a cache read before it is written)."""
     ids = patient.tokens()
     pristine = copy.deepcopy(patient.model)
     first, second = patient.logits(ids), patient.logits(ids)
-    moved = max_change(first, second)
+    moved = 0.0 if _same(first, second) else max_change(first, second)
+    if moved == 0 and not bool(torch.isfinite(first).all()):
+        rows = int((~torch.isfinite(first)).any(dim=-1).sum())
+        return failed(
+            f"{rows} of {first.shape[0] * first.shape[1]} positions' logits are not finite on "
+            "ordinary ids, the same every time: a query left with no key to attend to "
+            "(fully_masked_row: a mask that blocks the diagonal, as triu(diagonal=0), or a "
+            "row of -inf)"
+        )
     if moved > 0 and _fresh_copies_agree(patient, ids, pristine):
         return failed(
             f"a second identical forward differs from the first by {moved:.3g}, while two "
@@ -37,10 +45,15 @@ def eval_determinism(patient: Patient) -> Outcome:
     return passed("two identical forwards agree exactly")
 
 
+def _same(a: Tensor, b: Tensor) -> bool:
+    """Equal, NaN where the other is NaN (a row with no key, every time alike)."""
+    return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num()))
+
+
 def _fresh_copies_agree(patient: Patient, ids: Tensor, pristine: torch.nn.Module) -> bool:
     """Two copies of the model as it was, each called once on ``ids``, agree exactly."""
     once = [patient.logits(ids, copy.deepcopy(pristine)) for _ in range(2)]
-    return max_change(*once) == 0
+    return _same(*once)
 
 
 def _future_change(patient: Patient) -> tuple[Tensor, Tensor, float, float]:

@@ -280,16 +280,19 @@ class Replay:
     def _position_inputs(self, x: Tensor, mask: Tensor | None) -> str:
         """What the model passes the layer besides the hidden states and masks that carries
         positions it computes itself: "" (nothing), "rotary" (a (cos, sin) pair of one shape,
-        or complex frequencies), or "bias" (any other floating tensor of two or more
-        dimensions: ALiBi's slopes (h, 1, L), relative buckets (.., h, T, T))."""
-        found = ""
+        together or as two arguments, or complex frequencies), or "bias" (any other floating
+        tensor of two or more dimensions: ALiBi's slopes (h, 1, L), relative buckets
+        (.., h, T, T))."""
+        found, tables = "", []
         for value in self._others(x, mask):
             if _rotary_table(value) is not None:
                 found = found or "rotary"
             elif (isinstance(value, Tensor) and value.is_floating_point() and value.dim() >= 2
                   and not _is_mask(value)):  # fmt: skip
-                return "bias"
-        return found
+                tables.append(value)
+        if len(tables) == 2 and _rotary_table(tuple(tables)) is not None:
+            return "rotary"  # cos and sin passed apart (litgpt's attn(x, cos, sin, mask))
+        return "bias" if tables else found
 
     def _others(self, x: Tensor, mask: Tensor | None) -> list[Any]:
         """What the model passes the layer besides its hidden states, on an ordinary batch."""
@@ -303,10 +306,12 @@ class Replay:
 
     @cached_property
     def ignores_positions(self) -> bool:
-        """The model takes no position ids and passes the layer nothing that carries them:
-        the positions an adapter call is given cannot reach the layer (which may still rotate
-        0..T-1 by itself, as a layer that builds its rotary tables from arange(T))."""
-        return not self.call.takes_positions and not self.position_inputs()
+        """The positions an adapter call is given cannot reach the layer: the model takes
+        none (it may pass rotary tables it makes for 0..T-1, or the layer may build them from
+        arange(T)), or they index a cache it keeps."""
+        # tables it makes from 0..T-1 (GPT-J's sincos) or other positions indexing a cache it
+        # keeps: the layer gets those of 0..T-1 whatever a probe asks
+        return not self.call.takes_positions or self.keeps_cache
 
     def position_inputs(self) -> str:
         """``_position_inputs`` on an ordinary batch."""
