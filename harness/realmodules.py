@@ -419,9 +419,8 @@ CASES = [
     Case("clip-double-scale", "transformers",
          lambda h: tiny(h, "clip.modeling_clip.CLIPAttention", "double_scale"), ADDITIVE,
          "agrees with SDPA", "double_scale"),
-    Case("t5-relative-bias-scale-undeclared", "transformers",
-         lambda h: tiny(h, T5, has_relative_attention_bias=True), T5_MASK,
-         "agrees with SDPA", "missing_scale"),
+    Case("t5-relative-bias-scale-undeclared", "transformers",  # its bias says T5: unscaled
+         lambda h: tiny(h, T5, has_relative_attention_bias=True), T5_MASK),
     Case("gemma3-dropout-left-on", "transformers",
          lambda h: always_training(h.model_class(GEMMA3))(
              tiny(h, GEMMA3, attention_dropout=0.1).config, layer_idx=0),

@@ -570,3 +570,27 @@ class _Fresh:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> tuple[torch.Tensor, ...]:
         return self.cache.update(k, v, layer)
+
+
+class BucketAttention(SelfAttention):
+    """T5's design: scores unscaled, plus a learned bias per head for each clipped distance."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.relative_attention_bias = nn.Embedding(2 * config.block_size, config.n_head)
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        T = q.shape[2]
+        distance = torch.arange(T)[None, :] - torch.arange(T)[:, None]  # (T, T): key - query
+        bias = self.relative_attention_bias(distance + T).permute(2, 0, 1)  # (h, T, T)
+        return q @ k.transpose(-2, -1) + bias  # no 1/sqrt(d): T5 folds it into the init
+
+
+class BucketGPT(GPT):
+    attention = BucketAttention
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx)  # (B, T, C): positions come from the bucket bias only
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))

@@ -128,13 +128,15 @@ def test_a_position_bias_sdpa_cannot_add_has_its_scale_measured_from_the_weights
     assert sdpa.status == "fail" and "missing_scale" in sdpa.message, d.text()
 
 
-def test_a_module_unscaled_by_design_with_a_learned_bias_is_held_to_its_declared_scale():
+def test_a_module_unscaled_by_design_with_a_learned_bias_is_held_to_its_scale():
     d, sdpa = _sdpa_finding(dm.T5Style(64, 4), Config(scale=1.0))
     assert d.healthy and sdpa.status == "pass" and "s = 1," in sdpa.message, d.text()
     d, sdpa = _sdpa_finding(dm.T5Style(64, 4, factor=0.25), Config(scale=1.0))
     assert sdpa.status == "fail" and "double_scale" in sdpa.message, d.text()
-    d, sdpa = _sdpa_finding(dm.T5Style(64, 4), Config())  # 1/sqrt(d) meant, none there
-    assert sdpa.status == "fail" and "missing_scale" in sdpa.message, d.text()
+    d, sdpa = _sdpa_finding(dm.T5Style(64, 4), Config())  # its relative_attention_bias says T5
+    assert sdpa.status == "pass" and "unscaled by design" in sdpa.message, d.text()
+    d, sdpa = _sdpa_finding(dm.T5Style(64, 4, factor=0.25), Config())
+    assert sdpa.status == "fail" and "double_scale" in sdpa.message, d.text()
 
 
 def test_a_scale_that_is_no_known_form_fails_unnamed():

@@ -400,3 +400,9 @@ def test_a_cache_the_caller_makes_is_made_from_the_class_the_models_file_defines
     assert decoded.status == "pass", decoded.message
     restarting = diagnose_model(small(model_modules.RestartingPassedCacheGPT))
     assert failing(restarting) == [("model", "cached generation")], restarting.text()
+
+
+def test_t5s_bucketed_attention_is_held_to_no_scale_by_design():
+    diagnosis = diagnose_model(small(model_modules.BucketGPT))
+    assert diagnosis.healthy, diagnosis.text()
+    assert "unscaled by design" in _layer(diagnosis, "agrees with SDPA").message

@@ -127,11 +127,24 @@ def measure(subject: Subject) -> Measured | None:
     return None
 
 
+# T5's bucketed position bias: attention that holds it is unscaled by design (Mesh TensorFlow
+# folds 1/sqrt(d) into the query projection's initialisation), as in every T5-style code base
+T5_BIAS = "relative_attention_bias"
+
+
+def unscaled_by_design(module: nn.Module) -> bool:
+    """The module holds T5's ``relative_attention_bias`` (an embedding of position buckets)."""
+    return any(name.rsplit(".", 1)[-1] == T5_BIAS for name, _ in module.named_modules())
+
+
 def judged(subject: Subject, found: Measured) -> Outcome:
-    """A pass when the measured scale is the one meant (--scale, else 1/sqrt(d_k)); else a
+    """A pass when the measured scale is the one meant (--scale, else 1 for T5's bucketed
+    attention, else 1/sqrt(d_k)); else a
     failure naming the known wrong form it is, when it is one."""
-    meant = subject.config.scale or found.d_k**-0.5
+    unscaled = subject.config.scale is None and unscaled_by_design(subject.original)
+    meant = subject.config.scale or (1.0 if unscaled else found.d_k**-0.5)
     said = (f"--scale {meant:.4g}" if subject.config.scale
+            else f"1 (T5's {T5_BIAS}: unscaled by design)" if unscaled
             else f"1/sqrt({found.d_k}) = {meant:.4g}")  # fmt: skip
     forms = (
         (meant, "", ""),
