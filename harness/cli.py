@@ -53,6 +53,7 @@ from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
 from harness.errors import Interrupted, UsageError, shorten
 from harness.files import check_file_destination, created_by, ensure_writable, write_atomically
+from harness.forked import forked
 from harness.inputs import check_seed
 from harness.interrupts import stop_signals, uninterrupted
 from harness.learning import STEPS as LEARN_STEPS
@@ -510,6 +511,14 @@ def write_curves(folder: Path, trap: str, learning: Learning) -> None:
     learning_plot(folder / png, trap, learning)
 
 
+def doctor_sections(out: Path) -> str:
+    """The report's doctor tables: the catalogue's detection table, the real modules' table
+    and the zoo's summary (read from ``out``, else the committed one)."""
+    doctor = detection_markdown(detection_table())
+    doctor += "\n\n" + real_markdown(real_table())
+    return doctor + "\n\n" + zoo_section(out)
+
+
 def cmd_report(args: argparse.Namespace) -> str:
     grid = resolve_grid(args)
     created = ensure_writable(args.out)
@@ -525,12 +534,13 @@ def cmd_report(args: argparse.Namespace) -> str:
 
         measure_all = functools.partial(measure_grid, step=step)
         train = None if args.no_learn else lambda pair, device: learn(pair, device=device)
-        results, timed = collect(pairs, grid, measure_all, progress=step, learn=train)
-        step("the doctor on the catalogue")
-        doctor = detection_markdown(detection_table())
+        # the doctor's tables on the second core, forked once the imports are done: each of
+        # their diagnoses is seeded, so the bytes are those of one process
+        with forked(doctor_sections, args.out) as tables:
+            results, timed = collect(pairs, grid, measure_all, progress=step, learn=train)
+            step("the doctor on the catalogue")
+            doctor = tables()
         step("the doctor on real modules")
-        doctor += "\n\n" + real_markdown(real_table())
-        doctor += "\n\n" + zoo_section(args.out)
         path, replaced = write_report(
             results, grid, args.out, unavailable, timed, doctor, progress=step
         )
