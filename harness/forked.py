@@ -22,7 +22,11 @@ def _run(send: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> Non
 @contextlib.contextmanager
 def forked(fn: Callable[..., Any], *args: Any) -> Iterator[Callable[[], Any]]:
     """Start ``fn(*args)`` in a forked child; yield what waits for its result (or raises its
-    exception). The child is ended when the block exits, finished or not."""
+    exception). The child is ended when the block exits, finished or not. Where processes
+    cannot fork (Windows), the call runs in this process when its result is asked for."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        yield lambda: fn(*args)
+        return
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_run, args=(send, fn, args), daemon=True)

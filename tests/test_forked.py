@@ -36,3 +36,9 @@ def test_leaving_the_block_ends_a_child_still_running():
     with pytest.raises(KeyboardInterrupt), forked(_sleeps):
         raise KeyboardInterrupt  # a Ctrl-C in the parent's block
     assert time.perf_counter() - started < 10
+
+
+def test_without_fork_the_call_runs_here_when_asked(monkeypatch):
+    monkeypatch.setattr("multiprocessing.get_all_start_methods", lambda: ["spawn"])
+    with forked(_pid_and, 2) as result:
+        assert result() == (os.getpid(), 4)
