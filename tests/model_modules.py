@@ -594,3 +594,49 @@ class BucketGPT(GPT):
         for block in self.h:
             x = block(x)
         return self.lm_head(self.ln_f(x))
+
+
+class HandedBiasAttention(SelfAttention):
+    """ALiBi's way: its model hands it a bias per head and distance to add to its scores."""
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        q, k, v = self.heads(x)  # (B, h, T, d); bias: (h, T, T)
+        att = (self.scores(q, k) + bias).masked_fill(~self.causal[:T, :T], float("-inf"))
+        return self.merge(F.softmax(att, dim=-1) @ v)
+
+
+class HandedBiasBlock(Block):
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), bias)
+        return x + self.mlp(self.ln_2(x))
+
+
+class HandedBiasGPT(GPT):
+    attention = HandedBiasAttention
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.h = nn.ModuleList([HandedBiasBlock(config, self.attention) for _ in self.h])
+        slopes = 2.0 ** -torch.arange(1, config.n_head + 1)  # (h,)
+        self.register_buffer("slopes", slopes, persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        distance = torch.arange(T)[None, :] - torch.arange(T)[:, None]  # (T, T): key - query
+        bias = self.slopes[:, None, None] * distance.clamp(max=0)  # (h, T, T)
+        x = self.wte(idx)  # (B, T, C): positions come from the bias only
+        for block in self.h:
+            x = block(x, bias)
+        return self.lm_head(self.ln_f(x))
+
+
+class OverDAttention(HandedBiasAttention):
+    """The scale 1/d instead of 1/sqrt(d)."""
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1) / q.size(-1)
+
+
+class OverDGPT(HandedBiasGPT):
+    attention = OverDAttention

@@ -406,3 +406,11 @@ def test_t5s_bucketed_attention_is_held_to_no_scale_by_design():
     diagnosis = diagnose_model(small(model_modules.BucketGPT))
     assert diagnosis.healthy, diagnosis.text()
     assert "unscaled by design" in _layer(diagnosis, "agrees with SDPA").message
+
+
+def test_a_layer_handed_a_position_bias_has_its_scale_measured_from_its_weights():
+    healthy = diagnose_model(small(model_modules.HandedBiasGPT))
+    assert healthy.healthy, healthy.text()
+    assert "s = 0.25, the 1/sqrt(16)" in _layer(healthy, "agrees with SDPA").message
+    over_d = _layer(diagnose_model(small(model_modules.OverDGPT)), "agrees with SDPA")
+    assert over_d.status == FAIL and "s = 0.0625" in over_d.message, over_d.message

@@ -322,7 +322,8 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
     known = {n: value_for(n, sizes) for n in names if n in NAMES or n in sizes.init}
     for name, sub in _sub_configs(cls).items():  # a composite's parts at the same tiny size
         if name not in sizes.init:
-            known[name] = _typed_config(sub, sizes)
+            with contextlib.suppress(UsageError):  # a part that refuses the sizes: its default
+                known[name] = _typed_config(sub, sizes)  # (MPT's attention config)
     if "kv_lora_rank" in names and sizes.kv_heads is None:  # latent attention: one K/V per head
         known.update({n: sizes.heads for n in KV_HEADS_NAMES if n in known and n not in sizes.init})
     extra = {n: v for n, v in sizes.init.items() if n not in known}  # --init beyond the fields

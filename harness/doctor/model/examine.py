@@ -77,12 +77,11 @@ def layer_plan(
         reason = (f"positions reach it through {how}: whether tokens' order counts is the "
                   "model's to show")  # fmt: skip
         skip.update(dict.fromkeys(("permutation equivariance", "token order"), reason))
-    if positions == "bias":
-        skip["agrees with SDPA"] = (
-            "its model adds a position bias to its scores (ALiBi's slopes, relative buckets), "
-            "which SDPA's reference does not"
-        )
-    return replace(config, call=replay, causal=config.causal or said, **mask), skip
+    # a position bias its model adds: SDPA would not add it, so the layer's scale is measured
+    # from its weights instead (softmax(s q k^T + B), B the same for every input)
+    biased = positions == "bias"
+    return replace(config, call=replay, causal=config.causal or said,
+                   positional=config.positional or biased, **mask), skip  # fmt: skip
 
 
 def probe_layer(
