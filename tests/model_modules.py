@@ -57,8 +57,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(config.n_embd, 4 * config.n_embd), nn.GELU(),
                                  nn.Linear(4 * config.n_embd, config.n_embd))  # fmt: skip
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, *extra: object) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), *extra)  # extra: what the model hands its attention
         return x + self.mlp(self.ln_2(x))
 
 
@@ -325,12 +325,6 @@ class CachedAttention(SelfAttention):
         return self.merge(F.softmax(att, dim=-1) @ values)
 
 
-class CachedBlock(Block):
-    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), start)
-        return x + self.mlp(self.ln_2(x))
-
-
 class StartPosGPT(GPT):
     """Meta's Llama's interface: ``forward(tokens, start_pos)`` under inference mode, its cache
     made with the model for up to 4 sequences."""
@@ -339,7 +333,6 @@ class StartPosGPT(GPT):
 
     def __init__(self, config: GPTConfig):
         super().__init__(config)
-        self.h = nn.ModuleList([CachedBlock(config, self.attention) for _ in self.h])
         for block in self.h:
             block.attn.make_cache(4, config.block_size)
 
@@ -370,7 +363,6 @@ class InputPosGPT(StartPosGPT):
 
     def __init__(self, config: GPTConfig):
         GPT.__init__(self, config)
-        self.h = nn.ModuleList([CachedBlock(config, self.attention) for _ in self.h])
         self.max_batch_size = self.max_seq_length = -1
 
     def setup_caches(self, max_batch_size: int, max_seq_length: int) -> None:
@@ -475,18 +467,11 @@ class SplitRotaryAttention(SelfAttention):
         return self.merge(F.softmax(att, dim=-1) @ v)
 
 
-class SplitRotaryBlock(Block):
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cos, sin)
-        return x + self.mlp(self.ln_2(x))
-
-
 class SplitRotaryGPT(GPT):
     attention = SplitRotaryAttention
 
     def __init__(self, config: GPTConfig):
         super().__init__(config)
-        self.h = nn.ModuleList([SplitRotaryBlock(config, self.attention) for _ in self.h])
         d = config.n_embd // config.n_head
         inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2) / d)  # (d/2,)
         angles = torch.outer(torch.arange(config.block_size), inv_freq)  # (L, d/2)
@@ -531,20 +516,10 @@ class PassedCacheAttention(SelfAttention):
         return self.merge(F.softmax(att, dim=-1) @ v)
 
 
-class PassedCacheBlock(Block):
-    def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cache, layer)
-        return x + self.mlp(self.ln_2(x))
-
-
 class PassedCacheGPT(GPT):
     """A cache the caller makes and passes (GPT-J-style code), positions from its length."""
 
     attention = PassedCacheAttention
-
-    def __init__(self, config: GPTConfig):
-        super().__init__(config)
-        self.h = nn.ModuleList([PassedCacheBlock(config, self.attention) for _ in self.h])
 
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         past = 0 if cache is None or not cache.keys else cache.keys[0].shape[2]
@@ -606,18 +581,11 @@ class HandedBiasAttention(SelfAttention):
         return self.merge(F.softmax(att, dim=-1) @ v)
 
 
-class HandedBiasBlock(Block):
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), bias)
-        return x + self.mlp(self.ln_2(x))
-
-
 class HandedBiasGPT(GPT):
     attention = HandedBiasAttention
 
     def __init__(self, config: GPTConfig):
         super().__init__(config)
-        self.h = nn.ModuleList([HandedBiasBlock(config, self.attention) for _ in self.h])
         slopes = 2.0 ** -torch.arange(1, config.n_head + 1)  # (h,)
         self.register_buffer("slopes", slopes, persistent=False)
 

@@ -36,6 +36,15 @@ def failing(diagnosis):
     return found + [("model", f.probe) for f in diagnosis.properties if f.status == FAIL]
 
 
+def _layer(diagnosis, probe):
+    (group,) = diagnosis.groups
+    return next(f for f in group.diagnosis.findings if f.probe == probe)
+
+
+def _model(diagnosis, probe):
+    return next(f for f in diagnosis.properties if f.probe == probe)
+
+
 def test_a_healthy_model_exits_0_with_its_layers_in_one_group(capsys):
     code, out, _ = run_cli(capsys, "doctor", f"{TARGET}:GPT")
     assert code == 0, out
@@ -163,13 +172,8 @@ def test_injected_bugs_fail_on_the_probe_named(bug, where, probe, trap):
     (injected,) = [b for b in BUGS if b.id == bug]
     diagnosis = diagnose_model(injected.build())
     assert (where, probe) in failing(diagnosis)
-    found = next(f for f in diagnosis.properties if f.probe == probe)
+    found = _model(diagnosis, probe)
     assert trap in found.message
-
-
-def _layer(diagnosis, probe):
-    (group,) = diagnosis.groups
-    return next(f for f in group.diagnosis.findings if f.probe == probe)
 
 
 def test_attention_sinks_are_not_a_broken_softmax():
@@ -231,7 +235,7 @@ def test_a_cache_the_model_passes_its_layers_is_copied_for_each_replay():
 
 def test_left_padding_compares_positions_passed_the_same_way():
     diagnosis = diagnose_model(small(transformers.CamembertForMaskedLM))
-    padding = next(f for f in diagnosis.properties if f.probe == "left padding")
+    padding = _model(diagnosis, "left padding")
     assert padding.status == "pass", padding.message
 
 
@@ -285,7 +289,7 @@ def test_a_fixed_length_decoders_logits_are_read_for_the_input_only():
 def test_a_model_that_keeps_its_cache_inside_is_decoded_through_it(cls):
     healthy = diagnose_model(small(getattr(model_modules, cls)))
     assert healthy.healthy, healthy.text()
-    decoded = next(f for f in healthy.properties if f.probe == "cached generation")
+    decoded = _model(healthy, "cached generation")
     assert decoded.status == "pass" and "one token per step: 0" in decoded.message
     buggy = diagnose_model(small(getattr(model_modules, f"FrontSlots{cls}")))
     assert failing(buggy) == [("model", "cached generation")]
@@ -356,10 +360,10 @@ def test_a_model_without_generate_is_causal_by_its_attentions_name_and_mask():
 
 def test_a_forward_that_reads_what_the_last_one_left_is_stale_state_not_dropout():
     diagnosis = diagnose_model(small(model_modules.StaleReadStartPosGPT))
-    found = next(f for f in diagnosis.properties if f.probe == "eval determinism")
+    found = _model(diagnosis, "eval determinism")
     assert found.status == FAIL and "stale_cache" in found.message, found.message
     dropout = diagnose_model(small(model_modules.LeakyGPT))  # deterministic: passes
-    assert next(f for f in dropout.properties if f.probe == "eval determinism").status == "pass"
+    assert _model(dropout, "eval determinism").status == "pass"
 
 
 def test_a_wrapper_whose_forward_takes_x_and_a_bool_mask_is_diagnosed_as_a_model():
@@ -373,7 +377,7 @@ def test_a_wrapper_whose_forward_takes_x_and_a_bool_mask_is_diagnosed_as_a_model
     assert takes_token_ids(model)
     diagnosis = diagnose_model(model)
     assert diagnosis.healthy, diagnosis.text()
-    padding = next(f for f in diagnosis.properties if f.probe == "left padding")
+    padding = _model(diagnosis, "left padding")
     assert padding.status in ("pass", "warn"), padding.message
 
 
@@ -382,7 +386,7 @@ def test_torch_multihead_attention_is_found_and_a_keyless_row_is_named():
     assert healthy.healthy and healthy.groups, healthy.text()
     assert healthy.groups[0].paths == ["h.0.mha", "h.1.mha"]
     keyless = diagnose_model(small(model_modules.DiagonalBlockedMHAGPT))
-    found = next(f for f in keyless.properties if f.probe == "eval determinism")
+    found = _model(keyless, "eval determinism")
     assert found.status == FAIL and "fully_masked_row" in found.message, found.message
 
 
@@ -396,7 +400,7 @@ def test_cos_and_sin_passed_apart_are_rotary_tables_not_a_position_bias():
 def test_a_cache_the_caller_makes_is_made_from_the_class_the_models_file_defines():
     healthy = diagnose_model(small(model_modules.PassedCacheGPT))
     assert healthy.healthy, healthy.text()
-    decoded = next(f for f in healthy.properties if f.probe == "cached generation")
+    decoded = _model(healthy, "cached generation")
     assert decoded.status == "pass", decoded.message
     restarting = diagnose_model(small(model_modules.RestartingPassedCacheGPT))
     assert failing(restarting) == [("model", "cached generation")], restarting.text()

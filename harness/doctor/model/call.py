@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +67,7 @@ def _maps_ids_to_logits(model: nn.Module) -> bool:
     """Its forward takes token ids (B, T) and gives logits over its vocabulary, (B, T, V)
     (x-transformers' ``TransformerWrapper.forward(x)``); a layer given integers raises."""
     vocab = vocabulary(model)
-    ids = torch.randint(1, max(2, min(vocab, 1000)), (BATCH, SEQ_LEN), generator=generator(0))
+    ids = token_ids(vocab, BATCH, SEQ_LEN, 0)
     try:
         with torch.no_grad():
             out = logits_of(copy.deepcopy(model).eval()(ids))
@@ -102,6 +102,23 @@ def left_padded(call: ModelCall, ids: Tensor, positions: bool = True) -> dict[st
     if positions and call.positions is not None:
         given["positions"] = (mask.cumsum(-1) - 1).clamp(min=0)
     return given
+
+
+def _setup(model: nn.Module) -> Callable[[int, int], object] | None:
+    """The model's method that makes the cache it keeps (``SETUP_NAMES``), or None."""
+    found = (getattr(model, name, None) for name in SETUP_NAMES)
+    return next((setup for setup in found if callable(setup)), None)
+
+
+def token_ids(vocab: int, batch: int, seq_len: int, seed: int) -> Tensor:
+    """Seeded token ids (B, T) of a vocabulary of ``vocab``, away from id 0 (often padding)."""
+    high = max(2, min(vocab, 1000))
+    return torch.randint(1, high, (batch, seq_len), generator=generator(seed))
+
+
+def positions_of(ids: Tensor, start: int = 0) -> Tensor:
+    """The positions (B, T) of ids that start at ``start`` in every row."""
+    return torch.arange(start, start + ids.shape[1]).expand_as(ids)
 
 
 def first_position(positions: Tensor | None, seq_len: int) -> int:
@@ -186,24 +203,22 @@ class ModelCall:
     @staticmethod
     def makes_cache(model: nn.Module) -> bool:
         """The model makes the cache it keeps with a method of its own (``SETUP_NAMES``)."""
-        return any(callable(getattr(model, name, None)) for name in SETUP_NAMES)
+        return _setup(model) is not None
 
     def prepare(self, model: nn.Module, batch: int) -> None:
         """Make the cache a model keeps inside for ``batch`` sequences (gpt-fast's
         ``setup_caches``), empty, where it has such a method; nothing otherwise."""
-        for name in SETUP_NAMES:
-            setup = getattr(model, name, None)
-            if callable(setup):
-                for made in SETUP_SIZES:  # gpt-fast's keeps a larger cache: made again
-                    if isinstance(getattr(model, made, None), int):
-                        setattr(model, made, -1)
-                setup(batch, self.context)
-                return
+        setup = _setup(model)
+        if setup is None:
+            return
+        for made in SETUP_SIZES:  # gpt-fast's keeps a larger cache: made again
+            if isinstance(getattr(model, made, None), int):
+                setattr(model, made, -1)
+        setup(batch, self.context)
 
     def tokens(self, batch: int, seq_len: int, seed: int) -> Tensor:
-        """Seeded token ids (B, T), away from id 0 (often padding)."""
-        high = max(2, min(self.vocab, 1000))
-        return torch.randint(1, high, (batch, seq_len), generator=generator(seed))
+        """Seeded token ids (B, T) of its vocabulary (``token_ids``)."""
+        return token_ids(self.vocab, batch, seq_len, seed)
 
     def kwargs(
         self,
@@ -243,7 +258,7 @@ class ModelCall:
         without them (the probe that passes them is skipped)."""
         self.prepare(model, ids.shape[0])
         if self.needs_positions and "positions" not in given:
-            given = {**given, "positions": torch.arange(ids.shape[1]).expand_as(ids)}
+            given = {**given, "positions": positions_of(ids)}
         positions = given.get("positions")
         per_row = positions is not None and not bool((positions == positions[:1]).all())
         if self.flat_positions and per_row:

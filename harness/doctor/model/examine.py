@@ -16,7 +16,7 @@ from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding, 
 from harness.doctor.guard import TIMEOUT, guarded
 from harness.doctor.model import backends, generation, properties
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall
-from harness.doctor.model.diagnosis import LayerGroup, ModelDiagnosis
+from harness.doctor.model.diagnosis import IDENTIFIES, LayerGroup, ModelDiagnosis
 from harness.doctor.model.layers import Group, attention_layers, grouped
 from harness.doctor.model.patient import Patient, declared_causal, layer_causal
 from harness.doctor.model.replay import Replay
@@ -113,7 +113,7 @@ def probe_layer(
 
 def _sdpa(diagnosis: Diagnosis) -> str:
     """The status of the layer's comparison with SDPA (skip when it was not made)."""
-    return next((f.status for f in diagnosis.findings if f.probe == "agrees with SDPA"), SKIP)
+    return next((f.status for f in diagnosis.findings if f.probe == IDENTIFIES), SKIP)
 
 
 def diagnose_model(

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
-from harness.doctor.model.call import BATCH, SEQ_LEN, logits_of
+from harness.doctor.model.call import BATCH, SEQ_LEN, logits_of, positions_of
 from harness.doctor.model.patient import Patient, max_change
 from harness.doctor.subject import cache_class
 from harness.runner import describe
@@ -60,9 +60,8 @@ def decode(
     with torch.no_grad():
         for size in chunks:
             piece = ids[:, start : start + size]
-            at = torch.arange(start, start + size).expand_as(piece)
             wanted = positions or inside or call.needs_positions
-            kwargs = call.kwargs(piece, positions=at if wanted else None)
+            kwargs = call.kwargs(piece, positions=positions_of(piece, start) if wanted else None)
             if not inside:
                 kwargs[call.cache] = cache
             if call.use_cache:
@@ -127,7 +126,7 @@ def cached_generation(patient: Patient) -> Outcome:
     if call.cache is None and not keeps_state(patient):
         return skipped("the model's forward takes no cache and it keeps none between forwards")
     ids = patient.tokens()
-    full = patient.logits(ids, **({} if call.cache else {"positions": _positions(ids)}))
+    full = patient.logits(ids, **({} if call.cache else {"positions": positions_of(ids)}))
     floor = patient.floor(full)
     results, wrong, lengths, refused = [], [], [], []
     counts = False  # the cache says how many tokens it holds
@@ -153,8 +152,9 @@ def cached_generation(patient: Patient) -> Outcome:
         if got.length is not None and got.length != SEQ_LEN:
             lengths.append(f"after {name} the cache holds {got.length} tokens of {SEQ_LEN} fed")
     if not wrong:
-        counted = f"; {lengths[0]}" if lengths else "; cache length = tokens fed" if (
-            counts) else ""  # fmt: skip
+        counted = f"; {lengths[0]}" if lengths else ""
+        if counts and not lengths:
+            counted = "; cache length = tokens fed"
         if refused:
             return warned(f"{'; '.join(results)} (floor {floor:.2g}); {refused[0]}: a caller "
                           "must feed it one token at a time")  # fmt: skip
@@ -163,7 +163,8 @@ def cached_generation(patient: Patient) -> Outcome:
     size = "not finite" if by == float("inf") else f"{by:.3g}"
     evidence = f"{name} differs from the full forward from position {first} on (by {size}, " \
                f"floor {floor:.2g})"  # fmt: skip
-    if call.positions is not None and call.cache is not None:
+    can_retry = call.positions is not None and call.cache is not None  # positions passed
+    if can_retry:
         fresh = new_cache() if new_cache is not None else None
         retried, _ = decode(patient, ids, chunks, cache=fresh, positions=True)
         if max_change(retried.logits, full) <= floor:
@@ -172,18 +173,13 @@ def cached_generation(patient: Patient) -> Outcome:
     if lengths:
         return failed(f"{evidence}; {lengths[0]} (stale_cache: appended twice or never "
                       "cleared)")  # fmt: skip
-    retried = call.positions is not None and call.cache is not None
-    restart = "" if retried else (", rope_cache_offset (each chunk's positions counted from 0 "
+    restart = "" if can_retry else (", rope_cache_offset (each chunk's positions counted from 0 "
                                   "instead of from where the cache ends)")  # fmt: skip
     return failed(
         f"{evidence}. Known causes: cache_causal_alignment (a causal mask anchored top-left for "
         "fewer queries than keys), stale_cache (keys written to or read from the wrong slots, "
         f"or the current token left out){restart}"
     )
-
-
-def _positions(ids: Tensor) -> Tensor:
-    return torch.arange(ids.shape[1]).expand_as(ids)
 
 
 def _state(model: nn.Module) -> dict[str, Tensor]:
@@ -208,7 +204,7 @@ def keeps_state(patient: Patient) -> bool:
     before = _state(model)
     ids = patient.tokens()[:, :PREFILL]
     with torch.no_grad():
-        model(**call.kwargs(ids, positions=_positions(ids)))
+        model(**call.kwargs(ids, positions=positions_of(ids)))
     after = _state(model)
     return any(n in after and not torch.equal(t, after[n]) for n, t in before.items())
 

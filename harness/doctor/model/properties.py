@@ -47,7 +47,7 @@ def eval_determinism(patient: Patient) -> Outcome:
 
 def _same(a: Tensor, b: Tensor) -> bool:
     """Equal, NaN where the other is NaN (a row with no key, every time alike)."""
-    return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num()))
+    return torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)
 
 
 def _fresh_copies_agree(patient: Patient, ids: Tensor, pristine: torch.nn.Module) -> bool:

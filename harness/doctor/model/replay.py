@@ -352,5 +352,5 @@ class Replay:
             if isinstance(value, Tensor):
                 setattr(module, name, value.clone())
         for name, child in made.named_children():
-            if not any(True for _ in child.parameters()):
+            if next(child.parameters(), None) is None:
                 setattr(module, name, copy.deepcopy(child))
