@@ -121,27 +121,53 @@ class IgnoresPos(Projections):
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
-def rope(t: Tensor, positions: Tensor) -> Tensor:
-    """Half-split rotary on (B, h, T, d) at ``positions`` (B, T), angles in float32."""
+def rope(t: Tensor, positions: Tensor, pairs: bool = False) -> Tensor:
+    """Half-split rotary on (B, h, T, d) at ``positions`` (B, T), angles in float32;
+    ``pairs``: dimensions paired (2i, 2i + 1), GPT-J's layout."""
     d = t.shape[-1]
     inv_freq = 10000.0 ** -(torch.arange(0, d, 2, dtype=torch.float32) / d)
     angles = positions[:, None, :, None].float() * inv_freq  # (B, 1, T, d/2)
     cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)
+    if pairs:
+        a, b = t[..., 0::2], t[..., 1::2]
+        return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
     a, b = t[..., : d // 2], t[..., d // 2 :]
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
 
 class Rotary(Projections):
-    """Causal rotary attention taking ``position_ids``. ``absolute``: the bug of adding the
-    rotated values (rope applied to V, lucidrains/x-transformers#182)."""
+    """Causal rotary attention taking ``position_ids``. ``on_value``: the bug of rotating the
+    values too (rope applied to V, lucidrains/x-transformers#182); ``mixed``: q rotated in
+    halves and k in pairs (a port mixing NeoX's and GPT-J's layouts)."""
 
-    def __init__(self, d_model: int = 32, n_heads: int = 4, on_value: bool = False):
+    def __init__(self, d_model: int = 32, n_heads: int = 4, on_value: bool = False,
+                 mixed: bool = False):  # fmt: skip
         super().__init__(d_model, n_heads)
-        self.on_value = on_value
+        self.on_value, self.mixed = on_value, mixed
 
     def forward(self, x: Tensor, position_ids: Tensor):
         q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
-        q, k = rope(q, position_ids), rope(k, position_ids)
+        q, k = rope(q, position_ids), rope(k, position_ids, pairs=self.mixed)
         if self.on_value:
             v = rope(v, position_ids)
         return self.attend(q, k, v)
+
+
+class BandAttention(Projections):
+    """A bidirectional encoder with a local window: query t sees keys t - ``behind`` .. t +
+    ``ahead`` (ModernBERT's and UltraBERT's local layers reach as far each side; uneven reach
+    is the bug of a window built for a decoder and reused in an encoder)."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, sliding_window: int = 3,
+                 behind: int = 3, ahead: int = 3):  # fmt: skip
+        super().__init__(d_model, n_heads)
+        self.sliding_window, self.behind, self.ahead = sliding_window, behind, ahead
+
+    def forward(self, x: Tensor) -> Tensor:
+        T = x.shape[1]
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        ago = torch.arange(T)[:, None] - torch.arange(T)[None, :]  # (T, T)
+        allowed = (ago <= self.behind) & (-ago <= self.ahead)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        out = F.softmax(scores.masked_fill(~allowed, -math.inf), -1) @ v  # (B, h, T, d)
+        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], T, -1))

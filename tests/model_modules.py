@@ -415,6 +415,57 @@ class StaleReadStartPosGPT(StartPosGPT):
     attention = StaleReadAttention
 
 
+class RollingAttention(CachedAttention):
+    """A sliding window of ``sliding_window`` keys whose cache is a rolling buffer of that many
+    slots, position p in slot p % sliding_window, read back by that rule (Mistral's reference
+    ``RotatingBufferCache``)."""
+
+    sliding_window = 4
+
+    def make_cache(self, batch: int, length: int) -> None:
+        super().make_cache(batch, self.sliding_window)
+
+    def slots(self, positions: torch.Tensor) -> torch.Tensor:
+        return positions % self.sliding_window
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        B, T = x.shape[:2]
+        W = self.sliding_window
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        held = start - 1 - (start - 1 - torch.arange(W)) % W  # (W,) the position slot j holds
+        keys = torch.cat([self.cache_k[:B].to(k.dtype), k], dim=2)  # (B, h, W + T, d)
+        values = torch.cat([self.cache_v[:B].to(v.dtype), v], dim=2)
+        positions = torch.arange(start, start + T)  # (T,)
+        ago = positions[:, None] - torch.cat([held, positions])[None, :]  # (T, W + T)
+        blocked = (ago < 0) | (ago >= W) | (torch.cat([held, positions]) < 0)[None, :]
+        att = self.scores(q, keys).masked_fill(blocked, float("-inf"))
+        last = positions[-W:]  # the chunk's last window of tokens stays
+        self.cache_k = self.cache_k.to(k.dtype)
+        self.cache_v = self.cache_v.to(v.dtype)
+        self.cache_k[:B, :, self.slots(last)] = k[:, :, -len(last) :]
+        self.cache_v[:B, :, self.slots(last)] = v[:, :, -len(last) :]
+        return self.merge(F.softmax(att, dim=-1) @ values)
+
+
+class RollingStartPosGPT(StartPosGPT):
+    attention = RollingAttention
+
+
+class InOrderRollingAttention(RollingAttention):
+    """A prefill longer than the window written to slots 0, 1, ... in order, not at p % window:
+    the next token overwrites a key still in its window (the wrap-around bug of rolling caches,
+    mistralai/mistral-inference#135's kind)."""
+
+    def slots(self, positions: torch.Tensor) -> torch.Tensor:
+        if len(positions) == 1:
+            return positions % self.sliding_window
+        return torch.arange(len(positions))
+
+
+class InOrderRollingStartPosGPT(StartPosGPT):
+    attention = InOrderRollingAttention
+
+
 class MHABlock(nn.Module):
     """A block on torch's nn.MultiheadAttention (its fused kernel in eval mode)."""
 

@@ -295,6 +295,18 @@ def test_a_model_that_keeps_its_cache_inside_is_decoded_through_it(cls):
     assert failing(buggy) == [("model", "cached generation")]
 
 
+def test_a_rolling_cache_is_decoded_past_its_wrap_around():
+    """A prompt of 5 wraps a 4-slot rolling cache: written in order instead of at p % 4, the
+    next tokens lose a key of their window, which prompts of 4 never show."""
+    healthy = diagnose_model(small(model_modules.RollingStartPosGPT))
+    assert healthy.healthy, healthy.text()
+    buggy = diagnose_model(small(model_modules.InOrderRollingStartPosGPT))
+    assert failing(buggy) == [("model", "cached generation")], buggy.text()
+    found = _model(buggy, "cached generation")
+    assert "long prefill differs" in found.message and "prompts of 4 agree" in found.message
+    assert named_trap([found]) == "stale_cache", found.message
+
+
 def test_a_layer_given_its_input_as_query_key_and_value_gets_x_in_all_three():
     # CTRL calls attn(x, x, x, mask, ...): the probes' hidden states must reach k and v too
     diagnosis = diagnose_model(small(transformers.CTRLLMHeadModel))

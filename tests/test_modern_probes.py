@@ -88,6 +88,22 @@ def test_rotary_is_detected_from_behaviour_and_a_shift_is_judged():
     assert found.status == FAIL and "rope_on_value" in found.message, found
 
 
+def test_a_shift_that_moves_the_scores_and_not_the_values_names_the_pairing():
+    """q in halves, k in pairs: with every token the same a shift changes nothing, so the
+    scores carry the absolute position (rope_pairing_mismatch), not the values."""
+    found = probe(make(gm.Rotary, mixed=True), CAUSAL, "position shift")
+    assert found.status == FAIL and "rope_pairing_mismatch" in found.message, found
+    assert "rope_on_value" not in found.message, found
+
+
+def test_a_bidirectional_window_is_held_to_one_reach_each_side():
+    """Its reach is reported, not held to w (conventions differ); uneven reach fails."""
+    found = probe(make(gm.BandAttention), Config(), "sliding window")
+    assert found.status == PASS and "t-3..t+3" in found.message, found
+    uneven = probe(make(gm.BandAttention, ahead=1), Config(), "sliding window")
+    assert uneven.status == FAIL and "a bidirectional module" in uneven.message, uneven
+
+
 def test_a_docstring_that_mentions_rotary_does_not_make_a_module_rotary():
     """StartPos's docstring names ``is_causal`` and a bug report, IgnoresPos's code names
     rotary: only code counts."""

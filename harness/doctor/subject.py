@@ -520,6 +520,38 @@ class Subject:
         (grad,) = torch.autograd.grad(select(out).sum(), x, allow_unused=True)
         return torch.zeros_like(x) if grad is None else grad
 
+    def depends(self, seq_len: int) -> list[list[int]]:
+        """For each output t of an ordinary call on ``seq_len`` tokens, the inputs it depends
+        on (exactly: a float64 gradient), over the sequences where t has a key."""
+        cfg = self.config
+        x = self.x(cfg.batch, seq_len, 43)
+        keep = self.ordinary_keep(cfg.batch, seq_len)
+        allowed = self.effective_keep(keep, cfg.batch, seq_len) if cfg.causal else keep
+        found = []
+        for t in range(seq_len):
+            grad = self.grad_of(x, keep, lambda out, t=t: out[:, t])  # (B, T, d)
+            if allowed is not None:  # sequences where query t has a key (not all padding)
+                grad = grad[allowed.expand(cfg.batch, seq_len, seq_len)[:, t].any(-1)]
+            found.append((grad.abs().amax(dim=(0, 2)) > 0).nonzero().flatten().tolist())
+        return found
+
+    @cached_property
+    def reach(self) -> Reach:
+        """A sliding window's reach each side, from what the middle output of an ordinary call on
+        2w + 3 tokens depends on (a causal one reaches one side only; a bidirectional one's
+        reach follows conventions that differ: transformers' |t - s| <= w, ModernBERT's w / 2),
+        and what every output depends on."""
+        seq_len = 2 * (self.window or 0) + 3
+        if self.window is None or (self.context is not None and seq_len > self.context):
+            return Reach(None, seq_len, [])
+        depends = self.depends(seq_len)
+        t = seq_len // 2
+        seen = depends[t]
+        radius = t - seen[0] if seen else None
+        if radius is None or seen != list(range(t - radius, t + radius + 1)):
+            radius = None  # not a band around the middle output
+        return Reach(radius, seq_len, depends)
+
     def bound(self, keep: Tensor | None) -> nn.Module:
         """A float64 copy that takes only x and always applies ``keep`` in the module's convention,
         for the shared checks of ``harness.dependency``."""
@@ -541,14 +573,36 @@ class Subject:
 
     def effective_keep(self, keep: Tensor | None, batch: int, seq_len: int) -> Tensor | None:
         """What the module should allow: the mask passed, the causal one if it is causal, and
-        its sliding window if it has one."""
+        its sliding window if it has one (w keys up to the query; in a bidirectional module,
+        the reach each side its middle output shows: ``reach``)."""
         causal = causal_keep(batch, seq_len) if self.config.causal else None
         if self.window is not None:
-            band = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1 - self.window)  # (T, T)
+            ago = torch.arange(seq_len)[:, None] - torch.arange(seq_len)[None, :]  # (T, T)
+            if self.config.causal or not self.reach.two_sided:
+                band = ago < self.window  # (T, T): w keys up to the query, and any later
+            else:
+                reach = self.reach.radius if self.reach.radius is not None else seq_len
+                band = ago.abs() <= reach
             causal = band if causal is None else causal & band
         if keep is None or not self.takes_mask:
             return causal
         return keep if causal is None else keep & causal
+
+
+@dataclass(frozen=True)
+class Reach:
+    """A bidirectional window measured: inputs each side of the middle output (None: not a
+    band around it), on ``seq_len`` tokens, and what each output depends on."""
+
+    radius: int | None
+    seq_len: int
+    depends: list[list[int]]
+
+    @property
+    def two_sided(self) -> bool:
+        """The middle output depends on a later input: not a causal window."""
+        middle = self.seq_len // 2
+        return bool(self.depends) and any(s > middle for s in self.depends[middle])
 
 
 def _is_cache(value: object) -> bool:

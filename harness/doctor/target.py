@@ -203,6 +203,9 @@ NAMES: dict[str, Callable[[Sizes], object]] = {
          "context_size", "max_sequence_length"),
         lambda s: s.context,
     ),
+    # a sliding window shorter than the probes' 8 tokens, so that it slides: its mask, its
+    # rolling cache's wrap-around (a prompt of 5) and an off-by-one are probed
+    "sliding_window": lambda s: 4,
     # a whole model's depth and vocabulary, and its special tokens within that vocabulary
     **dict.fromkeys(LAYER_COUNT_NAMES, lambda s: s.layers),
     **dict.fromkeys(("vocab_size", "n_vocab", "entity_vocab_size",

@@ -66,6 +66,12 @@ KNOWN: dict[str, str] = {
     "layer, 512 wide per head at any size (global_head_dim is no config field), scores "
     "RMS-normed q and k at scale 1, so 80% of its rows put >= 0.99 on one key, as its own "
     "output_attentions shows (init_variance)",
+    "moshi": "defect (sliding_window 4, shorter than the 8 tokens): its forward masks with "
+    "create_causal_mask, ignoring the window, while the DynamicCache it makes from its config "
+    "keeps sliding-window layers that drop keys older than the window, so decoding through its "
+    "cache differs from its full forward from the fifth token on (by 0.21; the full forward "
+    "with window 4 equals that with 4096 exactly); with its default window of 3000 the same "
+    "holds past 3000 tokens",
     "minimax": "defect: its cache's reset() leaves the lightning-attention layers' state, so "
     "decoding after another prompt and reset() moves by 0.053 from a fresh cache (stale_cache)",
 }

@@ -110,9 +110,13 @@ def _length(cache: object) -> int | None:
         return None
 
 
+# A prompt of 5 then single tokens: a rolling cache of 2, 3 or 4 slots wraps inside the prompt
+# and the prompt's last keys must land in the slots their positions own.
+LONG_PREFILL = SEQ_LEN - 3
 SCENARIOS = {
     "one token per step": [PREFILL] + [1] * (SEQ_LEN - PREFILL),
     "chunked prefill": [PREFILL, SEQ_LEN - PREFILL],
+    "long prefill": [LONG_PREFILL] + [1] * (SEQ_LEN - LONG_PREFILL),
 }
 
 
@@ -173,6 +177,11 @@ def cached_generation(patient: Patient) -> Outcome:
     if lengths:
         return failed(f"{evidence}; {lengths[0]} (stale_cache: appended twice or never "
                       "cleared)")  # fmt: skip
+    if [w[0] for w in wrong] == ["long prefill"]:
+        return failed(f"{evidence}, while prompts of {PREFILL} agree: a prompt longer than a "
+                      "rolling cache's slots wraps, and its last keys land in slots their "
+                      "positions do not own (stale_cache: written in order instead of at "
+                      "position % slots)")  # fmt: skip
     restart = "" if can_retry else (", rope_cache_offset (each chunk's positions counted from 0 "
                                   "instead of from where the cache ends)")  # fmt: skip
     return failed(

@@ -88,10 +88,19 @@ def probe_shift(subject: Subject) -> Outcome:
                     "of halves (i, i + d/2) a shift changes nothing: it pairs dimensions the "
                     "other way than the tables its caller builds (rope_pairing_mismatch)"
                 )
+            if not _values_move(subject, keep, [base, shifted[0]], SHIFT_SHARE * scale):
+                return failed(
+                    f"{said}, while with every token the same (each output then the one value, "
+                    "whatever the weights) a shift changes nothing: the scores carry absolute "
+                    "positions, not the values: q and k rotated differently "
+                    "(rope_pairing_mismatch: one in pairs (2i, 2i + 1), the other in halves "
+                    "(i, i + d/2)), or angles that lose precision far from 0 "
+                    "(rope_low_precision) "
+                    f"[{subject.position_source}]"
+                )
             return failed(
-                f"{said}: it carries absolute positions (rope_on_value: rotary applied to V, or "
-                "an absolute embedding), or its angles lose precision far from 0 "
-                "(rope_low_precision: tables built in a low precision) "
+                f"{said}, also with every token the same: the values carry absolute positions "
+                "(rope_on_value: rotary applied to V, or an absolute embedding) "
                 f"[{subject.position_source}]"
             )
     low = _low_precision(subject, x, keep, base, shifted, offsets)
@@ -120,6 +129,20 @@ def _relative_with_pairs(subject: Subject, x: Tensor, keep: Tensor | None,
     return (
         scale > float32_rounding(_largest(out)) and _largest(shifted - out) <= SHIFT_SHARE * scale
     )
+
+
+def _values_move(subject: Subject, keep: Tensor | None, positions: list[Tensor],
+                 limit: float) -> bool:  # fmt: skip
+    """With one token repeated at every position, a shift (the second ``positions``) moves the
+    output by more than ``limit``. Every value is then the same vector, so the output is that
+    value whatever the attention weights are, unless the values themselves carry position."""
+    batch, seq_len = positions[0].shape
+    same = subject.x(batch, 1, 32).expand(batch, seq_len, -1).contiguous()  # (B, T, d)
+    try:
+        out, shifted = _outputs(subject, subject.dtype, same, keep, positions)
+    except Exception:
+        return True  # not measurable: the general naming stands
+    return _largest(shifted - out) > limit
 
 
 def _offsets(context: int | None, seq_len: int) -> list[int]:
