@@ -26,16 +26,9 @@ from harness import __version__, interrupts, publish
 from harness.catalogue import registry
 from harness.catalogue.card import Card, Pair
 from harness.catalogue.diffing import unified_diff
-from harness.catalogue.judge import Measurement, measure
+from harness.catalogue.judge import Grid, Measurement, measure_grid
 from harness.catalogue.learn import learn
-from harness.devices import (
-    DEVICE_KINDS,
-    DTYPES,
-    available_devices,
-    dtype_name,
-    resolve_device,
-    resolve_dtype,
-)
+from harness.devices import DEVICE_KINDS, DTYPES, available_devices, resolve_device, resolve_dtype
 from harness.doctor import (
     OPTIONS,
     STEPS,
@@ -194,7 +187,7 @@ def add_grid_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_grid(args: argparse.Namespace) -> list[tuple[torch.device, torch.dtype]]:
+def resolve_grid(args: argparse.Namespace) -> Grid:
     """Every (device, dtype) asked for, validated up front."""
     names = args.device or available_devices()
     devices = list(dict.fromkeys(resolve_device(d) for d in names))  # cpu:0 is cpu: once
@@ -210,22 +203,6 @@ def resolve_pairs(ids: Sequence[str]) -> list[Pair]:
         raise UsageError(
             f"unknown pitfall {shorten(exc.pitfall_id, quote=True)}{hint} ({PROG} list shows all)"
         ) from None
-
-
-def measure_grid(
-    pairs: list[Pair],
-    grid: list[tuple[torch.device, torch.dtype]],
-    step: Callable[[str], None] | None = None,
-) -> list[Measurement]:
-    """Measure every pair on every (device, dtype), with a progress bar on a terminal (its own,
-    or the caller's ``step``)."""
-    jobs = [(p, dev, dt) for p in pairs for dev, dt in grid]
-    results = []
-    with Progress(len(jobs) if step is None else 0) as bar:
-        for pair, dev, dt in jobs:
-            (step or bar.step)(f"{pair.card.id} {dev} {dtype_name(dt)}")
-            results.append(measure(pair, dev, dt))
-    return results
 
 
 def summary_table(measurements: list[Measurement]) -> pd.DataFrame:
@@ -312,7 +289,8 @@ def cmd_diff(args: argparse.Namespace) -> str:
 def cmd_run(args: argparse.Namespace) -> str:
     pairs = resolve_pairs(args.ids)
     grid = resolve_grid(args)
-    table = summary_table(measure_grid(pairs, grid))
+    with Progress(len(pairs) * len(grid)) as bar:  # on a terminal
+        table = summary_table(measure_grid(pairs, grid, bar.step))
     if args.format == "csv":
         return table.to_csv(index=False).rstrip("\n")
     if args.format == "json":  # JSON has no Inf: keep it apart from null (not measured)
