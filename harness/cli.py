@@ -22,13 +22,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from harness import __version__, interrupts, publish
+from harness import __version__, interrupts
 from harness.catalogue import registry
 from harness.catalogue.card import Card, Pair
 from harness.catalogue.diffing import unified_diff
 from harness.catalogue.judge import Grid, Measurement, measure_grid
 from harness.catalogue.learn import learn
-from harness.devices import DEVICE_KINDS, DTYPES, available_devices, resolve_device, resolve_dtype
+from harness.devices import DTYPES, available_devices, resolve_device, resolve_dtype
 from harness.doctor import (
     OPTIONS,
     STEPS,
@@ -46,17 +46,14 @@ from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
 from harness.errors import Interrupted, UsageError, shorten
 from harness.files import check_file_destination, created_by, ensure_writable, write_atomically
-from harness.forked import forked
 from harness.inputs import check_seed
 from harness.interrupts import stop_signals, uninterrupted
 from harness.learning import STEPS as LEARN_STEPS
 from harness.learning import Learning
-from harness.pictures import learning_plot
 from harness.progress import Progress
-from harness.realmodules import real_markdown, real_table
-from harness.report import collect, write_report
-from harness.validation import detection_markdown, detection_table
-from harness.zoo.table import report_section as zoo_section
+from harness.report import publish
+from harness.report.build import build_report
+from harness.report.pictures import learning_plot
 
 PROG = "python -m harness"
 
@@ -489,42 +486,8 @@ def write_curves(folder: Path, trap: str, learning: Learning) -> None:
     learning_plot(folder / png, trap, learning)
 
 
-def doctor_sections(out: Path) -> str:
-    """The report's doctor tables: the catalogue's detection table, the real modules' table
-    and the zoo's summary (read from ``out``, else the committed one)."""
-    doctor = detection_markdown(detection_table())
-    doctor += "\n\n" + real_markdown(real_table())
-    return doctor + "\n\n" + zoo_section(out)
-
-
 def cmd_report(args: argparse.Namespace) -> str:
-    grid = resolve_grid(args)
-    created = ensure_writable(args.out)
-    unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
-    pairs = registry.load_all()
-    learns = 0 if args.no_learn else len(pairs)
-    steps = len(pairs) * len(grid) + 2 * len(pairs) + learns + 3  # + doctor x2, writing
-    with created_by(created), Progress(steps) as bar:
-
-        def step(label: str) -> None:
-            interrupts.ACTIVE.check()  # a Ctrl-C matplotlib's clean-up swallowed stops here
-            bar.step(label)
-
-        measure_all = functools.partial(measure_grid, step=step)
-        train = None if args.no_learn else lambda pair, device: learn(pair, device=device)
-        # the doctor's tables on the second core, forked once the imports are done: each of
-        # their diagnoses is seeded, so the bytes are those of one process
-        with forked(doctor_sections, args.out) as tables:
-            results, timed = collect(pairs, grid, measure_all, progress=step, learn=train)
-            step("the doctor on the catalogue")
-            doctor = tables()
-        step("the doctor on real modules")
-        path, replaced = write_report(
-            results, grid, args.out, unavailable, timed, doctor, progress=step
-        )
-    if not replaced:
-        return f"{path} is up to date: this run agrees with it within rounding noise (kept as is)"
-    return f"wrote {path}"
+    return build_report(resolve_grid(args), args.out, learn=not args.no_learn)
 
 
 COMMANDS = {
