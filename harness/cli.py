@@ -22,20 +22,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from harness import __version__, interrupts, publish
+from harness import __version__, interrupts
 from harness.catalogue import registry
 from harness.catalogue.card import Card, Pair
 from harness.catalogue.diffing import unified_diff
-from harness.catalogue.judge import Measurement, measure
+from harness.catalogue.judge import Grid, Measurement, measure_grid
 from harness.catalogue.learn import learn
-from harness.devices import (
-    DEVICE_KINDS,
-    DTYPES,
-    available_devices,
-    dtype_name,
-    resolve_device,
-    resolve_dtype,
-)
+from harness.devices import DTYPES, available_devices, resolve_device, resolve_dtype
 from harness.doctor import (
     OPTIONS,
     STEPS,
@@ -53,17 +46,14 @@ from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
 from harness.errors import Interrupted, UsageError, shorten
 from harness.files import check_file_destination, created_by, ensure_writable, write_atomically
-from harness.forked import forked
 from harness.inputs import check_seed
 from harness.interrupts import stop_signals, uninterrupted
 from harness.learning import STEPS as LEARN_STEPS
 from harness.learning import Learning
-from harness.pictures import learning_plot
 from harness.progress import Progress
-from harness.realmodules import real_markdown, real_table
-from harness.report import collect, write_report
-from harness.validation import detection_markdown, detection_table
-from harness.zoo.table import report_section as zoo_section
+from harness.report import publish
+from harness.report.build import build_report
+from harness.report.pictures import learning_plot
 
 PROG = "python -m harness"
 
@@ -194,7 +184,7 @@ def add_grid_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_grid(args: argparse.Namespace) -> list[tuple[torch.device, torch.dtype]]:
+def resolve_grid(args: argparse.Namespace) -> Grid:
     """Every (device, dtype) asked for, validated up front."""
     names = args.device or available_devices()
     devices = list(dict.fromkeys(resolve_device(d) for d in names))  # cpu:0 is cpu: once
@@ -210,22 +200,6 @@ def resolve_pairs(ids: Sequence[str]) -> list[Pair]:
         raise UsageError(
             f"unknown pitfall {shorten(exc.pitfall_id, quote=True)}{hint} ({PROG} list shows all)"
         ) from None
-
-
-def measure_grid(
-    pairs: list[Pair],
-    grid: list[tuple[torch.device, torch.dtype]],
-    step: Callable[[str], None] | None = None,
-) -> list[Measurement]:
-    """Measure every pair on every (device, dtype), with a progress bar on a terminal (its own,
-    or the caller's ``step``)."""
-    jobs = [(p, dev, dt) for p in pairs for dev, dt in grid]
-    results = []
-    with Progress(len(jobs) if step is None else 0) as bar:
-        for pair, dev, dt in jobs:
-            (step or bar.step)(f"{pair.card.id} {dev} {dtype_name(dt)}")
-            results.append(measure(pair, dev, dt))
-    return results
 
 
 def summary_table(measurements: list[Measurement]) -> pd.DataFrame:
@@ -312,7 +286,8 @@ def cmd_diff(args: argparse.Namespace) -> str:
 def cmd_run(args: argparse.Namespace) -> str:
     pairs = resolve_pairs(args.ids)
     grid = resolve_grid(args)
-    table = summary_table(measure_grid(pairs, grid))
+    with Progress(len(pairs) * len(grid)) as bar:  # on a terminal
+        table = summary_table(measure_grid(pairs, grid, bar.step))
     if args.format == "csv":
         return table.to_csv(index=False).rstrip("\n")
     if args.format == "json":  # JSON has no Inf: keep it apart from null (not measured)
@@ -511,42 +486,8 @@ def write_curves(folder: Path, trap: str, learning: Learning) -> None:
     learning_plot(folder / png, trap, learning)
 
 
-def doctor_sections(out: Path) -> str:
-    """The report's doctor tables: the catalogue's detection table, the real modules' table
-    and the zoo's summary (read from ``out``, else the committed one)."""
-    doctor = detection_markdown(detection_table())
-    doctor += "\n\n" + real_markdown(real_table())
-    return doctor + "\n\n" + zoo_section(out)
-
-
 def cmd_report(args: argparse.Namespace) -> str:
-    grid = resolve_grid(args)
-    created = ensure_writable(args.out)
-    unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
-    pairs = registry.load_all()
-    learns = 0 if args.no_learn else len(pairs)
-    steps = len(pairs) * len(grid) + 2 * len(pairs) + learns + 3  # + doctor x2, writing
-    with created_by(created), Progress(steps) as bar:
-
-        def step(label: str) -> None:
-            interrupts.ACTIVE.check()  # a Ctrl-C matplotlib's clean-up swallowed stops here
-            bar.step(label)
-
-        measure_all = functools.partial(measure_grid, step=step)
-        train = None if args.no_learn else lambda pair, device: learn(pair, device=device)
-        # the doctor's tables on the second core, forked once the imports are done: each of
-        # their diagnoses is seeded, so the bytes are those of one process
-        with forked(doctor_sections, args.out) as tables:
-            results, timed = collect(pairs, grid, measure_all, progress=step, learn=train)
-            step("the doctor on the catalogue")
-            doctor = tables()
-        step("the doctor on real modules")
-        path, replaced = write_report(
-            results, grid, args.out, unavailable, timed, doctor, progress=step
-        )
-    if not replaced:
-        return f"{path} is up to date: this run agrees with it within rounding noise (kept as is)"
-    return f"wrote {path}"
+    return build_report(resolve_grid(args), args.out, learn=not args.no_learn)
 
 
 COMMANDS = {

@@ -1,8 +1,8 @@
 """Plain drawing: heatmap panels side by side, and line plots, written as PNG files.
 
-What to draw is chosen elsewhere (``harness.pictures``). Every number drawn is rounded first
-(``rounded``), so float32 results that differ in the last bits from CPU to CPU draw the same
-bytes; PNGs are written without a software tag, so the same data always gives the same file.
+What to draw is chosen elsewhere (``harness.report.pictures``). Every number drawn is rounded
+first (``rounded``), so float32 results that differ in the last bits from CPU to CPU draw the
+same bytes; PNGs are written without a software tag, so the same data always gives the same file.
 """
 
 from __future__ import annotations

@@ -163,6 +163,7 @@ class SeedStats:
     grad_norms: dict[str, float]  # mean gradient norm per parameter (and the input)
     error: str | None  # the first exception, if any
     weights: Tensor | None  # attention weights of the first seed, for pictures
+    keep: Tensor | None = None  # the allowed keys (B, T, T) of the inputs of those weights
 
 
 def seed_stats(
@@ -179,7 +180,7 @@ def seed_stats(
     For each seed the module is built under that seed and run on ``draw(shape, seed)``, its mask
     passed as ``spec`` says. The global RNG is left alone.
     """
-    att_rows, norms, first_weights = [], {}, None
+    att_rows, norms, first_weights, first_keep = [], {}, None, None
     for seed in seeds:
         with seeded(seed):
             module = build(shape).eval()
@@ -194,7 +195,8 @@ def seed_stats(
             )
         if not result.ok:
             return SeedStats({}, {}, result.error, None)
-        first_weights = result.weights if first_weights is None else first_weights
+        if first_weights is None:
+            first_weights, first_keep = result.weights, inputs.keep
         att_rows.append(metrics.attention_stats(result.weights, inputs.keep))
         for name, grad in result.grads.items():
             norms.setdefault(name, []).append(metrics.grad_stats(grad)["norm"])
@@ -208,4 +210,4 @@ def seed_stats(
         row_sum_err=att["row_sum_err"].max(),
     )
     mean_norms = {k: sum(v) / len(v) for k, v in norms.items()}
-    return SeedStats(attention, mean_norms, None, first_weights)
+    return SeedStats(attention, mean_norms, None, first_weights, first_keep)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.catalogue import registry
 from harness.catalogue.compare import compare, runs_silently
 from harness.catalogue.judge import measure
 from harness.catalogue.verdicts import Verdict
@@ -100,3 +101,33 @@ def test_probes_find_randomness_in_eval_mode(noise):
     m = measure(make_pair(correct_class(), Noisy), CPU, torch.float32)
     calls = m.probes["two identical calls in eval"]
     assert calls.startswith("fixed.py identical; buggy.py differ by up to"), calls
+
+
+def test_what_the_probes_find_in_buggy_py_is_a_value_apart_from_what_they_say():
+    """A leak and calls that differ, found in buggy.py, by probe; nothing where buggy.py is as
+    fixed.py (the symptom index reads these, not the sentences)."""
+
+    class IgnoresMask(correct_class()):
+        def forward(self, x, mask=None):
+            return super().forward(x)
+
+    class Noisy(correct_class()):
+        def forward(self, x, mask=None):
+            out, weights = super().forward(x, mask)
+            return out + 1e-6 * torch.rand_like(out), weights
+
+    leaky = measure(make_pair(correct_class(), IgnoresMask, mask="causal"), CPU, torch.float32)
+    assert list(leaky.bug_findings) == ["future leak"]
+    assert leaky.probes["future leak"].endswith(f"buggy.py {leaky.bug_findings['future leak']}")
+    noisy = measure(make_pair(correct_class(), Noisy), CPU, torch.float32)
+    assert noisy.bug_findings["two identical calls in eval"].startswith("differ by up to")
+    same = measure(make_pair(correct_class(), correct_class()), CPU, torch.float32)
+    assert same.bug_findings == {}
+
+
+@pytest.mark.parametrize("pitfall", ["mask_bool", "fully_masked_row"])
+def test_a_measurement_keeps_the_allowed_keys_of_the_inputs_its_tables_come_from(pitfall):
+    """fully_masked_row's tables come from its edge inputs, whose mask has an all-padding row."""
+    pair = registry.load(pitfall)
+    m = measure(pair, CPU, torch.float32, search=False)
+    assert torch.equal(m.keep, pair.card.inputs(m.shape, m.seed, m.edge).keep)

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import torch
 
-from harness import pictures, plots
+from harness import plots
 from harness.catalogue.judge import Measurement, measure
 from harness.catalogue.registry import load
-from harness.report import TrapResult
+from harness.report import TrapResult, pictures
 
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}

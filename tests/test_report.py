@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from harness import cli, interrupts, report
-from harness import reportdiff as report_diff
 from harness.catalogue import registry
-from harness.report import TrapResult
+from harness.report import TrapResult, build, doctor_tables
+from harness.report import diff as report_diff
+from harness.report import write as report_write
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "reports" / report.REPORT
@@ -57,7 +58,7 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Run:
         return report.write_report(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cli, "write_report", keep)
+        patch.setattr(build, "write_report", keep)
         assert cli.main([*CANONICAL, "--out", str(out)]) == 0
     [written] = calls
     return Run(out, dict(written))
@@ -122,12 +123,12 @@ def test_same_command_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def measured_already(monkeypatch: pytest.MonkeyPatch, fresh: Run) -> None:
     """The fresh run's measurements and doctor section: what is under test is writing."""
-    monkeypatch.setattr(cli, "collect", lambda *a, **k: (fresh.results, fresh.written["timed"]))
+    monkeypatch.setattr(build, "collect", lambda *a, **k: (fresh.results, fresh.written["timed"]))
     doctor = fresh.written["doctor"]
-    monkeypatch.setattr(cli, "detection_table", lambda: None)
-    monkeypatch.setattr(cli, "detection_markdown", lambda table: doctor)
-    monkeypatch.setattr(cli, "real_table", lambda: None)
-    monkeypatch.setattr(cli, "real_markdown", lambda table: "")
+    monkeypatch.setattr(doctor_tables, "detection_table", lambda: None)
+    monkeypatch.setattr(doctor_tables, "detection_markdown", lambda table: doctor)
+    monkeypatch.setattr(doctor_tables, "real_table", lambda: None)
+    monkeypatch.setattr(doctor_tables, "real_markdown", lambda table: "")
 
 
 def test_interrupted_run_leaves_the_previous_report(
@@ -136,7 +137,7 @@ def test_interrupted_run_leaves_the_previous_report(
     out = tmp_path / "reports"
     shutil.copytree(fresh.out, out)
     before = files(out)
-    draw, drawn = report.draw, []
+    draw, drawn = report_write.draw, []
 
     def crash_on_the_second_trap(*args: Any, **kwargs: Any) -> list[str]:
         if drawn:
@@ -145,7 +146,7 @@ def test_interrupted_run_leaves_the_previous_report(
         return drawn[-1]
 
     measured_already(monkeypatch, fresh)
-    monkeypatch.setattr(report, "draw", crash_on_the_second_trap)
+    monkeypatch.setattr(report_write, "draw", crash_on_the_second_trap)
     assert cli.main([*CANONICAL, "--out", str(out)]) == 130
     assert drawn, "interrupted before anything was staged"
     assert files(out) == before
@@ -161,7 +162,7 @@ def test_a_swallowed_ctrl_c_stops_the_report_before_it_is_published(
     shutil.copytree(fresh.out, out)
     (out / report.REPORT).write_text((out / report.REPORT).read_text() + "\nolder\n")
     before = files(out)
-    draw = report.draw
+    draw = report_write.draw
 
     def swallowed_on_the_second_trap(r: TrapResult, folder: Path) -> list[str]:
         if r is fresh.results[1]:
@@ -171,7 +172,7 @@ def test_a_swallowed_ctrl_c_stops_the_report_before_it_is_published(
         return draw(r, folder)
 
     measured_already(monkeypatch, fresh)
-    monkeypatch.setattr(report, "draw", swallowed_on_the_second_trap)
+    monkeypatch.setattr(report_write, "draw", swallowed_on_the_second_trap)
     assert cli.main([*CANONICAL, "--out", str(out)]) == 130
     assert files(out) == before
     assert not list(out.glob(".staging-*"))

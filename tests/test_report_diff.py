@@ -7,8 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import reportdiff
-from harness.reportdiff import agree, compare, normalise, parse, primary_thresholds
+from harness.report import diff as reportdiff
+from harness.report.diff import agree, compare, primary_thresholds
+from harness.report.parse import normalise, parse
 
 COMMITTED = (Path(__file__).resolve().parents[1] / "reports" / "report.md").read_text()
 SECTIONS_DIFFER = "sections differ (missing, extra or reordered):"

@@ -17,11 +17,12 @@ import pandas as pd
 import pytest
 import torch
 
-from harness import interrupts, publish, report
+from harness import interrupts, report
 from harness.catalogue.judge import Measurement, measure
 from harness.catalogue.registry import load
 from harness.catalogue.verdicts import Verdict
-from harness.report import TrapResult
+from harness.report import TrapResult, publish
+from harness.report import write as report_write
 
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -235,7 +236,7 @@ def stub_pictures(monkeypatch):
             return [name]
 
     stub = Stub()
-    monkeypatch.setattr(report, "draw", stub)
+    monkeypatch.setattr(report_write, "draw", stub)
     return stub
 
 

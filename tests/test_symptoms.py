@@ -6,11 +6,10 @@ from functools import cache
 import pytest
 import torch
 
-from harness import symptoms
 from harness.catalogue.judge import measure
 from harness.catalogue.learn import learn
 from harness.catalogue.registry import load
-from harness.report import TrapResult
+from harness.report import TrapResult, symptoms
 
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}

@@ -27,6 +27,7 @@ from harness.shapes import Shape
 
 # What the repeat-call probe says when an output is NaN or infinite: not a difference.
 NOT_FINITE = "not finite (NaN or inf): cannot be compared"
+REPEATS = "two identical calls in eval"  # the repeat-call probe's name
 
 
 class MeasurementError(RuntimeError):
@@ -45,8 +46,10 @@ class Comparison:
     shape: Shape
     seed: int
     edge: bool = False  # measured on the card's edge inputs
-    probes: dict[str, str] = field(default_factory=dict)
+    probes: dict[str, str] = field(default_factory=dict)  # what each probe says of both modules
+    bug_findings: dict[str, str] = field(default_factory=dict)  # what a probe found in buggy.py
     ref: Run | None = None  # the fixed module in float64 (its output is what fix and bug chase)
+    keep: Tensor | None = None  # the inputs' allowed keys (B, T, T), as measured
 
     @property
     def diverges(self) -> bool:
@@ -162,23 +165,30 @@ def _gradient_table(
 
 def _module_probes(
     pair: Pair, fix: nn.Module, bug: nn.Module, x: Tensor, mask: Tensor | None, seed: int
-) -> dict[str, str]:
-    """Causal leak (for causal traps) and repeat calls in eval mode, fixed.py then buggy.py."""
-    found: dict[str, list[str]] = {}
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Causal leak (for causal traps) and repeat calls in eval mode, fixed.py then buggy.py:
+    what each probe says of both, and what it found in buggy.py (a leak, calls that differ;
+    a probe that found nothing there, or could not tell, is absent)."""
+    said: dict[str, list[str]] = {}
+    found: dict[str, str] = {}
     for name, module in (("fixed.py", fix), ("buggy.py", bug)):
         try:
             with warnings.catch_warnings():  # run() has recorded them already
                 warnings.simplefilter("ignore")
                 if pair.card.mask in CAUSAL_KINDS:
                     leak = future_leak(module, x, mask)
-                    found.setdefault("future leak", []).append(f"{name} {leak or 'none'}")
+                    said.setdefault("future leak", []).append(f"{name} {leak or 'none'}")
+                    if module is bug and leak is not None:
+                        found["future leak"] = str(leak)
                 diff = repeat_difference(module, x, mask, seed)
             text = "identical" if diff == 0 else f"differ by up to {diff:.3g}"
             text = NOT_FINITE if math.isnan(diff) else text
-            found.setdefault("two identical calls in eval", []).append(f"{name} {text}")
+            said.setdefault(REPEATS, []).append(f"{name} {text}")
+            if module is bug and diff != 0 and not math.isnan(diff):  # NaN: cannot be compared
+                found[REPEATS] = text
         except Exception as exc:  # a raising module is reported, not probed
-            found.setdefault("probes", []).append(f"{name} raises: {describe(exc)}")
-    return {probe: "; ".join(texts) for probe, texts in found.items()}
+            said.setdefault("probes", []).append(f"{name} raises: {describe(exc)}")
+    return {probe: "; ".join(texts) for probe, texts in said.items()}, found
 
 
 def compare(
@@ -223,7 +233,9 @@ def compare(
             )
         with seeded(seed):
             bug = run(bug_module, x, mask, G, bug_call)
-        found = _module_probes(pair, fix_module, bug_module, x, mask, seed) if probes else {}
+        said, found = (
+            _module_probes(pair, fix_module, bug_module, x, mask, seed) if probes else ({}, {})
+        )
     return Comparison(
         output=_output_table(ref, fix, bug, dtype),
         attention=_attention_table(fix, bug, inputs.keep),
@@ -233,8 +245,10 @@ def compare(
         shape=shape,
         seed=seed,
         edge=edge,
-        probes=found,
+        probes=said,
+        bug_findings=found,
         ref=ref,
+        keep=inputs.keep,
     )
 
 

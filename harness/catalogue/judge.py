@@ -9,6 +9,8 @@ over seeds.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -47,8 +49,11 @@ class Measurement:
     # fix/bug outputs on the same inputs, float64 on the CPU (empty when compared over seeds)
     outputs: dict[str, Tensor | None] = field(default_factory=dict)
     edge: bool = False  # the tables come from the card's edge inputs
+    keep: Tensor | None = None  # the allowed keys (B, T, T) of the inputs the tables come from
     probes: dict[str, str] = field(default_factory=dict)  # causal leak, repeat calls
+    bug_findings: dict[str, str] = field(default_factory=dict)  # what a probe found in buggy.py
     variants: dict[str, str] = field(default_factory=dict)  # e.g. the verdict with one head
+    one_head: Verdict | None = None  # the verdict with one head, when it was measured
     seeds: int = 0  # > 0: compared over this many seeds instead of shared weights
 
     @property
@@ -60,6 +65,16 @@ class Measurement:
     def raised(self) -> bool:
         """The tables hold no buggy run: it raised (LOUD, or NUMERIC by an error)."""
         return self.output.set_index("run").loc["bug", "differs"] is None
+
+    @property
+    def bug_nonfinite(self) -> bool:
+        """buggy.py ran and its output or a gradient holds NaN or Inf where fixed.py's does not."""
+        if self.raised or self.seeds:
+            return False
+        out = self.output.set_index("run")
+        fix_ok = math.isfinite(out.loc["fix", "max_abs"])
+        grads = self.gradients.get("nonfinite_bug", pd.Series(dtype=float))
+        return fix_ok and (not math.isfinite(out.loc["bug", "max_abs"]) or bool((grads > 0).any()))
 
     def summary(self) -> dict[str, object]:
         """One tidy row for summary tables."""
@@ -83,6 +98,8 @@ class Measurement:
             reason=self.reason,
         )
 
+
+Grid = list[tuple[torch.device, torch.dtype]]  # the (device, dtype) cells to measure
 
 EDGE_NAMES = {"empty_row": "an all-padding sequence", "large": "large activations"}
 
@@ -146,12 +163,13 @@ def measure(
     shape = shape or pair.card.shape
     cmp = compare(pair, device, dtype, shape, seed, probes=True)
     verdict, reason, shown, trigger = _judge(pair, device, dtype, cmp, search)
-    variants = {}
+    variants, one_verdict = {}, None
     if pair.card.has_heads and shape.heads > 1:
         one = shape.with_(heads=1, d_k=shape.d_model, d_v=shape.d_model)
         single = compare(pair, device, dtype, one, seed)
         one_verdict, one_reason, _, _ = _judge(pair, device, dtype, single, search=False)
         variants["1 head"] = f"{one_verdict}: {one_reason}"
+    said, found = edge_leak(shown, pair.card.edge)
     return Measurement(
         pitfall=pair.card.id,
         device=str(device),
@@ -173,15 +191,22 @@ def measure(
             "ref": shown.ref.output if shown.ref else None,
         },
         edge=shown.edge,
-        probes=cmp.probes | edge_leak(shown, pair.card.edge),
+        keep=shown.keep,
+        probes=cmp.probes | said,
+        bug_findings=cmp.bug_findings | found,
         variants=variants,
+        one_head=one_verdict,
     )
 
 
-def edge_leak(shown: Comparison, edge: str) -> dict[str, str]:
-    """The future-leak probe on the edge inputs, when the tables come from them."""
-    leak = shown.probes.get("future leak") if shown.edge else None
-    return {f"future leak with {EDGE_NAMES[edge]}": leak} if leak else {}
+def edge_leak(shown: Comparison, edge: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The future-leak probe on the edge inputs, when the tables come from them: what it says,
+    and what it found in buggy.py."""
+    if not shown.edge:
+        return {}, {}
+    name = f"future leak with {EDGE_NAMES[edge]}"
+    said, found = shown.probes.get("future leak"), shown.bug_findings.get("future leak")
+    return ({name: said} if said else {}), ({name: found} if found else {})
 
 
 def _divergence_reason(cmp: Comparison) -> str:
@@ -216,5 +241,19 @@ def _measure_over_seeds(
         gradients=s.gradients,
         error=s.error,
         weights=s.weights,
+        keep=s.keep,
         seeds=s.n_seeds,
     )
+
+
+def measure_grid(
+    pairs: list[Pair], grid: Grid, step: Callable[[str], None] = lambda label: None
+) -> list[Measurement]:
+    """Measure every pair on every (device, dtype) of ``grid``, pair by pair; ``step`` is told
+    each one before it starts (a progress bar)."""
+    measurements = []
+    for pair in pairs:
+        for device, dtype in grid:
+            step(f"{pair.card.id} {device} {dtype_name(dtype)}")
+            measurements.append(measure(pair, device, dtype))
+    return measurements

@@ -35,6 +35,7 @@ class SeedComparison:
     error: str | None
     weights: dict[str, Tensor | None]
     n_seeds: int
+    keep: Tensor | None = None  # the allowed keys of the inputs the weights were drawn on
 
 
 def side_stats(
@@ -103,4 +104,5 @@ def compare_over_seeds(
         error=bug_err,
         weights={"fix": fix.weights, "bug": bug.weights},
         n_seeds=n_seeds,
+        keep=fix.keep,
     )

@@ -2,14 +2,12 @@
 table, and the findings where learning and the one-pass verdict disagree.
 
 Training amplifies rounding: a curve made on another CPU drifts from this one over the steps, so
-a trap's learning block sits between ``reportdiff.LEARNING_START`` and ``LEARNING_END``, whose
+a trap's learning block sits between ``format.LEARNING_START`` and ``LEARNING_END``, whose
 numbers are compared across machines only in their words (reproducible on one machine, as the
 rest of the report is).
 """
 
 from __future__ import annotations
-
-import textwrap
 
 from harness.catalogue.card import Card
 from harness.catalogue.verdicts import Verdict
@@ -31,11 +29,9 @@ from harness.learning import (
     WORSE,
     Learning,
 )
-from harness.reportdiff import LEARNING_END, LEARNING_START
+from harness.report.format import FLOAT, LEARNING_END, LEARNING_START, prose
 
-WIDTH = 100
-
-INTRO = textwrap.fill(
+INTRO = prose(
     f"**The learning probe** (the summary's *learns? fix / bug* and each trap's \"What it does "
     f'to learning"): one pass does not say whether a bug stops a model from learning, so both '
     f"modules are trained, from the same initial weights on the same seeded batches, inside a "
@@ -68,10 +64,7 @@ INTRO = textwrap.fill(
     f"first evaluation row after training (heads averaged, blocked keys hatched; by generation "
     f"where the bug is wrong only there). These "
     f"numbers come from training, which amplifies rounding: they are the same on this machine "
-    f"run after run, and drift on another CPU.",
-    WIDTH,
-    break_long_words=False,
-    break_on_hyphens=False,
+    f"run after run, and drift on another CPU."
 )
 
 
@@ -131,20 +124,16 @@ def learning_block(
         )
         + f"buggy.py **{d.label}**: {d.evidence.rstrip('.')}."
     )
-    lines = [LEARNING_START, fill(text), ""]
+    lines = [LEARNING_START, prose(text), ""]
     if learning.note:
-        lines += [fill(learning.note), ""]
+        lines += [prose(learning.note), ""]
     if said := finding(card, verdict, learning):
-        lines += [fill(said), ""]
-    table = learning.table().to_markdown(index=False, floatfmt=".3g", missingval="n/a")
+        lines += [prose(said), ""]
+    table = learning.table().to_markdown(index=False, floatfmt=FLOAT, missingval="n/a")
     lines += [table, ""]
     if image is not None:
         lines += [f"![{card.id}: learning curves]({image})", ""]
     return [*lines, LEARNING_END]
-
-
-def fill(text: str) -> str:
-    return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False)
 
 
 def findings_note(rows: list[tuple[Card, Verdict, Learning]]) -> str:

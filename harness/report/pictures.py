@@ -14,7 +14,6 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from torch import Tensor
@@ -33,9 +32,7 @@ from harness.plots import (
     lines_beside_heatmaps,
     rounded,
 )
-
-if TYPE_CHECKING:
-    from harness.report import TrapResult
+from harness.report.results import TrapResult
 
 BITES = (Verdict.SILENT, Verdict.LOUD, Verdict.CONDITIONAL, Verdict.NUMERIC)
 SAME = 10.0**-DECIMALS  # arrays this close, as drawn, look the same
@@ -158,12 +155,11 @@ def title(choice: Choice, card: Card, primary: Measurement, panels: list[Panel])
     return "\n".join([first, *textwrap.wrap(rest, TITLE_WIDTH)])
 
 
-def weight_panels(choice: Choice, card: Card) -> list[Panel]:
+def weight_panels(choice: Choice) -> list[Panel]:
     """fixed.py's and buggy.py's attention weights, one scale, blocked cells hatched."""
     m = choice.cell
     fix, bug = as_array(m.weights.get("fix")), as_array(m.weights.get("bug"))
-    keep = card.inputs(m.shape, m.seed, m.edge).keep
-    blocked = None if keep is None else ~keep[choice.index[0] if choice.index else 0].numpy()
+    blocked = None if m.keep is None else ~m.keep[choice.index[0] if choice.index else 0].numpy()
     maps = [None if a is None else a[choice.index] for a in (fix, bug)]
     top = max([1.0, *(float(np.nanmax(a, initial=0.0)) for a in maps if a is not None)])
     top = min(top, 2.0)  # a weight above 1 is already the finding; keep 0..1 readable
@@ -208,7 +204,7 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
     names = []
     choice = choose(r)
     if choice is not None:
-        panels = weight_panels(choice, card) if choice.kind == WEIGHTS else output_panels(choice)
+        panels = weight_panels(choice) if choice.kind == WEIGHTS else output_panels(choice)
         name = f"{IMAGES}/{card.id}.png"
         heatmaps(folder / name, title(choice, card, r.primary, panels), panels)
         names.append(name)

@@ -4,7 +4,8 @@ float32 kernels round differently on different CPUs, so a report regenerated els
 from the committed one in the noise (a floor of 1.45e-07 here is 1.51e-07 there) and in table
 padding, since tabulate pads each column to its widest cell. What must not differ: the words
 (sections and their order, verdicts, expected verdicts, triggers) and any number by more than
-rounding explains. ``compare`` checks both and returns one message per disagreement.
+rounding explains. ``compare`` checks both, on the two reports as ``parse`` reads them back, and
+returns one message per disagreement.
 
 How far a number may move comes from the thresholds each report prints (threshold = 2 x floor
 + atol, 3 x for gradients; harness.metrics): a machine's number is the true value plus rounding
@@ -18,61 +19,41 @@ import difflib
 import importlib.util
 import re
 import warnings
-from dataclasses import dataclass
 from decimal import Decimal
-from itertools import takewhile, zip_longest
+from itertools import zip_longest
 
-# A number as the report prints it: 2, -0.1, 1.51e-07, 1.72e+04, inf, nan; not the 32 of
-# float32 or the 2 of W_2, nor a version such as 2.13.0.
-NUMBER = r"(?<![\w.])[-+]?(?:inf|nan|(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)(?!\w|\.\d)"
-NUMBERS = re.compile(NUMBER)
-INTEGER = re.compile(r"[-+]?\d+")
-MASK = "<n>"
-# What may differ from machine to machine: library versions and which devices exist.
-ENVIRONMENT = re.compile(
-    r"^(- Versions:).*$|^(- Devices: .*?)(?: Not available here: .*)?$|^(- CPU:).*$"
+from harness.report.format import LEARNED_COLUMN, SIGNIFICANT
+from harness.report.parse import (
+    MASK,
+    NUMBERS,
+    Line,
+    cells,
+    cpus,
+    learned,
+    parse,
+    sections,
+    summary_rows,
+    versions,
 )
-ANCHOR = re.compile(r'^<a id="(?:tables-)?([\w-]+)"></a>$')  # a trap's section or its tables
-SUMMARY_ROW = re.compile(r"^\|\s*\[`[\w-]+`\]\(#([\w-]+)\)")
-LISTED = re.compile(r"^- \[`[\w-]+`\]\(#([\w-]+)\): ")  # a symptom's evidence for one trap
-VERDICT_LINE = re.compile(r"^- [^:,]+: \*\*[A-Z]+(?:, NaN)?\*\*: ")  # - cpu float16: **LOUD**: why
-PRINTED_THRESHOLD = re.compile(rf"(?:threshold|>) ({NUMBER})")  # "> threshold 2.13e-07"
+
+INTEGER = re.compile(r"[-+]?\d+")
 NUMERIC_COLUMNS = {"output error (floor)", "entropy fix → bug", "grad cosine"}
-# Training amplifies rounding, so the learning probe's numbers drift from CPU to CPU: in its
-# blocks, its summary column and its symptom evidence only the words are compared.
-LEARNING_START, LEARNING_END = "<!-- learning -->", "<!-- /learning -->"
-LEARNED_COLUMN = "learns? fix / bug"
-LEARNED_EVIDENCE = re.compile(r"^- \[`[\w-]+`\]\(#[\w-]+\): training: ")
 # A trap whose tables print no threshold (compared over seeds, or raising) measures no floor;
 # its numbers (attention rows and their sums) are of order one, in the primary cell's float32.
 FLOAT32_EPS = Decimal(2) ** -23
-PICTURE_HASH = re.compile(r"(img/[\w.-]+?)-[0-9a-f]{10}\.png")  # harness.publish.hashed_name
 SHOWN = 40  # at most this many lines of a text diff in a message
-
-
-@dataclass(frozen=True)
-class Line:
-    """A report line with its numbers masked, and the threshold it prints, if any."""
-
-    lineno: int  # 1-based
-    words: str
-    numbers: list[str]
-    trap: str | None  # None: outside every trap (header, doctor): nothing but display steps
-    threshold: Decimal | None  # its table row's "threshold" column, or its verdict's
-    in_table: bool
-    learned: bool = False  # from the learning probe: its numbers are not compared
 
 
 def quantum(x: Decimal) -> Decimal:
     """The display step behind a printed number.
 
-    ``.3g`` rounds to one unit in the third significant digit. A number printed with more
-    digits (a count of 1000 or more, a float's repr) was not rounded to three, and zero is
-    exact: their step is 0.
+    ``format.FLOAT`` (``.3g``) rounds to one unit in the third (``SIGNIFICANT``) digit. A number
+    printed with more digits (a count of 1000 or more, a float's repr) was not rounded so, and
+    zero is exact: their step is 0.
     """
-    if x.is_zero() or len(x.as_tuple().digits) > 3:
+    if x.is_zero() or len(x.as_tuple().digits) > SIGNIFICANT:
         return Decimal(0)
-    return Decimal(10) ** (x.adjusted() - 2)
+    return Decimal(10) ** (x.adjusted() - (SIGNIFICANT - 1))
 
 
 def agree(a: str, b: str, threshold: Decimal) -> bool:
@@ -89,70 +70,6 @@ def agree(a: str, b: str, threshold: Decimal) -> bool:
     return abs(x - y) <= threshold + max(quantum(x), quantum(y))
 
 
-def cells(row: str) -> list[str]:
-    """A markdown table row's cells, without padding."""
-    return [c.strip() for c in row.strip().strip("|").split("|")]
-
-
-def normalise(line: str) -> str:
-    """A line without what may differ between machines: padding, versions, absent devices, and
-    the hash in a picture's name (a picture's bytes move with rounding as its numbers do)."""
-    line = PICTURE_HASH.sub(r"\1.png", line)
-    if line.startswith("|"):
-        return "|" + "|".join(re.sub("-{3,}", "---", c) for c in cells(line)) + "|"
-    return ENVIRONMENT.sub(lambda m: m.group(1) or m.group(2) or m.group(3), line)
-
-
-def finite(text: str) -> Decimal | None:
-    value = Decimal(text) if NUMBERS.fullmatch(text) else None
-    return value if value is not None and value.is_finite() else None
-
-
-def printed_threshold(text: str, header: list[str]) -> Decimal | None:
-    """The threshold a table row or a verdict line prints; None when it prints none."""
-    if text.startswith("|") and "threshold" in header:
-        row = cells(text)
-        return finite(row[header.index("threshold")]) if len(row) == len(header) else None
-    if VERDICT_LINE.match(text) or LISTED.match(text):
-        values = [finite(v) for v in PRINTED_THRESHOLD.findall(text)]
-        return max((v for v in values if v is not None), default=None)
-    return None
-
-
-def parse(report: str) -> list[Line]:
-    """Every line of ``report``, normalised and masked, with its trap and printed threshold."""
-    lines: list[Line] = []
-    trap, header, learning = None, [], False
-    for lineno, raw in enumerate(report.splitlines(), start=1):
-        text = normalise(raw)
-        learning = (learning or text == LEARNING_START) and text != LEARNING_END
-        if anchor := ANCHOR.match(text):
-            trap = anchor.group(1)
-        elif text.startswith("## "):
-            trap = None  # a new part: the summary, a category, the doctor
-        in_table = text.startswith("|")
-        if in_table and not (lines and lines[-1].in_table):
-            header = cells(text)
-        row = SUMMARY_ROW.match(text) or LISTED.match(text)
-        compared = text
-        if in_table and LEARNED_COLUMN in header and len(cells(text)) == len(header):
-            kept = cells(text)
-            del kept[header.index(LEARNED_COLUMN)]  # the learning probe's numbers drift
-            compared = "|".join(kept)
-        lines.append(
-            Line(
-                lineno=lineno,
-                words=NUMBERS.sub(MASK, text),
-                numbers=NUMBERS.findall(compared),
-                trap=row.group(1) if row else trap,
-                threshold=printed_threshold(text, header),
-                in_table=in_table,
-                learned=learning or bool(LEARNED_EVIDENCE.match(text)),
-            )
-        )
-    return lines
-
-
 def primary_thresholds(lines: list[Line]) -> dict[str, Decimal]:
     """Each trap's largest tabulated threshold: its primary (float32) cell's, output or gradient."""
     out: dict[str, Decimal] = {}
@@ -167,20 +84,6 @@ def threshold_of(line: Line, primary: dict[str, Decimal]) -> Decimal:
     if line.threshold is not None:
         return line.threshold
     return primary.get(line.trap, FLOAT32_EPS) if line.trap else Decimal(0)
-
-
-def sections(report: str) -> list[str]:
-    """Headings and anchors, in order."""
-    return [line for line in report.splitlines() if line.startswith("#") or ANCHOR.match(line)]
-
-
-def summary_rows(report: str) -> list[dict[str, str]]:
-    """The summary table, one dict per trap; empty when there is none."""
-    if "\n## Summary\n" not in report:
-        return []
-    after = report.split("\n## Summary\n", 1)[1].strip().splitlines()
-    header, _, *rows = [cells(line) for line in takewhile(lambda s: s.startswith("|"), after)]
-    return [dict(zip(header, row, strict=True)) for row in rows]
 
 
 def compare_sections(committed: str, fresh: str) -> list[str]:
@@ -281,22 +184,6 @@ def compare(committed: str, fresh: str, optional: bool = True) -> list[str]:
     problems = compare_sections(committed, fresh) + compare_summary(committed, fresh)
     words = compare_words(old, new)
     return problems + (words or compare_numbers(old, new))
-
-
-def versions(report: str) -> list[str]:
-    return [line for line in report.splitlines() if line.startswith("- Versions:")]
-
-
-def cpus(report: str) -> list[str]:
-    return [line for line in report.splitlines() if line.startswith("- CPU:")]
-
-
-def learned(report: str) -> list[str]:
-    """The learning probe's lines and summary cells, as printed (padding aside)."""
-    pairs = zip(report.splitlines(), parse(report), strict=True)
-    lines = [normalise(line) for line, parsed in pairs if parsed.learned]
-    cells = [row.get(LEARNED_COLUMN, "") for row in summary_rows(report)]
-    return lines + cells
 
 
 def equivalent(old: str, new: str) -> bool:

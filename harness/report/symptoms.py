@@ -5,6 +5,9 @@ own numbers show it, with the number as evidence. The training symptoms (NaN, a 
 loss, great in training and wrong in generation) come from the learning probe, whose evidence
 starts "training:"; when the report skips it, they are read off what one forward and backward
 pass shows (NaN, a gradient far smaller than fixed.py's), and say so.
+
+The rules read values the measurement gives (its tables, what its probes found in buggy.py, the
+verdict with one head), never the sentences the report prints.
 """
 
 from __future__ import annotations
@@ -12,17 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from harness import learning
-from harness.catalogue.compare import NOT_FINITE
 from harness.catalogue.judge import Measurement
 from harness.catalogue.verdicts import Verdict
-
-if TYPE_CHECKING:
-    from harness.report import TrapResult
+from harness.report.format import TRAINED, num
+from harness.report.results import TrapResult
 
 ENTROPY_SHIFT = 0.02  # normalized entropy moved this much: the map looks different
 SATURATED = 0.5  # at least this fraction of rows put >= 0.99 of their weight on one key
@@ -30,31 +30,17 @@ GRAD_RATIO = 10.0  # a gradient norm this many times larger (or smaller) than fi
 ROW_SUM = 1e-3  # rows that miss summing to 1 by more than this are not distributions
 
 
-def _num(x: float) -> str:
-    return format(x, ".3g")
-
-
-def bug_nonfinite(m: Measurement) -> bool:
-    """buggy.py ran and its output or a gradient holds NaN or Inf where fixed.py's does not."""
-    if m.raised or m.seeds:
-        return False
-    out = m.output.set_index("run")
-    fix_ok = math.isfinite(out.loc["fix", "max_abs"])
-    grads = m.gradients.get("nonfinite_bug", pd.Series(dtype=float))
-    return fix_ok and (not math.isfinite(out.loc["bug", "max_abs"]) or bool((grads > 0).any()))
-
-
 def trained(r: TrapResult, labels: tuple[str, ...]) -> str | None:
     """The learning probe's evidence when its diagnosis starts with one of ``labels``."""
     if r.learning is None or not r.learning.diagnosis.label.startswith(labels):
         return None
     d = r.learning.diagnosis
-    return f"training: {d.label}: {d.evidence}"
+    return f"{TRAINED}{d.label}: {d.evidence}"
 
 
 def nan_loss(r: TrapResult) -> str | None:
     for m in r.cells:
-        if bug_nonfinite(m):
+        if m.bug_nonfinite:
             return f"{m.cell}: {m.reason}"
     return trained(r, (learning.NAN,))
 
@@ -73,7 +59,7 @@ def exploding(r: TrapResult) -> str | None:
     for name, ratio in _ratios(m):
         if ratio >= GRAD_RATIO:
             over = f" (mean over {m.seeds} seeds)" if m.seeds else ""
-            return f"gradient of {name} {_num(ratio)}x fixed.py's{over}"
+            return f"gradient of {name} {num(ratio)}x fixed.py's{over}"
     return None
 
 
@@ -85,7 +71,7 @@ def _saturation(m: Measurement) -> str | None:
     att = _attention(m)
     fix, bug = att.loc["fix", "saturated"], att.loc["bug", "saturated"]
     if bug >= SATURATED > fix:
-        return f"{_num(100 * bug)}% of rows saturated against {_num(100 * fix)}%"
+        return f"{num(100 * bug)}% of rows saturated against {num(100 * fix)}%"
     return None
 
 
@@ -111,7 +97,7 @@ def flat_loss(r: TrapResult) -> str | None:
         return None
     for name, ratio in _ratios(m):
         if ratio <= 1 / GRAD_RATIO:
-            return f"gradient of {name} {_num(ratio)}x fixed.py's"
+            return f"gradient of {name} {num(ratio)}x fixed.py's"
     return None
 
 
@@ -120,18 +106,18 @@ def odd_map(r: TrapResult) -> str | None:
     att = _attention(m)
     fix, bug = att.loc["fix"], att.loc["bug"]
     if bug["row_sum_err"] > ROW_SUM >= fix["row_sum_err"]:
-        return f"rows miss summing to 1 by up to {_num(bug['row_sum_err'])}"
+        return f"rows miss summing to 1 by up to {num(bug['row_sum_err'])}"
     if saturated := _saturation(m):
         return saturated
     sweep = _entropy_sweep(r)  # a trap's own sweep shows it where it bites
     if sweep and abs(sweep[0] - sweep[1]) >= ENTROPY_SHIFT:
-        return f"entropy {_num(sweep[0])} → {_num(sweep[1])} ({sweep[2]})"
+        return f"entropy {num(sweep[0])} → {num(sweep[1])} ({sweep[2]})"
     shift = bug["entropy_mean"] - fix["entropy_mean"]
     if abs(shift) >= ENTROPY_SHIFT:
         toward = "toward one-hot" if shift < 0 else "toward uniform"
         if bug["entropy_mean"] > 1:
             toward = "above 1: weight on keys it must not see"
-        entropies = f"{_num(fix['entropy_mean'])} → {_num(bug['entropy_mean'])}"
+        entropies = f"{num(fix['entropy_mean'])} → {num(bug['entropy_mean'])}"
         return f"entropy {entropies} ({toward})"
     return None
 
@@ -140,8 +126,7 @@ def some_shapes(r: TrapResult) -> str | None:
     m = r.primary
     if m.verdict is Verdict.CONDITIONAL and m.trigger is not None:
         return f"raises on most shapes, runs silently on {m.trigger.label()}"
-    one_head = m.variants.get("1 head", "")
-    if m.verdict is Verdict.SILENT and one_head.startswith(str(Verdict.BENIGN)):
+    if m.verdict is Verdict.SILENT and m.one_head is Verdict.BENIGN:
         return "wrong with several heads, right with one"
     return None
 
@@ -153,22 +138,13 @@ def raises(r: TrapResult) -> str | None:
     return None
 
 
-# What a probe says of buggy.py when it found nothing wrong with it (NaN outputs cannot be
-# compared: that is another symptom's, not a difference between two calls).
-QUIET = ("none", "identical", NOT_FINITE)
-
-
 def inference(r: TrapResult) -> str | None:
     if evidence := trained(r, (learning.TOO_GOOD, learning.GENERATION, learning.EVALUATION)):
         return evidence
     card, m = r.pair.card, r.primary
     if card.how.cached and r.overall(m.device) is not Verdict.BENIGN:
         return f"{card.scenario} through the cache differs from the full forward: {m.reason}"
-    for probe, text in r.primary.probes.items():
-        found = text.split("buggy.py ", 1)[-1] if "buggy.py " in text else ""
-        if found and found not in QUIET and not found.startswith("raises"):
-            return f"{probe}: buggy.py {found}"
-    return None
+    return next((f"{probe}: buggy.py {found}" for probe, found in m.bug_findings.items()), None)
 
 
 def positions_only(r: TrapResult) -> str | None:

@@ -26,6 +26,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness.report.format import HASH_DIGITS
+
 STAGING = ".staging-"
 JOURNAL = ".installing"  # the pictures an install is moving in and removing, one per line
 IMAGE_PATH = r"img/[\w.-]+\.png"  # never outside img/
@@ -40,7 +42,7 @@ def linked_images(text: str) -> set[str]:
 
 def hashed_name(path: Path) -> str:
     """``img/mask_bool.png`` -> ``img/mask_bool-1a2b3c4d5e.png``: the name carries the bytes."""
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:10]
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:HASH_DIGITS]
     return f"{path.parent.name}/{path.stem}-{digest}{path.suffix}"
 
 

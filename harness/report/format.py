@@ -1,0 +1,75 @@
+"""How report.md writes what its comparer reads back (``parse``, for ``diff``).
+
+Numbers, table cells and prose, the links and anchors of each trap, the verdict label, the
+environment lines that differ from machine to machine, the learning probe's markers and column,
+the hash in a picture's name: the writer and the comparer both take them from here, so what one
+writes is what the other expects.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pandas as pd
+
+from harness.catalogue.judge import Measurement
+from harness.catalogue.verdicts import Verdict
+
+SIGNIFICANT = 3  # significant digits of a measured number as the report prints it
+FLOAT = f".{SIGNIFICANT}g"
+WIDTH = 100  # characters per line of prose
+
+SUMMARY = "## Summary"
+TABLES = "tables-"  # a trap's anchor in the appendix is its id after this
+LINK = r"\[`[\w-]+`\]\(#([\w-]+)\)"  # link(): the trap's id in group 1
+ANCHOR = re.compile(rf'^<a id="(?:{TABLES})?([\w-]+)"></a>$')  # anchor(), for a trap or its tables
+NAN = ", NaN"  # after a verdict whose buggy.py numbers hold NaN or Inf
+TRAINED = "training: "  # evidence in the symptom index that comes from the learning probe
+
+# What may differ from machine to machine: the environment lines of the opening.
+VERSIONS, CPU, DEVICES = "- Versions:", "- CPU:", "- Devices:"
+NOT_AVAILABLE = " Not available here: "  # devices this machine lacks, after the DEVICES line
+
+# Training amplifies rounding, so the learning probe's numbers drift from CPU to CPU: its blocks
+# stand between these markers, and its summary column is compared in its words only.
+LEARNING_START, LEARNING_END = "<!-- learning -->", "<!-- /learning -->"
+LEARNED_COLUMN = "learns? fix / bug"
+
+HASH_DIGITS = 10  # hex digits of the hash a picture's name carries (publish.hashed_name)
+
+
+def num(x: float) -> str:
+    """A measured number as the report prints it."""
+    return format(x, FLOAT)
+
+
+def prose(text: str) -> str:
+    """A paragraph, wrapped: its words are fixed, so every machine wraps them alike."""
+    return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
+def escape(value: object) -> object:
+    """A table cell that cannot break its row: a ``|`` in text is escaped."""
+    return value.replace("|", "\\|") if isinstance(value, str) else value
+
+
+def table(df: pd.DataFrame) -> str:
+    cells = df.map(escape).rename(columns=escape)
+    return cells.to_markdown(index=False, floatfmt=FLOAT)
+
+
+def link(pitfall: str) -> str:
+    """A link to a trap's section (``LINK`` reads it back)."""
+    return f"[`{pitfall}`](#{pitfall})"
+
+
+def anchor(name: str) -> str:
+    """Where a link lands: a trap's section (its id) or its tables (``TABLES`` + id)."""
+    return f'<a id="{name}"></a>'
+
+
+def verdict_label(verdict: Verdict, cells: list[Measurement]) -> str:
+    """The verdict, with ", NaN" when buggy.py's numbers hold NaN or Inf in one of ``cells``."""
+    nan = verdict in (Verdict.SILENT, Verdict.CONDITIONAL) and any(m.bug_nonfinite for m in cells)
+    return f"{verdict}{NAN}" if nan else str(verdict)

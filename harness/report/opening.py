@@ -1,0 +1,130 @@
+"""The top of report.md: what it measures, how to read it (each verdict and column defined once),
+the learning probe's method, and how to reproduce it on what."""
+
+from __future__ import annotations
+
+import platform
+
+import torch
+
+from harness import __version__
+from harness.catalogue.card import Card
+from harness.devices import cpu_name, device_description, dtype_name
+from harness.files import REPORT, TIMINGS
+from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
+from harness.report import learning
+from harness.report.format import CPU, DEVICES, NOT_AVAILABLE, VERSIONS
+from harness.report.results import Grid
+
+
+def reproduce_command(grid: Grid) -> str:
+    devices = dict.fromkeys(str(d) for d, _ in grid)
+    dtypes = dict.fromkeys(dtype_name(t) for _, t in grid)
+    words = ["python -m harness report"]
+    words += [f"--device {d}" for d in devices] + [f"--dtype {t}" for t in dtypes]
+    return " ".join(words)
+
+
+def seeds_statement(cards: list[Card]) -> str:
+    """Which seeds the measurements use."""
+    text = "inputs, masks, weights and the upstream gradient from seed 0"
+    over_seeds = [f"`{c.id}` over seeds 0-{c.n_seeds - 1}" for c in cards if not c.shared_weights]
+    return "; ".join([text, *over_seeds, "the trigger search is derandomized."])
+
+
+OPENING = """\
+# Hand-written attention: diagnosis report
+
+A popular tutorial on writing attention by hand (a Chinese blog post, "why hand-writing attention
+is the first hurdle") teaches `softmax(Q K^T / sqrt(d_k)) V` as a single-head
+`ScaledDotProductAttention(d_model, d_k, d_v)` and a multi-head wrapper, and warns of five traps
+(its §4.1-§4.5: the precision of the scale, bool vs float masks, the transpose of K, the layout of
+V, the initialisation variance). This report measures them, a few more claims the tutorial makes
+in passing, and the traps real code falls into that the tutorial does not name: the catalogue.
+Each trap is a pair of short modules in `pitfalls/<id>/`: `buggy.py` and `fixed.py`, which differ
+only in the marked lines. Both run with the same weights, inputs and upstream gradient; each
+output and gradient is compared with fixed.py run in float64, and the verdict comes from that
+measurement, not from the tutorial. Several of the tutorial's claims turn out to be false.
+
+## How to read this report
+
+Start from what you see going wrong (the symptoms below) or from the summary table. Each trap's
+section then gives the tutorial's claim, the trap, what is true, what was measured, the diff of
+the two files, a picture, why it matters and how to avoid it. The full tables behind each verdict
+are in the appendix at the end.
+
+| verdict | meaning |
+|:--|:--|
+| SILENT | runs without error and gives a wrong result: the dangerous kind |
+| LOUD | raises an error, so you find it at once |
+| CONDITIONAL | raises on most shapes, runs silently on some (trigger shapes, found by search) |
+| NUMERIC | right in float32; NaN, Inf or an error only in low precision or on edge inputs |
+| BENIGN | within rounding noise of fixed.py (or only slower): the claimed trap does not hold |
+| INCONCLUSIVE | this dtype cannot tell: even fixed.py overflows on the inputs that would show it |
+
+"SILENT, NaN": wrong without an error, and some of buggy.py's outputs or gradients are NaN where
+fixed.py's are not — often a few rows only, so a loss that averages the other positions or skips
+padding may not show it at once. It agrees with an expected SILENT; ", NaN" says how it shows.
+
+- **Floor**: fixed.py's own largest error against the float64 run, in the same dtype: the rounding
+  noise a correct module has. buggy.py *differs* when its error exceeds 2 x floor + atol (3 x for
+  gradients), where atol is the dtype's rounding of values like the output's.
+- **Entropy**: how spread out an attention row is, divided by log(number of keys the row may
+  see): 1 is uniform over the allowed keys, 0 is all weight on one key (one-hot); rows with a
+  single allowed key are left out. Above 1 means the row puts weight on keys it must not see, or
+  is not a distribution at all (it does not sum to 1). A row is *saturated* when one key gets at
+  least 0.99 of its weight (a causal mask's first row always is).
+- **SDPA**: PyTorch's `F.scaled_dot_product_attention`. **Trigger shape**: a shape on which a bug
+  that usually raises runs silently, found by search; its weights can be 1 x 1, so a gradient
+  cosine of exactly 1 or -1 there says little. **The doctor**: this project's probes for anyone's
+  attention module, run on the catalogue near the end.
+- Summary columns: *§*, the tutorial's section that names the trap (— when none does);
+  *verdict* per device, for each dtype in the order of the header; *combined*, one verdict per
+  trap (a trap right in float32 but broken in a low precision is NUMERIC, however it breaks
+  there); *expected*, the catalogue's verdict; *output error (floor)*, buggy.py's largest output
+  error then the floor, in float32 (on the edge inputs where the trap's section says so);
+  *entropy fix → bug*, the mean entropy of each module's attention rows (n/a: it returns no
+  weights; "+k NaN rows" where buggy.py has NaN rows, which the mean leaves out); *grad cosine*,
+  the smallest cosine between a weight's gradient in buggy.py and in fixed.py (1 the same
+  direction, 0 unrelated, -1 opposite; NaN when a gradient holds NaN)."""
+
+
+def opening(grid: Grid, unavailable: list[str], cards: list[Card], learned: bool) -> str:
+    devices = list(dict.fromkeys(d for d, _ in grid))
+    dtypes = list(dict.fromkeys(dtype_name(t) for _, t in grid))
+    has_cuda = any(d.type == "cuda" for d in devices)
+    command = reproduce_command(grid) + ("" if learned else " --no-learn")
+    learning_line = (
+        "`python -m harness learn ID` trains one trap's pair again and writes its curves."
+        if learned
+        else "The learning probe was skipped (`--no-learn`)."
+    )
+    lines = [
+        OPENING,
+        *(["", learning.INTRO] if learned else []),
+        "",
+        "## Reproduce",
+        "",
+        f"`{command}` writes this file to `reports/{REPORT}` (`--out DIR` elsewhere). "
+        f"{learning_line}",
+        "",
+        f"{VERSIONS} attention-pitfalls {__version__}, torch {torch.__version__}, "
+        f"Python {platform.python_version()}, {platform.machine()}.",
+        f"{CPU} {cpu_name()} (the learning probe's numbers are this CPU's)."
+        if learned
+        else None,
+        f"{DEVICES} {', '.join(device_description(d) for d in devices)}."
+        + (f"{NOT_AVAILABLE}{', '.join(unavailable)}." if unavailable else ""),
+        f"- Dtypes: {', '.join(dtypes)}; the reference is always float64.",
+        f"- Seeds: {seeds_statement(cards)}",
+        "- TF32: "
+        + ("disabled while measuring (float32 means float32)." if has_cuda else "not applicable "
+           "(no CUDA device in this run; it is disabled whenever CUDA is measured)."),
+        f"- Rule: buggy differs when its max abs error against the float64 reference exceeds "
+        f"{OUTPUT_FACTOR:g} x floor + atol for the output ({GRAD_FACTOR:g} x for gradients); the "
+        "floor is fixed.py's own error in the same dtype, atol = 2 max|ref + 0.3 - 0.3 - ref| "
+        "in that dtype (FlashAttention's test rule).",
+        f"- Wall-clock numbers vary from run to run, so they are not in this file: the run writes "
+        f"them to `{TIMINGS}` beside it (not committed).",
+    ]  # fmt: skip
+    return "\n".join(line for line in lines if line is not None)

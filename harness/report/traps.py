@@ -1,0 +1,124 @@
+"""report.md's sections on the traps: the classic ones by category, then modern attention; each
+with the tutorial's claim, what was measured, the diff, its pictures, what it does to learning,
+why it matters and how to avoid it."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.catalogue.card import CATEGORIES, NOT_NAMED, Card
+from harness.catalogue.diffing import unified_diff
+from harness.catalogue.judge import Measurement
+from harness.catalogue.verdicts import Verdict
+from harness.files import IMAGES
+from harness.report import learning
+from harness.report.extras import caption, is_short
+from harness.report.format import TABLES, anchor, num, prose, table, verdict_label
+from harness.report.results import TrapResult
+
+
+def trap_heading(r: TrapResult) -> str:
+    card = r.pair.card
+    measured = verdict_label(r.overall(r.primary.device), r.cells)
+    where = f"Tutorial {card.section}" if card.section != NOT_NAMED else "Not in the tutorial"
+    return f"{where} · {card.category} · expected {card.expected} · measured **{measured}**"
+
+
+def trap_section(r: TrapResult, images: list[str]) -> str:
+    card, m = r.pair.card, r.primary
+    out = [
+        anchor(card.id),
+        f"### `{card.id}`: {card.title}",
+        "",
+        trap_heading(r),
+        "",
+        *([measured_on(card), ""] if card.modern else []),
+        prose(f"**The tutorial says.** {card.claim}"),
+        "",
+        prose(f"**The trap.** {card.trap}"),
+        "",
+        prose(f"**What is true.** {card.truth}"),
+        "",
+        "**What was measured.**",
+        "",
+    ]
+    out += [f"- {c.cell}: **{verdict_label(c.verdict, [c])}**: {c.reason}" for c in r.cells]
+    out += [f"- {m.cell}, {name}: {text}" for name, text in m.variants.items()]
+    out += [f"- {m.cell}, {name}: {text}" for name, text in m.probes.items()]
+    if r.overall(m.device) is Verdict.BENIGN:
+        out += ["", benign_statement(m)]
+    out += ["", "The pair (`diff -u buggy.py fixed.py`):", "", "```diff"]
+    out += [unified_diff(r.pair.folder).rstrip("\n"), "```", ""]
+    for extra in filter(is_short, r.extras):
+        out += [f"{caption(extra)} ({m.cell}):", "", table(extra), ""]
+    out += r.notes
+    learned = [i for i in images if i.startswith(f"{IMAGES}/{card.id}-learning")]
+    images = [i for i in images if i not in learned]
+    if not images:
+        out += ["No picture: neither module returns attention weights or an output.", ""]
+    out += [f"![{card.id}]({image})\n" for image in images]
+    if r.learning is not None:
+        verdict = r.overall(m.device)
+        image = learned[0] if learned else None
+        out += [*learning.learning_block(card, verdict, r.learning, image), ""]
+    out += [
+        prose(f"**Why it matters.** {card.why}"),
+        "",
+        prose(f"**How to avoid it.** {card.avoid}"),
+    ]
+    if card.sources:
+        out += ["", "Sources: " + ", ".join(card.sources) + "."]
+    out += ["", f"The tables behind this verdict: [appendix](#{TABLES}{card.id})."]
+    return "\n".join(out)
+
+
+def benign_statement(m: Measurement) -> str:
+    s = m.summary()
+    if pd.notna(s["err_bug"]):
+        return (
+            f"**The claimed trap does not hold.** On {m.cell} the buggy output's max abs "
+            f"error is {num(s['err_bug'])} against a threshold of {num(s['threshold'])} (floor "
+            f"{num(s['floor'])}), and every gradient is within its own threshold."
+        )
+    return f"**The claimed trap does not hold.** {m.reason}."
+
+
+MODERN_INTRO = """\
+## Modern attention
+
+The attention written after the tutorial, Llama-style: rotary positions, grouped-query heads (a
+few K/V heads shared by blocks of query heads), a KV cache for generation, sometimes a sliding
+window or soft-capped scores. Its traps are the most reported attention bugs of recent years and
+they are quiet: training and a plain forward pass look right, and only generation, long positions,
+padding or packing go wrong. So each pair here keeps an extended contract, `forward(x, mask=None,
+*, positions=None, cache=None)`: positions (B, T) default to the cached length plus `arange(T)`,
+and a `KVCache` in the same file is updated in place. Each trap is measured where it bites, and
+its section says how: *decode* (prefill the first half, then one token per call through the
+cache), *chunked* (prefill a few tokens per call), *reuse* (decode another prompt, reset the
+cache, then this one), *long* (positions from 100,000), *packed* (two documents in a row,
+positions restarting at the second) or left-padded rows. The reference is always fixed.py's full
+forward in float64 on the same inputs, so a cache trap's error is the distance from the model
+that was trained; its picture shows that error per position, prefill then each step."""
+
+
+def category_sections(results: list[TrapResult], images: dict[str, list[str]]) -> str:
+    """The classic traps by category, then the part on modern attention."""
+    parts = []
+    for category in CATEGORIES:
+        members = [r for r in results if r.pair.card.category == category]
+        if members := [r for r in members if not r.pair.card.modern]:
+            parts.append(f"## {category.capitalize()}")
+            parts += [trap_section(r, images.get(r.pair.card.id, [])) for r in members]
+    modern = [r for c in CATEGORIES for r in results if r.pair.card.category == c]
+    if modern := [r for r in modern if r.pair.card.modern]:
+        parts.append(MODERN_INTRO)
+        parts += [trap_section(r, images.get(r.pair.card.id, [])) for r in modern]
+    return "\n\n".join(parts)
+
+
+def measured_on(card: Card) -> str:
+    """How a modern trap is fed: its scenario, and its inputs where they are unusual."""
+    words = [card.how.description]
+    if card.mask == "left_padding":
+        words.append("rows left-padded by different amounts")
+    return f"Measured on: {'; '.join(words)}."
