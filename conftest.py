@@ -10,7 +10,10 @@ where a number that only one CPU's kernels give fails.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,11 @@ from harness.devices import DTYPES, available_devices
 # The tensors under test are tiny: one thread is faster, never oversubscribes a small machine,
 # and matches the command line (harness.cli pins the same), so regenerated reports compare equal.
 torch.set_num_threads(1)
+
+# The report's store of results kept between runs (harness.report.store) in a folder of this run's
+# own: a test that compares a fresh run with the committed report measures, never reuses.
+os.environ["ATTENTION_PITFALLS_CACHE"] = tempfile.mkdtemp(prefix="attention-pitfalls-store-")
+atexit.register(shutil.rmtree, os.environ["ATTENTION_PITFALLS_CACHE"], True)
 
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")

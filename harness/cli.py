@@ -54,6 +54,7 @@ from harness.progress import Progress
 from harness.report import publish
 from harness.report.build import build_report
 from harness.report.pictures import learning_plot
+from harness.report.store import Store, default_folder
 
 PROG = "python -m harness"
 
@@ -128,6 +129,12 @@ def build_parser() -> Parser:
     report.add_argument(
         "--no-learn", action="store_true", help="skip the learning probe (its column and curves)"
     )
+    report.add_argument(
+        "--no-store", action="store_true",
+        help="measure everything again and keep nothing (default: reuse what an earlier run "
+        "measured from the same inputs, kept in $ATTENTION_PITFALLS_CACHE, else "
+        "~/.cache/attention-pitfalls)",
+    )  # fmt: skip
     add_doctor_parser(sub)
     zoo = sub.add_parser(
         "zoo",
@@ -487,7 +494,8 @@ def write_curves(folder: Path, trap: str, learning: Learning) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> str:
-    return build_report(resolve_grid(args), args.out, learn=not args.no_learn)
+    kept = Store(None if args.no_store else default_folder())
+    return build_report(resolve_grid(args), args.out, learn=not args.no_learn, kept=kept)
 
 
 COMMANDS = {

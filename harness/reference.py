@@ -172,6 +172,9 @@ def is_mask(buffer: Tensor) -> bool:
 # The buffers of a rotary embedding (GPT-NeoX's cos_cached and sin_cached, inv_freq, Meta's
 # freqs_cis): tables the reference reproduces with its own RoPE, not weights it would miss.
 ROTARY_TABLE = re.compile(r"(?:^|\.)_?(?:cos|sin)(?:_cached)?$|inv_freq|freqs")
+# A key or value cache buffer (gpt-fast's k_cache, Meta's cache_k): keys written by the call
+# itself, which SDPA on the same keys reproduces.
+KV_BUFFER = re.compile(r"(cache_?(k|v|keys?|values?)|(k|v|kv|keys?|values?)_?cache)", re.I)
 # Projections by what their names say, beyond the pairs above: an optional prefix (w_, fc_, to,
 # linear_), the role in any of its spellings (q, qs, query, queries), an optional suffix (_proj,
 # _linear, _net, _dense): bentrevett's fc_q, jadore's w_qs, Bloem's toqueries, Decision
@@ -450,7 +453,8 @@ def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> l
     if not extra and any(id(p) not in covered for p in module.parameters()):
         return []
     if not extra and not all(
-        is_mask(b) or ROTARY_TABLE.search(n) for n, b in module.named_buffers()
+        is_mask(b) or ROTARY_TABLE.search(n) or KV_BUFFER.fullmatch(n.split(".")[-1])
+        for n, b in module.named_buffers()
     ):
         return []  # slopes, position tables, ...: SDPA would not (rotary tables it rotates alike)
     heads = heads or head_count(module)

@@ -401,6 +401,19 @@ class LeakyNoGenerateGPT(NoGenerateGPT):
     attention = CausalSelfAttention
 
 
+class OffByOneMaskAttention(SelfAttention):
+    """A mask buffer built with tril(diagonal=1), in a class whose name says nothing: each
+    token sees the next one (causal_leak)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.causal = torch.ones_like(self.causal).tril(1)  # BUG: the next token kept
+
+
+class OffByOneNoGenerateGPT(NoGenerateGPT):
+    attention = OffByOneMaskAttention
+
+
 class StaleReadAttention(CachedAttention):
     """Keys and values read from the cache before this chunk's are written into it."""
 
@@ -464,6 +477,84 @@ class InOrderRollingAttention(RollingAttention):
 
 class InOrderRollingStartPosGPT(StartPosGPT):
     attention = InOrderRollingAttention
+
+
+class RotaryRollingAttention(RollingAttention):
+    """The rolling cache with rotary positions, keys cached rotated (Mistral's reference)."""
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        self.start = start
+        return super().forward(x, start)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q, k, v = super().heads(x)  # (B, h, T, d)
+        d = q.shape[-1]
+        positions = torch.arange(self.start, self.start + x.shape[1]).double()  # (T,)
+        angles = positions[:, None] * 10000.0 ** -(torch.arange(0, d, 2).double() / d)
+        cos, sin = (torch.cat([f(angles)] * 2, dim=-1).to(q.dtype) for f in (torch.cos, torch.sin))
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+
+class RollingPositionsGPT(StartPosGPT):
+    """Mistral's reference interface: ``forward(input_ids, positions)``, the rolling cache
+    written and read at the positions given, rotary positions."""
+
+    attention = RotaryRollingAttention
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return StartPosGPT.forward.__wrapped__(self, input_ids, int(positions.flatten()[0]))
+
+
+class PropertyLengthInputPosGPT(InputPosGPT):
+    """litgpt's ``max_seq_length``: a property whose setter rebuilds the rope cache, so a
+    negative length raises (``torch.arange(-1)``)."""
+
+    def __init__(self, config: GPTConfig):
+        GPT.__init__(self, config)
+        self.max_batch_size, self._max_seq_length = -1, 0
+
+    @property
+    def max_seq_length(self) -> int:
+        return self._max_seq_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        torch.arange(value)  # the rope cache rebuilt: raises for a negative length
+        self._max_seq_length = value
+
+
+class SharedBucketAttention(SelfAttention):
+    """T5's design across layers: only the first holds ``relative_attention_bias``; it hands
+    the bias it computed to the later ones, all unscaled."""
+
+    def __init__(self, config: GPTConfig, first: bool = True):
+        super().__init__(config)
+        if first:
+            self.relative_attention_bias = nn.Embedding(2 * config.block_size, config.n_head)
+
+    def forward(self, x: torch.Tensor, position_bias: torch.Tensor | None = None):
+        T = x.shape[1]
+        if position_bias is None:
+            distance = torch.arange(T)[None, :] - torch.arange(T)[:, None]  # (T, T)
+            position_bias = self.relative_attention_bias(distance + T).permute(2, 0, 1)
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        att = (q @ k.transpose(-2, -1) + position_bias).masked_fill(~self.causal[:T, :T], -math.inf)
+        return self.merge(F.softmax(att, dim=-1) @ v), position_bias
+
+
+class SharedBucketGPT(GPT):
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        for i, block in enumerate(self.h):
+            block.attn = SharedBucketAttention(config, first=i == 0)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x, bias = self.wte(idx), None  # (B, T, C): positions from the bucket bias only
+        for block in self.h:
+            out, bias = block.attn(block.ln_1(x), bias)
+            x = x + out
+            x = x + block.mlp(block.ln_2(x))
+        return self.lm_head(self.ln_f(x))
 
 
 class MHABlock(nn.Module):

@@ -408,7 +408,7 @@ def test_a_mask_parameter_is_found_by_what_it_is_not_by_a_list():
     assert diagnose(FutureMasked(64, 4), Config(mask="keep")).healthy
 
 
-def test_unit_variance_init_is_named_init_variance_even_without_returned_weights():
+def test_unit_variance_init_is_named_even_without_returned_weights():
     """The tutorial's multi-head module returns no weights: its saturation is read off its own
     projections. normal_(std=1) saturates; the default init does not."""
     module = dm.TutorialMultiHead(64, 4)
@@ -420,7 +420,7 @@ def test_unit_variance_init_is_named_init_variance_even_without_returned_weights
                 linear.weight.normal_(std=1.0, generator=torch.Generator().manual_seed(0))
     found = {f.probe: f for f in diagnose(module, Config(mask="keep")).findings}
     weights = found["attention weights"]
-    assert weights.status == FAIL and "init_variance" in weights.message, weights
+    assert weights.status == FAIL and "init_unit_variance" in weights.message, weights
     assert "read off its projections" in weights.message
 
 

@@ -12,7 +12,7 @@ from harness.doctor.findings import FAIL, Finding
 from harness.doctor.model.call import ModelCall, takes_token_ids
 from harness.doctor.model.diagnosis import named_trap
 from harness.doctor.model.layers import attention_layers
-from harness.doctor.model.replay import Replay
+from harness.doctor.model.replay import Replay, _rotary_table
 from harness.doctor.target import Sizes, build
 from tests import model_modules
 
@@ -307,6 +307,35 @@ def test_a_rolling_cache_is_decoded_past_its_wrap_around():
     assert named_trap([found]) == "stale_cache", found.message
 
 
+def test_positions_that_index_a_rolling_cache_are_not_shifted_for_a_layer():
+    """Mistral's reference ``forward(input_ids, positions)``: the forward changes its cache, so
+    shifted positions would read slots no token wrote; the layer is not asked for them."""
+    diagnosis = diagnose_model(small(model_modules.RollingPositionsGPT))
+    assert diagnosis.healthy, diagnosis.text()
+    shift = next(f for f in diagnosis.groups[0].diagnosis.findings if f.probe == "position shift")
+    assert shift.status == "skip" and "index a cache the model keeps" in shift.message, shift
+
+
+def test_a_cache_length_that_is_a_property_is_left_to_setup_caches():
+    """litgpt's max_seq_length setter rebuilds its rope cache: never set to -1 to force a
+    larger cache, as gpt-fast's plain attribute is."""
+    diagnosis = diagnose_model(small(model_modules.PropertyLengthInputPosGPT))
+    assert diagnosis.healthy, diagnosis.text()
+
+
+def test_later_layers_handed_t5s_bias_are_unscaled_as_the_first():
+    diagnosis = diagnose_model(small(model_modules.SharedBucketGPT))
+    assert diagnosis.healthy, diagnosis.text()
+    assert any("h.1.attn held to scale 1, as h.0.attn" in n for n in diagnosis.notes)
+
+
+def test_gpt_fasts_real_frequency_table_is_a_rotary_table():
+    angles = torch.outer(torch.arange(8.0), torch.tensor([1.0, 0.1, 0.01, 0.001]))  # (T, d/2)
+    table = torch.stack([angles.cos(), angles.sin()], dim=-1)  # (T, d/2, 2), as gpt-fast's
+    assert _rotary_table(table) == 8
+    assert _rotary_table(torch.randn(8, 4, 2)) is None  # two numbers per pair, not on a circle
+
+
 def test_a_layer_given_its_input_as_query_key_and_value_gets_x_in_all_three():
     # CTRL calls attn(x, x, x, mask, ...): the probes' hidden states must reach k and v too
     diagnosis = diagnose_model(small(transformers.CTRLLMHeadModel))
@@ -368,6 +397,13 @@ def test_a_sliding_window_shorter_than_the_padding_is_judged_on_rows_with_a_key(
 def test_a_model_without_generate_is_causal_by_its_attentions_name_and_mask():
     diagnosis = diagnose_model(small(model_modules.LeakyNoGenerateGPT))
     assert ("model", "causal no-leak") in failing(diagnosis), diagnosis.text()
+
+
+def test_a_mask_buffer_one_diagonal_off_still_says_the_model_is_causal():
+    diagnosis = diagnose_model(small(model_modules.OffByOneNoGenerateGPT))
+    found = _model(diagnosis, "causal no-leak")
+    assert found.status == FAIL, diagnosis.text()
+    assert named_trap(diagnosis.groups[0].diagnosis.findings) == "causal_leak", diagnosis.text()
 
 
 def test_a_forward_that_reads_what_the_last_one_left_is_stale_state_not_dropout():

@@ -96,7 +96,7 @@ def test_report_has_every_trap_and_its_picture(fresh: Run) -> None:
 
 # One trap of each kind of measurement: a trigger search, seeds, a sweep with line plots, a
 # timing, a cached scenario with its per-step plot, long positions in bfloat16, an edge input.
-SAMPLE = ("transpose", "init_variance", "missing_scale", "head_loop", "cache_causal_alignment",
+SAMPLE = ("transpose", "init_unit_variance", "missing_scale", "head_loop", "cache_causal_alignment",
           "rope_low_precision", "fill_too_small", "mask_bool")  # fmt: skip
 SAMPLE_CASES = ("mha-batch-first", "llama-gqa-cache-eager")  # the doctor on real modules
 
@@ -147,7 +147,7 @@ def test_interrupted_run_leaves_the_previous_report(
 
     measured_already(monkeypatch, fresh)
     monkeypatch.setattr(report_write, "draw", crash_on_the_second_trap)
-    assert cli.main([*CANONICAL, "--out", str(out)]) == 130
+    assert cli.main([*CANONICAL, "--out", str(out), "--no-store"]) == 130
     assert drawn, "interrupted before anything was staged"
     assert files(out) == before
     assert not list(out.glob(".staging-*"))
@@ -173,6 +173,6 @@ def test_a_swallowed_ctrl_c_stops_the_report_before_it_is_published(
 
     measured_already(monkeypatch, fresh)
     monkeypatch.setattr(report_write, "draw", swallowed_on_the_second_trap)
-    assert cli.main([*CANONICAL, "--out", str(out)]) == 130
+    assert cli.main([*CANONICAL, "--out", str(out), "--no-store"]) == 130
     assert files(out) == before
     assert not list(out.glob(".staging-*"))

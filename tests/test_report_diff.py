@@ -139,7 +139,7 @@ def test_printed_thresholds_are_read_from_tables_and_verdict_lines() -> None:
     assert printed["- cpu bfloat16: **SILENT**: output error <n> > threshold <n>"] == Decimal(
         bf16[1]
     )
-    assert "init_variance" not in primary_thresholds(lines)  # over seeds: no threshold
+    assert "init_unit_variance" not in primary_thresholds(lines)  # over seeds: no threshold
 
 
 @pytest.mark.parametrize(

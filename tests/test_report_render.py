@@ -69,7 +69,7 @@ def test_summary_verdict_is_the_combined_one():
 
 
 def test_a_silent_trap_with_nan_output_says_so():
-    (row,) = rows(report.summary([result("mask_bool")]))
+    (row,) = rows(report.summary([result("softmax_dim")]))
     assert row["combined"] == "SILENT, NaN" and row["expected"] == "SILENT"
     (row,) = rows(report.summary([result("missing_scale")]))
     assert row["combined"] == "SILENT" and row["§"] == "—"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness import store
-from harness.store import Store, key
+from harness.report import store
+from harness.report.store import Store, key
 
 
 def test_a_result_comes_back_under_its_key_and_nothing_under_another(tmp_path):

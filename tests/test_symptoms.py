@@ -30,8 +30,9 @@ def listed(pitfall: str, *dtypes: str, timed: frozenset[str] = frozenset()) -> d
 
 
 def test_nan_output_is_a_nan_loss():
-    found = listed("mask_bool")
-    assert "output[0, 4, 0] = nan" in found["The loss is NaN"]
+    found = listed("softmax_dim")  # the tutorial's causal mask, softmax over the batch
+    assert "output[0, 0, 0] = nan" in found["The loss is NaN"]
+    assert "The loss is NaN" not in listed("mask_bool")  # -1e9: a uniform row, not NaN
 
 
 def test_a_float16_only_nan_is_found_in_its_cell():
@@ -40,7 +41,7 @@ def test_a_float16_only_nan_is_found_in_its_cell():
 
 
 def test_saturating_init_blows_up_gradients_and_makes_the_map_one_hot():
-    found = listed("init_variance")
+    found = listed("init_unit_variance")
     assert "x fixed.py's" in found["The loss explodes or training is unstable"]
     assert "rows saturated" in found["The attention map looks uniform, one-hot or wrong"]
     assert "The loss stays flat or falls slowly" not in found  # its gradients are larger

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pandas as pd
 import torch
@@ -61,12 +62,12 @@ class Measurement:
         """Which device and dtype: ``cpu float32``."""
         return f"{self.device} {self.dtype}"
 
-    @property
+    @cached_property
     def raised(self) -> bool:
         """The tables hold no buggy run: it raised (LOUD, or NUMERIC by an error)."""
         return self.output.set_index("run").loc["bug", "differs"] is None
 
-    @property
+    @cached_property
     def bug_nonfinite(self) -> bool:
         """buggy.py ran and its output or a gradient holds NaN or Inf where fixed.py's does not."""
         if self.raised or self.seeds:

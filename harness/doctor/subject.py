@@ -35,6 +35,7 @@ from harness.masks import (
 from harness.metrics import rounding
 from harness.reference import (
     HEAD_DIM_ATTRS,
+    KV_BUFFER,
     ROPE_BASE,
     Recognized,
     head_count,
@@ -637,7 +638,6 @@ def cache_class(module: nn.Module) -> type | None:
 
 # Buffers that hold cached keys or values (Meta's cache_k, torchtune's k_cache, ...), not a rotary
 # table's "cache".
-KV_BUFFER = re.compile(r"(cache_?(k|v|keys?|values?)|(k|v|kv|keys?|values?)_?cache)", re.I)
 
 
 def cache_convention(module: nn.Module, plan: CallPlan) -> tuple[Callable[[], object] | None, str]:

@@ -206,6 +206,9 @@ NAMES: dict[str, Callable[[Sizes], object]] = {
     # a sliding window shorter than the probes' 8 tokens, so that it slides: its mask, its
     # rolling cache's wrap-around (a prompt of 5) and an off-by-one are probed
     "sliding_window": lambda s: 4,
+    # a Mamba-2 scan's chunk (256 by default: its CPU path pads 8 tokens to a 256 x 256 chunk,
+    # 2 s a forward): 4, so that 8 tokens are two chunks and the carry between them is probed
+    **dict.fromkeys(("chunk_size", "mamba_chunk_size"), lambda s: 4),
     # a whole model's depth and vocabulary, and its special tokens within that vocabulary
     **dict.fromkeys(LAYER_COUNT_NAMES, lambda s: s.layers),
     **dict.fromkeys(("vocab_size", "n_vocab", "entity_vocab_size",
@@ -323,6 +326,8 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
         with contextlib.suppress(Exception):  # classes taking **kwargs declare fields on instances
             names += [n for n in vars(cls()) if n not in names]
     known = {n: value_for(n, sizes) for n in names if n in NAMES or n in sizes.init}
+    if "sliding_window" not in sizes.init and _default(cls, "sliding_window") is None:
+        known.pop("sliding_window", None)  # no window by default (Qwen2's, NemotronH's): none
     for name, sub in _sub_configs(cls).items():  # a composite's parts at the same tiny size
         if name not in sizes.init:
             with contextlib.suppress(UsageError):  # a part that refuses the sizes: its default
@@ -345,6 +350,19 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
             f"cannot build its config {cls.__name__}({', '.join(known)}): "
             f"{type(exc).__name__}: {_first_line(exc)}"
         ) from None
+
+
+def _default(cls: type, name: str) -> object:
+    """The default a config class gives ``name`` (None when it gives none)."""
+    if dataclasses.is_dataclass(cls):
+        found = {f.name: f for f in dataclasses.fields(cls)}.get(name)
+        return None if found is None or found.default is dataclasses.MISSING else found.default
+    parameter = inspect.signature(cls).parameters.get(name)
+    if parameter is not None and parameter.default is not inspect.Parameter.empty:
+        return parameter.default
+    with contextlib.suppress(Exception):
+        return getattr(cls(), name, None)
+    return None
 
 
 def _sub_configs(cls: type) -> dict[str, type]:

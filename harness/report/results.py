@@ -24,6 +24,7 @@ class TrapResult:
     extras: list[pd.DataFrame] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     learning: Learning | None = None  # the learning probe, unless the report skips it
+    key: str = ""  # what made it, in the store (harness.report.store): "" when not kept
 
     @property
     def primary(self) -> Measurement:

@@ -16,11 +16,12 @@ import pandas as pd
 
 from harness.files import IMAGES, REPORT, TIMINGS, ensure_writable
 from harness.interrupts import uninterrupted
-from harness.report import diff, publish
+from harness.report import diff, publish, store
 from harness.report.appendix import appendix
 from harness.report.opening import opening
 from harness.report.pictures import draw
 from harness.report.results import Grid, TrapResult
+from harness.report.store import Store
 from harness.report.summary_table import summary
 from harness.report.symptom_index import symptom_index
 from harness.report.timings import timings_text
@@ -49,6 +50,21 @@ def render(
     return "\n\n".join(sections).rstrip("\n") + "\n"
 
 
+def drawn_or_kept(r: TrapResult, staged: Path, kept: Store) -> list[str]:
+    """``draw`` the trap's pictures into ``staged``, or write the ones the store keeps for the
+    same result (its key); their names, as ``draw`` gives them."""
+    key = store.key("pictures", r.key) if r.key else ""
+    pictures = kept.get(key) if key else None
+    if isinstance(pictures, dict):
+        for name, data in pictures.items():
+            (staged / name).write_bytes(data)
+        return list(pictures)
+    drawn = draw(r, staged)
+    if key:
+        kept.put(key, {name: (staged / name).read_bytes() for name in drawn})
+    return drawn
+
+
 def write_report(
     results: list[TrapResult],
     grid: Grid,
@@ -57,6 +73,7 @@ def write_report(
     timed: dict[str, pd.DataFrame],
     doctor: str | None = None,
     progress: Callable[[str], None] = lambda label: None,
+    kept: Store | None = None,
 ) -> tuple[Path, bool]:
     """Write ``out/report.md`` with its pictures, and ``out/timings.md``, as one unit.
 
@@ -71,7 +88,7 @@ def write_report(
         images = {}
         for r in results:
             progress(f"drawing {r.pair.card.id}")
-            drawn = draw(r, staged)
+            drawn = drawn_or_kept(r, staged, kept or Store(None))
             hashed = [publish.hashed_name(staged / name) for name in drawn]
             for name, new in zip(drawn, hashed, strict=True):
                 os.replace(staged / name, staged / new)

@@ -65,7 +65,7 @@ KNOWN: dict[str, str] = {
     "gemma4_text": "at initialisation (not a defect of trained weights): its full-attention "
     "layer, 512 wide per head at any size (global_head_dim is no config field), scores "
     "RMS-normed q and k at scale 1, so 80% of its rows put >= 0.99 on one key, as its own "
-    "output_attentions shows (init_variance)",
+    "output_attentions shows (init_unit_variance)",
     "moshi": "defect (sliding_window 4, shorter than the 8 tokens): its forward masks with "
     "create_causal_mask, ignoring the window, while the DynamicCache it makes from its config "
     "keeps sliding-window layers that drop keys older than the window, so decoding through its "

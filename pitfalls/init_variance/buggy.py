@@ -1,4 +1,4 @@
-"""Trap init_variance (tutorial 4.5): projection weights drawn with variance 1.
+"""Trap init_variance (tutorial 4.5): is nn.Linear's default init too large or too small?
 
 buggy.py and fixed.py differ only in the lines marked BUG / FIX: diff them.
 """
@@ -20,7 +20,7 @@ class ScaledDotProductAttention(nn.Module):
         self.W_k = nn.Linear(d_model, d_k, bias=False)
         self.W_v = nn.Linear(d_model, d_v, bias=False)
         for W in (self.W_q, self.W_k, self.W_v):
-            nn.init.normal_(W.weight, std=1.0)  # BUG: variance 1 makes Q K^T huge
+            nn.init.kaiming_uniform_(W.weight, a=math.sqrt(5))  # BUG (claimed): nn.Linear's default
 
     def forward(self, x, mask=None):
         """x: (B, T, d_model); mask: (B, T, T) with 1 = attend. Returns (output, weights)."""

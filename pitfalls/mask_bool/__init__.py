@@ -11,11 +11,12 @@ CARD = Card(
         "With a keep-mask (1 = attend), masked_fill(mask.bool(), -1e9) fills the wrong "
         "positions; use masked_fill(mask == 0, float('-inf'))."
     ),
-    trap="masked_fill(mask.bool(), -inf) on a keep-mask blocks exactly the keys it should keep.",
+    trap="masked_fill(mask.bool(), -1e9) on a keep-mask blocks exactly the keys it should keep.",
     truth=(
-        "True. With a causal keep-mask every query attends only to its future and the last query, "
-        "whose every key is blocked, becomes a NaN row (with -1e9 instead of -inf it becomes "
-        "uniform instead: still wrong, no longer visible)."
+        "True. With a causal keep-mask every query attends only to its future, and the last "
+        "query, whose every key is blocked, comes out uniform with the tutorial's -1e9: still "
+        "wrong, and nothing shows it (with -inf instead of -1e9 that row is NaN). In float16 "
+        "the -1e9 fill itself raises (fill_overflow_half)."
     ),
     why=(
         "A mask convention mix-up raises nothing; the model trains on the wrong context. "

@@ -28,7 +28,7 @@ class ScaledDotProductAttention(nn.Module):
         scale = math.sqrt(self.d_k)
         scores = torch.bmm(Q, K.transpose(1, 2)) / scale  # (B, T, T)
         if mask is not None:
-            scores = scores.masked_fill(mask.bool(), float("-inf"))  # BUG: blocks where mask is 1
+            scores = scores.masked_fill(mask.bool(), -1e9)  # BUG: blocks where mask is 1
         weights = F.softmax(scores, dim=-1)  # (B, T, T)
         output = torch.bmm(weights, V)  # (B, T, d_v)
         return output, weights

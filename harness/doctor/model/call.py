@@ -116,6 +116,32 @@ def token_ids(vocab: int, batch: int, seq_len: int, seed: int) -> Tensor:
     return torch.randint(1, high, (batch, seq_len), generator=generator(seed))
 
 
+def state_of(model: nn.Module) -> dict[str, Tensor]:
+    """Every buffer and plain tensor attribute of the model's modules (a cache kept inside:
+    gpt-fast's k_cache buffers, Meta's Llama's cache_k attributes), copied."""
+    found = {}
+    for path, module in model.named_modules():
+        tensors = dict(module.named_buffers(recurse=False))
+        tensors.update({n: v for n, v in vars(module).items() if isinstance(v, Tensor)})
+        found.update({f"{path}.{n}": t.detach().clone() for n, t in tensors.items()})
+    return found
+
+
+def keeps_state(model: nn.Module, call: ModelCall, ids: Tensor) -> bool:
+    """A model that takes positions (input_pos, start_pos, Mistral's ``positions``) and keeps a
+    cache inside: a forward on ``ids`` changes a buffer or tensor attribute of one of its
+    modules (on a copy)."""
+    if not call.takes_positions:
+        return False
+    model = copy.deepcopy(model)
+    call.prepare(model, ids.shape[0])
+    before = state_of(model)
+    with torch.no_grad():
+        model(**call.kwargs(ids, positions=positions_of(ids)))
+    after = state_of(model)
+    return any(n in after and not torch.equal(t, after[n]) for n, t in before.items())
+
+
 def positions_of(ids: Tensor, start: int = 0) -> Tensor:
     """The positions (B, T) of ids that start at ``start`` in every row."""
     return torch.arange(start, start + ids.shape[1]).expand_as(ids)
@@ -212,8 +238,8 @@ class ModelCall:
         if setup is None:
             return
         for made in SETUP_SIZES:  # gpt-fast's keeps a larger cache: made again
-            if isinstance(getattr(model, made, None), int):
-                setattr(model, made, -1)
+            if made in vars(model) and isinstance(vars(model)[made], int):
+                setattr(model, made, -1)  # a plain attribute (litgpt's property rebuilds rope)
         setup(batch, self.context)
 
     def tokens(self, batch: int, seq_len: int, seed: int) -> Tensor:

@@ -21,9 +21,11 @@ from harness.doctor.findings import (
 
 # A trap named in a failure's evidence, as the probes name one: "(causal_leak: ...",
 # "(rope_cache_offset)", or after a colon, last or before its gloss ("...: double_scale",
-# ": softcap_after_mask (cap the scores, then mask them)", ": mask_bool or ...").
+# ": softcap_after_mask (cap the scores, then mask them)", ": mask_bool or ..."); never a
+# function's argument ("1/sqrt(d_k)").
 NAMED = re.compile(
-    r"\(([a-z][a-z0-9]*(?:_[a-z0-9]+)+)[:)]|: ([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?:$| \(| or |, )"
+    r"(?<![A-Za-z0-9_])\(([a-z][a-z0-9]*(?:_[a-z0-9]+)+)[:)]"
+    r"|: ([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?:$| \(| or |, )"
 )
 
 

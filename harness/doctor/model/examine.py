@@ -20,6 +20,7 @@ from harness.doctor.model.diagnosis import IDENTIFIES, LayerGroup, ModelDiagnosi
 from harness.doctor.model.layers import Group, attention_layers, grouped
 from harness.doctor.model.patient import Patient, declared_causal, layer_causal
 from harness.doctor.model.replay import Replay
+from harness.doctor.probes.scale import unscaled_by_design
 from harness.doctor.subject import Config, quietly_seeded
 from harness.errors import UsageError
 from harness.reference import HEAD_DIM_ATTRS, int_attribute
@@ -170,10 +171,19 @@ def _diagnose_model(
     if not groups:  # a recurrence or a convolution: the model's own probes still apply
         nothing = "no attention layer found: no submodule mixes positions with a softmax"
         found.properties.append(Finding(FINDING, WARN, f"{nothing}, so no layer was probed"))
+    # T5 keeps its relative_attention_bias in its first layer and hands later layers of the
+    # same class the bias it computed: they are unscaled by the same design
+    unscaled = {type(g.module): g.path for g in groups if unscaled_by_design(g.module)}
     for group in groups:
         replay = Replay(model, group.path, call, config.seed)
+        layer_config = config
+        first = unscaled.get(type(group.module))
+        if first not in (None, group.path) and config.scale is None:
+            layer_config = replace(config, scale=1.0)
+            found.notes.append(f"{group.path} held to scale 1, as {first} of its class, which "
+                               "holds T5's relative_attention_bias")  # fmt: skip
         try:
-            diagnosis = probe_layer(config, group, causal, replay, timeout, report, crashed)
+            diagnosis = probe_layer(layer_config, group, causal, replay, timeout, report, crashed)
         except UsageError:
             raise
         except Exception as exc:  # the model cannot be run to record this layer's calls

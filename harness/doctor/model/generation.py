@@ -12,7 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
-from harness.doctor.model.call import BATCH, SEQ_LEN, logits_of, positions_of
+from harness.doctor.model.call import SEQ_LEN, logits_of, positions_of
+from harness.doctor.model.call import keeps_state as call_keeps_state
 from harness.doctor.model.patient import Patient, max_change
 from harness.doctor.subject import cache_class
 from harness.runner import describe
@@ -191,31 +192,9 @@ def cached_generation(patient: Patient) -> Outcome:
     )
 
 
-def _state(model: nn.Module) -> dict[str, Tensor]:
-    """Every buffer and plain tensor attribute of the model's modules (a cache kept inside:
-    gpt-fast's k_cache buffers, Meta's Llama's cache_k attributes), copied."""
-    found = {}
-    for path, module in model.named_modules():
-        tensors = dict(module.named_buffers(recurse=False))
-        tensors.update({n: v for n, v in vars(module).items() if isinstance(v, Tensor)})
-        found.update({f"{path}.{n}": t.detach().clone() for n, t in tensors.items()})
-    return found
-
-
 def keeps_state(patient: Patient) -> bool:
-    """A model that takes positions (input_pos, start_pos) and keeps a cache inside: a
-    forward on the first tokens changes a buffer or tensor attribute of one of its modules."""
-    call = patient.call
-    if not call.takes_positions:
-        return False
-    model = copy.deepcopy(patient.model)
-    call.prepare(model, BATCH)
-    before = _state(model)
-    ids = patient.tokens()[:, :PREFILL]
-    with torch.no_grad():
-        model(**call.kwargs(ids, positions=positions_of(ids)))
-    after = _state(model)
-    return any(n in after and not torch.equal(t, after[n]) for n, t in before.items())
+    """``call.keeps_state`` on the first tokens of the patient's prompt."""
+    return call_keeps_state(patient.model, patient.call, patient.tokens()[:, :PREFILL])
 
 
 def cache_reuse(patient: Patient) -> Outcome:

@@ -26,12 +26,13 @@ def layer_causal(layer: nn.Module) -> bool | None:
 
 def _causal_table(t: Tensor) -> bool:
     """A square lower-triangular mask: 1/True (or 0 in an additive one) on and below the
-    diagonal, 0/False (a large negative fill) above."""
+    diagonal, 0/False (a large negative fill) above; or one diagonal off, as a causal mask
+    built wrong is (``tril(diagonal=1)``: causal_leak, still a causal model's intent)."""
     if t.dim() < 2 or t.shape[-1] != t.shape[-2] or t.shape[-1] < 2 or t.is_complex():
         return False
     t = t.reshape(-1, *t.shape[-2:])[0]
     allowed = t > -1 if t.is_floating_point() and bool((t < 0).any()) else t != 0
-    return torch.equal(allowed, torch.ones_like(allowed).tril())
+    return any(torch.equal(allowed, torch.ones_like(allowed).tril(k)) for k in (0, 1, -1))
 
 
 def says_causal(layer: nn.Module) -> bool:

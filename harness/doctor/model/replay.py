@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.doctor.model.call import BATCH, NO_AUTOCAST, SEQ_LEN, ModelCall
+from harness.doctor.model.call import BATCH, NO_AUTOCAST, SEQ_LEN, ModelCall, keeps_state
 from harness.doctor.subject import declared_context
 from harness.inputs import generator
 from harness.masks import lowest
@@ -150,9 +150,16 @@ def _is_mask(t: Tensor) -> bool:
 
 def _rotary_table(value: Any) -> int | None:
     """The width a rotary table turns: a (cos, sin) pair of one shape, its last dimension;
-    complex frequencies, twice theirs; None for anything else."""
+    complex frequencies, twice theirs; a real (.., d/2, 2) table of points on the unit circle
+    (gpt-fast's ``freqs_cis``, cos and sin stacked last), twice its second to last; None for
+    anything else."""
     if isinstance(value, Tensor) and value.is_complex():
         return 2 * value.shape[-1]
+    if (isinstance(value, Tensor) and value.is_floating_point() and value.dim() >= 2
+            and value.shape[-1] == 2 and value.numel()):  # fmt: skip
+        radius = value.double().pow(2).sum(-1)
+        if torch.allclose(radius, torch.ones_like(radius), atol=1e-3):
+            return 2 * value.shape[-2]
     pair = isinstance(value, tuple | list) and len(value) == 2 and all(
         isinstance(t, Tensor) and t.is_floating_point() for t in value)  # fmt: skip
     return value[0].shape[-1] if pair and value[0].shape == value[1].shape else None
@@ -338,8 +345,12 @@ class Replay:
     @cached_property
     def keeps_cache(self) -> bool:
         """Its model keeps its layers' cache itself, written at the positions it is given
-        (gpt-fast's ``setup_caches``, Meta's Llama's ``start_pos``)."""
-        return self.makes_cache or self.call.start is not None
+        (gpt-fast's ``setup_caches``, Meta's Llama's ``start_pos``, or any forward that changes
+        a buffer or tensor attribute: Mistral's rolling cache read by ``positions``)."""
+        if self.makes_cache or self.call.start is not None:
+            return True
+        ids = self.call.tokens(BATCH, SEQ_LEN // 2, self.seed)
+        return keeps_state(self.model, self.call, ids)
 
     def _fit_cache(self, module: nn.Module, x: Tensor) -> None:
         """Give ``module`` (a copy of the layer) an empty cache made for x's batch, as its

@@ -232,7 +232,7 @@ def _other_axis(w: torch.Tensor, allowed: torch.Tensor | None) -> str:
 def _saturated(fraction: float, where: str = "") -> str:
     return (
         f"{fraction:.0%} of rows put >= {metrics.SATURATED:g} of their weight on one key at "
-        f"initialisation{where}: projection weights too large for the scale, init_variance "
+        f"initialisation{where}: projection weights too large for the scale, init_unit_variance "
         "(nn.Linear's default or xavier init, not normal_(std=1))"
     )
 

@@ -1,0 +1,160 @@
+"""Results kept between runs, keyed by the content of what made them.
+
+A key is a hash of everything a result depends on: the files it was computed from (a pair's
+folder, the harness's own code), the versions of the libraries that computed it, the machine's
+CPU kernels, and the run's options. A run whose inputs did not change finds its results here; a
+change in any input gives a new key, so nothing stale is ever read. Entries are pickles, written
+atomically; one that cannot be read (cut short, or made by code whose classes moved) is a miss.
+
+The store lives in the user's cache folder (``$XDG_CACHE_HOME/attention-pitfalls``, else
+``~/.cache/attention-pitfalls``), or where ``ATTENTION_PITFALLS_CACHE`` points; deleting that
+folder clears it, and it is kept under ``LIMIT`` bytes by dropping the entries used least
+recently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import platform
+import sys
+import tempfile
+from collections.abc import Iterable
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ENV = "ATTENTION_PITFALLS_CACHE"
+LIMIT = 512 * 2**20  # bytes the store may hold
+SUFFIX = ".pickle"
+# Libraries whose arithmetic or rendering a stored result depends on.
+LIBRARIES = ("torch", "numpy", "pandas", "matplotlib", "tabulate", "transformers")
+HARNESS = Path(__file__).resolve().parents[1]  # the harness package
+
+
+def default_folder() -> Path:
+    """Where the store lives unless told otherwise."""
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "attention-pitfalls"
+
+
+def digest_files(paths: Iterable[Path], root: Path) -> str:
+    """A hash of the files' names (relative to ``root``) and contents, in name order."""
+    h = hashlib.sha256()
+    for path in sorted(paths, key=lambda p: p.relative_to(root).as_posix()):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def source_files(folder: Path) -> list[Path]:
+    """The Python files under ``folder``, caches left out."""
+    return [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+@cache
+def environment() -> str:
+    """A hash of what computes a result besides the files: the harness's code, Python and the
+    libraries' versions, the machine, and the CPU kernels torch may choose among."""
+    parts = [
+        digest_files(source_files(HARNESS), HARNESS),
+        sys.version,
+        platform.machine(),
+        os.environ.get("ATEN_CPU_CAPABILITY", ""),
+        *(f"{name}={_version(name)}" for name in LIBRARIES),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def key(*parts: object, files: Iterable[Path] = (), root: Path | None = None) -> str:
+    """The key of a result made from ``files`` (named relative to ``root``) and ``parts`` (the
+    run's options, by their ``repr``), in this environment."""
+    files = list(files)
+    digest = digest_files(files, root or Path("/")) if files else ""
+    text = "\n".join([environment(), digest, *map(repr, parts)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Store:
+    """Pickled results by key in one folder; ``folder=None`` keeps nothing."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self.hits = self.misses = 0
+
+    def _path(self, key: str) -> Path:
+        assert self.folder is not None
+        return self.folder / f"{key}{SUFFIX}"
+
+    def get(self, key: str) -> Any | None:
+        """The result stored under ``key``; None when there is none or it cannot be read."""
+        if self.folder is None:
+            return None
+        path = self._path(key)
+        try:
+            with path.open("rb") as f:
+                value = pickle.load(f)
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except Exception:  # cut short, or its classes moved: a miss, and gone
+            with contextlib.suppress(OSError):
+                path.unlink()
+            self.misses += 1
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # used now: the last to be dropped
+        self.hits += 1
+        return value
+
+    def put(self, key: str, value: Any) -> None:
+        """Store ``value`` under ``key`` in one step; a store that cannot be written is skipped
+        (the run's results do not depend on it)."""
+        if self.folder is None:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=self.folder, suffix=".partial")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(temp, self._path(key))
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+                raise
+        except (OSError, pickle.PicklingError, TypeError, AttributeError):
+            return
+
+    def prune(self, limit: int = LIMIT) -> None:
+        """Drop the entries used least recently until the store holds at most ``limit``
+        bytes, and any write cut short."""
+        if self.folder is None or not self.folder.is_dir():
+            return
+        for partial in self.folder.glob("*.partial"):
+            with contextlib.suppress(OSError):
+                partial.unlink()
+        entries = []
+        for path in self.folder.glob(f"*{SUFFIX}"):
+            with contextlib.suppress(OSError):
+                info = path.stat()
+                entries.append((info.st_mtime, info.st_size, path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries):
+            if total <= limit:
+                break
+            with contextlib.suppress(OSError):
+                path.unlink()
+                total -= size
