@@ -492,6 +492,17 @@ def test_rotary_tables_kept_in_buffers_leave_the_module_comparable():
     assert sdpa.status == PASS and "RoPE (half)" in sdpa.message, d.text()
 
 
+def test_key_and_value_cache_buffers_leave_the_module_comparable():
+    """gpt-fast's KVCache keeps k_cache and v_cache buffers: keys the call writes itself, not a
+    bias SDPA would miss."""
+    module = dm.OwnRotaryTables(32, 4)
+    module.register_buffer("k_cache", torch.randn(1, 4, 64, 8))  # as after an earlier call
+    module.register_buffer("v_cache", torch.randn(1, 4, 64, 8))
+    d = diagnose(module, Config(causal=True, positions="relative"))
+    sdpa = {f.probe: f for f in d.findings}["agrees with SDPA"]
+    assert sdpa.status == PASS, d.text()
+
+
 def _named_by_sdpa(module, config):
     d, sdpa = _sdpa_finding(module, config)
     assert sdpa.status == FAIL, d.text()
