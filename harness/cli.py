@@ -53,7 +53,6 @@ from harness.learning import Learning
 from harness.progress import Progress
 from harness.report import publish
 from harness.report.build import build_report
-from harness.report.pictures import learning_plot
 from harness.report.store import Store, default_folder
 
 PROG = "python -m harness"
@@ -490,6 +489,8 @@ def write_curves(folder: Path, trap: str, learning: Learning) -> None:
     run's own staging folder (``publish.staging``), which nothing else writes."""
     csv, png = curve_files(trap)
     (folder / csv).write_text(learning.curves().to_csv(index=False))
+    from harness.report.pictures import learning_plot  # matplotlib, for this command only
+
     learning_plot(folder / png, trap, learning)
 
 

@@ -19,7 +19,6 @@ from harness.interrupts import uninterrupted
 from harness.report import diff, publish, store
 from harness.report.appendix import appendix
 from harness.report.opening import opening
-from harness.report.pictures import draw
 from harness.report.results import Grid, TrapResult
 from harness.report.store import Store
 from harness.report.summary_table import summary
@@ -48,6 +47,14 @@ def render(
         sections.append(doctor)
     sections.append(appendix(results))
     return "\n\n".join(sections).rstrip("\n") + "\n"
+
+
+def draw(r: TrapResult, folder: Path) -> list[str]:
+    """``pictures.draw``, imported on first use: a run whose pictures the store keeps never
+    loads matplotlib."""
+    from harness.report.pictures import draw as draw_pictures
+
+    return draw_pictures(r, folder)
 
 
 def drawn_or_kept(r: TrapResult, staged: Path, kept: Store) -> list[str]:
