@@ -129,6 +129,9 @@ def test_the_trap_named_is_the_one_the_evidence_names():
     assert named_trap(findings[:1]) == ""  # none fails
     unnamed = [Finding("d", FAIL, "output of sequence 0 depends on sequence 1"), *findings]
     assert named_trap(unnamed) == ""  # the first failure names none
+    window = Finding("sliding window", FAIL, "0..4, not 1..4 (sliding_window_off_by_one: w + 1)")
+    unnamed_sdpa = Finding("agrees with SDPA", FAIL, "no known trap's arithmetic comes near it")
+    assert named_trap([unnamed_sdpa, window]) == "sliding_window_off_by_one"
     sdpa = Finding("agrees with SDPA", FAIL, "it matches softmax over the queries (softmax_dim)")
     leak = Finding("causal no-leak", FAIL, "position 0 depends on input 1 (causal_leak: ...)")
     assert named_trap([leak, sdpa]) == "softmax_dim"  # the cause, not its consequence
@@ -136,7 +139,7 @@ def test_the_trap_named_is_the_one_the_evidence_names():
     glossed = Finding("b", FAIL, "squashes its fill: softcap_after_mask (cap, then mask)")
     assert named_trap([glossed]) == "softcap_after_mask"
     either = Finding("b", FAIL, "read the other way round: mask_bool or sdpa_mask_inverted")
-    assert named_trap([either]) == "mask_bool"
+    assert named_trap([either]) == "mask_bool or sdpa_mask_inverted"  # both, undecided
     function = Finding("agrees with SDPA", FAIL, "tiled, not as repeat_interleave makes them")
     assert named_trap([function]) == ""  # a function's name is not a trap's
 

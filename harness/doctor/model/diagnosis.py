@@ -35,14 +35,23 @@ IDENTIFIES = "agrees with SDPA"  # matches the layer against the catalogue's own
 def named_trap(findings: list[Finding]) -> str:
     """The catalogue trap a failing comparison with SDPA names (it tells causes apart: a
     softmax over the wrong dim, softcapping after the mask, which the causal leak they cause
-    does not), else the one the first failing finding names, or "" (none fails, or the first
-    names none: a later probe's name may be a consequence, not the cause)."""
+    does not), else the one the first other failing finding names (a window of w + 1 keys,
+    which SDPA's comparison fails without a name), or "" (none fails, or the first names none:
+    a later probe's name may be a consequence, not the cause). Two a finding cannot tell apart
+    are both given ("mask_bool or sdpa_mask_inverted")."""
     failing = [f for f in findings if f.status == FAIL]
-    first = next((f for f in failing if f.probe == IDENTIFIES), failing[0] if failing else None)
-    found = NAMED.search(first.message) if first is not None else None
-    if found is None and first is not None and first is not failing[0]:
-        found = NAMED.search(failing[0].message)  # SDPA names none: the first failure's
-    return (found[1] or found[2]) if found else ""
+    sdpa = [f for f in failing if f.probe == IDENTIFIES]
+    ordered = sdpa + [f for f in failing if f.probe != IDENTIFIES][:1]
+    for finding in ordered:
+        found = NAMED.search(finding.message)
+        if found:
+            name = found[1] or found[2]
+            other = re.match(
+                r" or ([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b",
+                finding.message[found.end(2 if found[2] else 1) :],
+            )
+            return f"{name} or {other[1]}" if other else name
+    return ""
 
 
 @dataclass
