@@ -172,8 +172,9 @@ def is_mask(buffer: Tensor) -> bool:
 # The buffers of a rotary embedding (GPT-NeoX's cos_cached and sin_cached, inv_freq, Meta's
 # freqs_cis): tables the reference reproduces with its own RoPE, not weights it would miss.
 ROTARY_TABLE = re.compile(r"(?:^|\.)_?(?:cos|sin)(?:_cached)?$|inv_freq|freqs")
-# A key or value cache buffer (gpt-fast's k_cache, Meta's cache_k): keys written by the call
-# itself, which SDPA on the same keys reproduces.
+# Buffers that hold cached keys or values (Meta's cache_k, gpt-fast's and torchtune's k_cache),
+# not a rotary table's "cache": keys written by the call itself, which SDPA on the same keys
+# reproduces.
 KV_BUFFER = re.compile(r"(cache_?(k|v|keys?|values?)|(k|v|kv|keys?|values?)_?cache)", re.I)
 # Projections by what their names say, beyond the pairs above: an optional prefix (w_, fc_, to,
 # linear_), the role in any of its spellings (q, qs, query, queries), an optional suffix (_proj,

@@ -636,10 +636,6 @@ def cache_class(module: nn.Module) -> type | None:
     return None
 
 
-# Buffers that hold cached keys or values (Meta's cache_k, torchtune's k_cache, ...), not a rotary
-# table's "cache".
-
-
 def cache_convention(module: nn.Module, plan: CallPlan) -> tuple[Callable[[], object] | None, str]:
     """How to make the module an empty cache, and how that was found; (None, why not) when the
     forward takes no cache the doctor can make."""

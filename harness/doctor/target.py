@@ -326,7 +326,11 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
         with contextlib.suppress(Exception):  # classes taking **kwargs declare fields on instances
             names += [n for n in vars(cls()) if n not in names]
     known = {n: value_for(n, sizes) for n in names if n in NAMES or n in sizes.init}
-    if "sliding_window" not in sizes.init and _default(cls, "sliding_window") is None:
+    if (
+        "sliding_window" in known
+        and "sliding_window" not in sizes.init
+        and (_default(cls, "sliding_window") is None)
+    ):
         known.pop("sliding_window", None)  # no window by default (Qwen2's, NemotronH's): none
     for name, sub in _sub_configs(cls).items():  # a composite's parts at the same tiny size
         if name not in sizes.init:

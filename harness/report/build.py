@@ -49,17 +49,14 @@ class Kept:
     timing: pd.DataFrame | None = None
 
 
-def _sources(folder: Path) -> list[Path]:
-    return [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-
-
 def trap_key(pair: Pair, grid: Grid, learn: bool) -> str:
     """The store's key of one trap: its folder's files and the catalogue's shared ones, the
     grid and whether it learns, in this environment (``store.key``)."""
     folder = Path(pair.buggy.__file__).resolve().parent
-    shared = [p for p in folder.parent.glob("*.py")]  # pitfalls/__init__.py, test_pairs.py
+    shared = list(folder.parent.glob("*.py"))  # pitfalls/__init__.py, test_pairs.py
     cells = [(str(device), str(dtype)) for device, dtype in grid]
-    return store.key("trap", cells, learn, files=_sources(folder) + shared, root=folder.parent)
+    files = store.source_files(folder, "*") + shared
+    return store.key("trap", cells, learn, files=files, root=folder.parent)
 
 
 def doctor_key(out: Path) -> str:
@@ -67,7 +64,7 @@ def doctor_key(out: Path) -> str:
     section quotes."""
     folder = Path(registry.HOME)
     zoo = [p.resolve() for p in (out / ZOO_FILE, COMMITTED_ZOO) if p.is_file()][:1]
-    return store.key("doctor", files=_sources(folder) + zoo, root=Path("/"))
+    return store.key("doctor", files=store.source_files(folder, "*") + zoo, root=Path("/"))
 
 
 def collect(

@@ -52,9 +52,10 @@ def digest_files(paths: Iterable[Path], root: Path) -> str:
     return h.hexdigest()
 
 
-def source_files(folder: Path) -> list[Path]:
-    """The Python files under ``folder``, caches left out."""
-    return [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+def source_files(folder: Path, pattern: str = "*.py") -> list[Path]:
+    """The files under ``folder`` that match ``pattern`` (Python's by default), caches left
+    out."""
+    return [p for p in folder.rglob(pattern) if p.is_file() and "__pycache__" not in p.parts]
 
 
 def _version(name: str) -> str:

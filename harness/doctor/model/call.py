@@ -128,10 +128,11 @@ def state_of(model: nn.Module) -> dict[str, Tensor]:
 
 
 def keeps_state(model: nn.Module, call: ModelCall, ids: Tensor) -> bool:
-    """A model that takes positions (input_pos, start_pos, Mistral's ``positions``) and keeps a
-    cache inside: a forward on ``ids`` changes a buffer or tensor attribute of one of its
-    modules (on a copy)."""
-    if not call.takes_positions:
+    """A model that takes positions (input_pos, start_pos, Mistral's ``positions``) and no cache
+    argument, and keeps a cache inside: a forward on ``ids`` changes a buffer or tensor
+    attribute of one of its modules (on a copy). A model handed its cache (transformers') keeps
+    none, whatever tensor it may store in passing."""
+    if not call.takes_positions or call.cache is not None:
         return False
     model = copy.deepcopy(model)
     call.prepare(model, ids.shape[0])

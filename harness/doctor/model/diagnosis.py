@@ -23,10 +23,9 @@ from harness.doctor.findings import (
 # "(rope_cache_offset)", or after a colon, last or before its gloss ("...: double_scale",
 # ": softcap_after_mask (cap the scores, then mask them)", ": mask_bool or ..."); never a
 # function's argument ("1/sqrt(d_k)").
-NAMED = re.compile(
-    r"(?<![A-Za-z0-9_])\(([a-z][a-z0-9]*(?:_[a-z0-9]+)+)[:)]"
-    r"|: ([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?:$| \(| or |, )"
-)
+TRAP_ID = r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+"  # a catalogue trap's id: mask_bool, rope_on_value
+NAMED = re.compile(rf"(?<![A-Za-z0-9_])\(({TRAP_ID})[:)]|: ({TRAP_ID})(?:$| \(| or |, )")
+OR_NAMED = re.compile(rf" or ({TRAP_ID})\b")  # the second of two a finding cannot tell apart
 
 
 IDENTIFIES = "agrees with SDPA"  # matches the layer against the catalogue's own bug forms
@@ -46,10 +45,7 @@ def named_trap(findings: list[Finding]) -> str:
         found = NAMED.search(finding.message)
         if found:
             name = found[1] or found[2]
-            other = re.match(
-                r" or ([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b",
-                finding.message[found.end(2 if found[2] else 1) :],
-            )
+            other = OR_NAMED.match(finding.message, found.end(2 if found[2] else 1))
             return f"{name} or {other[1]}" if other else name
     return ""
 
