@@ -13,10 +13,15 @@ from pathlib import Path
 from harness.errors import UsageError, shorten
 
 # What a report folder holds (harness.report writes them): refused up front when in the way.
-REPORT = "report.md"
+REPORT = "report.md"  # the student's page: the tutorial's claims and traps
+MORE_TRAPS = "traps.md"  # the traps the tutorial does not name, by category
+MODERN = "modern.md"  # modern attention's traps
+DOCTOR = "doctor.md"  # the doctor's tables
+TABLES_PAGE = "tables.md"  # the full tables behind each verdict
+PAGES = (REPORT, MORE_TRAPS, MODERN, DOCTOR, TABLES_PAGE)  # a report, in reading order
 TIMINGS = "timings.md"  # wall-clock numbers, kept apart from the report
 IMAGES = "img"  # the report's pictures
-REPORT_FILES = (REPORT, TIMINGS)
+REPORT_FILES = (*PAGES, TIMINGS)
 REPORT_FOLDERS = (IMAGES,)
 # What os.stat raises for a path that is not there (a name too long is not there either; the
 # name check says why it cannot be).

@@ -598,6 +598,14 @@ def rotate_half(t: torch.Tensor) -> torch.Tensor:
     return torch.cat([-second, first], dim=-1)
 
 
+def rotary_tables(config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (L, d) of every position of the context, halves layout."""
+    d = config.n_embd // config.n_head
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2) / d)  # (d/2,)
+    angles = torch.outer(torch.arange(config.block_size), inv_freq)  # (L, d/2)
+    return angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)
+
+
 class SplitRotaryAttention(SelfAttention):
     """Rotary positions from tables its model passes as two arguments (litgpt's cos, sin)."""
 
@@ -614,11 +622,9 @@ class SplitRotaryGPT(GPT):
 
     def __init__(self, config: GPTConfig):
         super().__init__(config)
-        d = config.n_embd // config.n_head
-        inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2) / d)  # (d/2,)
-        angles = torch.outer(torch.arange(config.block_size), inv_freq)  # (L, d/2)
-        self.register_buffer("cos", angles.cos().repeat(1, 2), persistent=False)  # (L, d)
-        self.register_buffer("sin", angles.sin().repeat(1, 2), persistent=False)
+        cos, sin = rotary_tables(config)  # (L, d) each
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
@@ -750,3 +756,191 @@ class OverDAttention(HandedBiasAttention):
 
 class OverDGPT(HandedBiasGPT):
     attention = OverDAttention
+
+
+class PaddingAttention(SelfAttention):
+    """Causal, with a key padding mask (B, T), 1 for a real token; a query with no allowed key
+    (a left padding token) gets a uniform row, not NaN."""
+
+    def blocked(self, allowed: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        return att.masked_fill(~allowed, torch.finfo(att.dtype).min)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        allowed = self.causal[:T, :T] & keep[:, None, None, :].bool()  # (B, 1, T, T)
+        return self.merge(F.softmax(self.blocked(allowed, self.scores(q, k)), dim=-1) @ v)
+
+
+class ArangePaddedGPT(GPT):
+    """OPT's interface, ``forward(input_ids, attention_mask)`` and no position ids, with its
+    learned positions counted from the first token, padding included: wrong under left
+    padding."""
+
+    attention = PaddingAttention
+
+    def positions(self, keep: torch.Tensor) -> torch.Tensor:
+        return torch.arange(keep.shape[1], device=keep.device).expand_as(keep)  # (B, T)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        keep = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        x = self.wte(input_ids) + self.wpe(self.positions(keep))  # (B, T, C)
+        for block in self.h:
+            x = block(x, keep)
+        return self.lm_head(self.ln_f(x))
+
+
+class CountedPaddedGPT(ArangePaddedGPT):
+    """OPT's own positions: counted from the first real token (the mask's cumulative sum)."""
+
+    def positions(self, keep: torch.Tensor) -> torch.Tensor:
+        return (keep.cumsum(-1) - 1).clamp(min=0)
+
+
+class TwiceMaskedAttention(PaddingAttention):
+    """An additive mask of finfo.min added twice: -inf, so a row with no allowed key is NaN."""
+
+    def blocked(self, allowed: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        bias = (~allowed).to(att.dtype) * torch.finfo(att.dtype).min
+        return att + bias + bias
+
+
+class TwiceMaskedGPT(CountedPaddedGPT):
+    attention = TwiceMaskedAttention
+
+
+class BufferRotaryAttention(SelfAttention):
+    """Rotary positions from (cos, sin) tables its model passes, (B, T, d)."""
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, d)
+        q, k = (t * cos + rotate_half(t) * sin for t in (q, k))
+        att = self.scores(q, k).masked_fill(~self.causal[:T, :T], float("-inf"))
+        return self.merge(F.softmax(att, dim=-1) @ v)
+
+
+class BufferRotaryGPT(GPT):
+    """transformers' rotary as many copy it: angles from position ids and an ``inv_freq``
+    buffer, in that buffer's dtype (bfloat16 after ``.to(torch.bfloat16)``, float32 under
+    autocast)."""
+
+    attention = BufferRotaryAttention
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        d = config.n_embd // config.n_head
+        inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)  # (d/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, idx: torch.Tensor, position_ids: torch.Tensor | None = None):
+        if position_ids is None:
+            position_ids = torch.arange(idx.shape[1], device=idx.device)[None]  # (1, T)
+        angles = position_ids[..., None].to(self.inv_freq.dtype) * self.inv_freq  # (B, T, d/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (B, T, d)
+        x = self.wte(idx)  # (B, T, C)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        for block in self.h:
+            x = block(x, cos.expand(idx.shape[0], -1, -1), sin.expand(idx.shape[0], -1, -1))
+        return self.lm_head(self.ln_f(x))
+
+
+class ReadBeforeWriteAttention(CachedAttention):
+    """A prompt attends to its own keys; a later chunk reads the cache before writing its own
+    keys there, so it attends to whatever those slots held (zeros, or an earlier prompt's)."""
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, ...]:
+        if start == 0:
+            super().update(k, v, start)
+            return k, v
+        B, _, T, _ = k.shape
+        read = [c[:B, :, : start + T].to(k.dtype).clone() for c in (self.cache_k, self.cache_v)]
+        super().update(k, v, start)
+        return tuple(read)
+
+
+class ReadBeforeWriteStartPosGPT(StartPosGPT):
+    attention = ReadBeforeWriteAttention
+
+
+class RotaryCachedAttention(CachedAttention):
+    """Meta's Llama's attention: rotary from the (T, d) tables its model slices for this call,
+    keys and values kept inside."""
+
+    def allowed(self, start: int, T: int) -> torch.Tensor:
+        return self.causal[start : start + T, : start + T]  # (T, start + T)
+
+    def forward(self, x: torch.Tensor, start: int, cos: torch.Tensor, sin: torch.Tensor):
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        q, k = (t * cos + rotate_half(t) * sin for t in (q, k))
+        keys, values = self.update(k, v, start)  # (B, h, start + T, d)
+        att = self.scores(q, keys).masked_fill(~self.allowed(start, x.shape[1]), float("-inf"))
+        return self.merge(F.softmax(att, dim=-1) @ values)
+
+
+class RotaryStartPosGPT(StartPosGPT):
+    """``forward(tokens, start_pos)`` handing its layers the rotary rows of this call."""
+
+    attention = RotaryCachedAttention
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        cos, sin = rotary_tables(config)  # (L, d) each
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def rows(self, start: int, T: int) -> slice:
+        return slice(start, start + T)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
+        rows = self.rows(start_pos, tokens.shape[1])
+        x = self.wte(tokens)  # (B, T, C)
+        for block in self.h:
+            x = block(x, start_pos, self.cos[rows], self.sin[rows])
+        return self.lm_head(self.ln_f(x)).float()
+
+
+class RestartingRotaryStartPosGPT(RotaryStartPosGPT):
+    """The rotary rows of positions 0..T-1 on every call (start_pos forgotten there)."""
+
+    def rows(self, start: int, T: int) -> slice:
+        return slice(0, T)
+
+
+class LeftOutAttention(RotaryCachedAttention):
+    """A later chunk attends to the cache before its own keys: the current tokens left out."""
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, ...]:
+        keys, values = super().update(k, v, start)
+        return (k, v) if start == 0 else (keys[:, :, :start], values[:, :, :start])
+
+    def allowed(self, start: int, T: int) -> torch.Tensor:
+        return super().allowed(start, T)[:, : max(start, T)]
+
+
+class LeftOutRotaryStartPosGPT(RotaryStartPosGPT):
+    attention = LeftOutAttention
+
+
+class TopLeftAttention(RotaryCachedAttention):
+    """The causal mask anchored top-left: a chunk's rows start at key 0's row."""
+
+    def allowed(self, start: int, T: int) -> torch.Tensor:
+        return self.causal[:T, : start + T]
+
+
+class TopLeftRotaryStartPosGPT(RotaryStartPosGPT):
+    attention = TopLeftAttention
+
+
+class InvertedPaddingAttention(PaddingAttention):
+    """The model's keep-mask read as a blocked-is-True mask: it attends to the padding only."""
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        return super().forward(x, 1 - keep)
+
+
+class InvertedPaddingGPT(CountedPaddedGPT):
+    attention = InvertedPaddingAttention

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness import cli
-from harness.doctor import diagnose_model
+from harness.doctor import Config, diagnose_model
 from harness.doctor.findings import FAIL, Finding
 from harness.doctor.model.call import ModelCall, takes_token_ids
 from harness.doctor.model.diagnosis import named_trap
@@ -469,3 +469,65 @@ def test_a_layer_handed_a_position_bias_has_its_scale_measured_from_its_weights(
     assert "s = 0.25, the 1/sqrt(16)" in _layer(healthy, "agrees with SDPA").message
     over_d = _layer(diagnose_model(small(model_modules.OverDGPT)), "agrees with SDPA")
     assert over_d.status == FAIL and "s = 0.0625" in over_d.message, over_d.message
+
+
+def test_a_decoder_that_counts_positions_from_the_padding_fails_left_padding():
+    """OPT's interface (a mask, no position ids): a decoder pads on the left to generate, so
+    positions counted from the padding are its own trap; counted from the mask, it passes."""
+    wrong = _model(diagnose_model(small(model_modules.ArangePaddedGPT)), "left padding")
+    assert wrong.status == FAIL and "left_pad_positions" in wrong.message, wrong.message
+    right = diagnose_model(small(model_modules.CountedPaddedGPT))
+    assert right.healthy and _model(right, "left padding").status == "pass", right.text()
+
+
+def test_a_mask_added_twice_is_named_by_the_nan_it_leaves_under_left_padding():
+    found = _model(diagnose_model(small(model_modules.TwiceMaskedGPT)), "left padding")
+    assert found.status == FAIL and "fully_masked_row" in found.message, found.message
+
+
+def test_generation_starts_from_the_cache_as_built_not_as_earlier_probes_left_it():
+    """A chunk that reads its slots before writing them reads what the model's cache held:
+    after the doctor's own forwards of the same prompt, the right keys; as built, zeros."""
+    diagnosis = diagnose_model(small(model_modules.ReadBeforeWriteStartPosGPT))
+    assert _model(diagnosis, "eval determinism").status == "pass", diagnosis.text()
+    assert _model(diagnosis, "cached generation").status == FAIL, diagnosis.text()
+    assert diagnose_model(small(model_modules.StartPosGPT)).healthy  # the same, written first
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rotary_angles_from_a_float32_buffer_pass_the_bfloat16_shift_on_every_seed(seed):
+    """Angles computed in an ``inv_freq`` buffer's dtype are float32 under autocast; a copy
+    cast with .to(torch.bfloat16) would round the buffer too (transformers' own, #25681)."""
+    diagnosis = diagnose_model(small(model_modules.BufferRotaryGPT), Config(seed=seed))
+    assert _layer(diagnosis, "position shift").status == "pass", diagnosis.text()
+
+
+@pytest.mark.parametrize(
+    ("cls", "trap"),
+    [
+        ("RestartingRotaryStartPosGPT", "rope_cache_offset"),  # the rotary rows of 0..T-1
+        ("LeftOutRotaryStartPosGPT", "stale_cache"),  # the current token's keys left out
+        ("TopLeftRotaryStartPosGPT", "cache_causal_alignment"),  # the mask anchored top-left
+    ],
+)
+def test_a_cache_kept_inside_names_one_cause(cls, trap):
+    """Meta's Llama's interface: which rotary rows it hands its layers for a cached token, and
+    whether that token sees the ones before it, tell the three causes apart."""
+    diagnosis = diagnose_model(small(getattr(model_modules, cls)))
+    found = _model(diagnosis, "cached generation")
+    assert found.status == FAIL and named_trap([found]) == trap, found.message
+    assert diagnose_model(small(model_modules.RotaryStartPosGPT)).healthy  # written right
+
+
+def test_json_names_the_trap_of_a_failing_model_property(capsys):
+    code, out, _ = run_cli(capsys, "doctor", f"{TARGET}:ArangePaddedGPT", "--json")
+    assert code == 1
+    [padding] = [f for f in json.loads(out)["model"] if f["probe"] == "left padding"]
+    assert padding["trap"] == "left_pad_positions"
+
+
+def test_a_layer_that_inverts_its_models_mask_is_told_so_not_to_pass_another_option():
+    diagnosis = diagnose_model(small(model_modules.InvertedPaddingGPT))
+    messages = [f.message for f in diagnosis.groups[0].diagnosis.findings if f.status == FAIL]
+    assert any("inverts the mask its own model builds" in m for m in messages), diagnosis.text()
+    assert not any("--mask" in m for m in messages), diagnosis.text()

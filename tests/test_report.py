@@ -8,17 +8,22 @@ import inspect
 import re
 import shutil
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from harness import cli, interrupts, report
 from harness.catalogue import registry
-from harness.report import TrapResult, build, doctor_tables
+from harness.catalogue.card import NOT_NAMED
+from harness.catalogue.verdicts import Verdict
+from harness.report import TrapResult, build
 from harness.report import diff as report_diff
 from harness.report import write as report_write
+from harness.report.pages import joined, read_pages
+from harness.report.scorecard import scorecard_table
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "reports" / report.REPORT
@@ -35,7 +40,8 @@ class Run:
 
     @property
     def text(self) -> str:
-        return (self.out / report.REPORT).read_text()
+        """Its pages, joined in reading order."""
+        return joined(read_pages(self.out))
 
     @property
     def results(self) -> list[TrapResult]:
@@ -77,7 +83,7 @@ def test_committed_report_agrees_with_a_fresh_run(fresh: Run) -> None:
     of a boundary. Integers compare exactly. Anything more, or any changed word, is a change.
     """
     assert COMMITTED.exists(), REGENERATE
-    problems = report_diff.compare(COMMITTED.read_text(), fresh.text)
+    problems = report_diff.compare(joined(read_pages(COMMITTED.parent)), fresh.text)
     assert not problems, "\n".join(["stale report: " + REGENERATE, *problems])
 
 
@@ -125,10 +131,7 @@ def measured_already(monkeypatch: pytest.MonkeyPatch, fresh: Run) -> None:
     """The fresh run's measurements and doctor section: what is under test is writing."""
     monkeypatch.setattr(build, "collect", lambda *a, **k: (fresh.results, fresh.written["timed"]))
     doctor = fresh.written["doctor"]
-    monkeypatch.setattr(doctor_tables, "detection_table", lambda: None)
-    monkeypatch.setattr(doctor_tables, "detection_markdown", lambda table: doctor)
-    monkeypatch.setattr(doctor_tables, "real_table", lambda: None)
-    monkeypatch.setattr(doctor_tables, "real_markdown", lambda table: "")
+    monkeypatch.setattr(build, "doctor_sections", lambda out: doctor)
 
 
 def test_interrupted_run_leaves_the_previous_report(
@@ -176,3 +179,75 @@ def test_a_swallowed_ctrl_c_stops_the_report_before_it_is_published(
     assert cli.main([*CANONICAL, "--out", str(out), "--no-store"]) == 130
     assert files(out) == before
     assert not list(out.glob(".staging-*"))
+
+
+# The catalogue's answer to each claim of the tutorial (../shared/CATALOGUE.md), which the
+# measurements must give: the scorecard's rows by section and the start of the claim.
+CLAIMED = {
+    ("§2", "a large d_k"): "true",
+    ("§3.2", "`bias=False`"): "**false**",
+    ("§3.2", "`bmm` is safer"): "true",
+    ("§3.2", "`K.transpose(0, 1)`"): "true",
+    ("§3.2", "`masked_fill(mask == 0"): "partly",
+    ("§3.2", "without `dim=-1`"): "**false**",
+    ("§3.3", "the example"): "**false**",
+    ("§3.1", "a (B, 1, T, T) mask"): "**false**",
+    ("§4.1", "`1 / math.sqrt"): "**false**",
+    ("§4.2", "`masked_fill(mask.bool()"): "true",
+    ("§4.3", "bmm needs"): "true",
+    ("§4.4", "V laid out"): "true",
+    ("§4.5", "nn.Linear's default"): "**false**",
+    ("§5.1", "heads of width"): "true",
+    ("§5.2", "multi-head attention"): "partly",
+    ("§6.3", "`exp(Q K^T)`"): "**false**",
+}
+
+
+def holds(table: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """The scorecard's verdicts, keyed as ``CLAIMED``."""
+    out = {}
+    for row in table.itertuples(index=False):
+        section, says, verdict = row[0], row[1], row[2]  # §, the tutorial says, holds?
+        [key] = [k for k in CLAIMED if k[0] == section and says.startswith(k[1])]
+        out[key] = verdict
+    return out
+
+
+def test_the_scorecard_gives_each_claim_the_measured_answer(fresh: Run) -> None:
+    table = scorecard_table(fresh.results)
+    assert holds(table) == CLAIMED
+    assert table["the number that decides it"].str.len().gt(20).all()
+    assert table.iloc[0].equals(scorecard_table(fresh.results).iloc[0])  # seeded: repeatable
+
+
+def test_a_claim_follows_its_measurement(fresh: Run) -> None:
+    """Measured SILENT instead of BENIGN, the tutorial's §4.1 would be right."""
+    [r] = [r for r in fresh.results if r.pair.card.id == "scale_precision"]
+    cells = [replace(m, verdict=Verdict.SILENT) for m in r.cells]
+    silent = [replace(r, cells=cells) if x is r else x for x in fresh.results]
+    assert holds(scorecard_table(silent))[("§4.1", "`1 / math.sqrt")] == "true"
+
+
+def test_each_trap_is_on_one_page_and_the_students_page_is_short(fresh: Run) -> None:
+    pages = read_pages(fresh.out)
+    for pid in registry.ids():
+        on = [name for name, text in pages.items() if f'<a id="{pid}"></a>' in text]
+        assert len(on) == 1, (pid, on)
+        named = registry.load(pid).card.section != NOT_NAMED
+        assert not named or on == [report.REPORT], pid  # the tutorial's traps: the student's page
+    assert len(pages[report.REPORT].splitlines()) <= 1500
+
+
+def test_every_link_lands(fresh: Run) -> None:
+    pages = read_pages(fresh.out)
+    anchors = {
+        name: set(re.findall(r'<a id="([\w-]+)"></a>', text)) for name, text in pages.items()
+    }
+    for name, text in pages.items():
+        for target in re.findall(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)", text):
+            page, _, where = target.partition("#")
+            if page.startswith(("http", "img/")) or page == "zoo.md":
+                continue
+            page = page or name
+            assert page in pages, (name, target)
+            assert not where or where in anchors[page], (name, target)

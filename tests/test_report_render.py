@@ -21,8 +21,10 @@ from harness import interrupts, report
 from harness.catalogue.judge import Measurement, measure
 from harness.catalogue.registry import load
 from harness.catalogue.verdicts import Verdict
+from harness.files import DOCTOR
 from harness.report import TrapResult, publish
 from harness.report import write as report_write
+from harness.report.doctor_tables import TABLES
 
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -242,7 +244,7 @@ def stub_pictures(monkeypatch):
 
 def write(out, doctor="## Doctor\n\nfirst"):
     results = [result("missing_scale"), result("scale_precision")]
-    return report.write_report(results, GRID, out, [], {}, doctor)
+    return report.write_report(results, GRID, out, [], {}, {TABLES: doctor})
 
 
 def linked(folder):
@@ -266,8 +268,8 @@ def test_report_md_is_replaced_last(tmp_path, stub_pictures, monkeypatch):
     assert moved[-1] == report.REPORT
     for k in range(len(moved)):
         monkeypatch.setattr(os, "replace", _crashing_at(k, real))
-        with pytest.raises(OSError, match="disk full"):
-            write(tmp_path, "## Doctor\n\nsecond")  # a different report
+        with pytest.raises(OSError, match="disk full"):  # a different report each time: the
+            write(tmp_path, "## Doctor\n\nsecond" + " again" * k)  # pages moved in stay
         assert (tmp_path / report.REPORT).read_bytes() == before, moved[k]
         assert all((tmp_path / name).read_bytes().endswith(b"1") for name in linked(tmp_path))
         assert not list(tmp_path.glob(".staging-*"))
@@ -419,7 +421,7 @@ def test_ctrl_c_while_publishing_waits_for_the_whole_install(tmp_path, stub_pict
     with interrupts.stop_signals() as signals, pytest.raises(KeyboardInterrupt):
         write(tmp_path, "## Doctor\n\nsecond")
     assert signals.done == [f"{tmp_path / report.REPORT} is the new report"]
-    assert "second" in (tmp_path / report.REPORT).read_text()
+    assert "second" in (tmp_path / DOCTOR).read_text()  # the doctor's page, replaced before
     assert not any((tmp_path / name).exists() for name in old)
     assert not (tmp_path / publish.JOURNAL).exists()
 

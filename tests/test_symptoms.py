@@ -14,6 +14,12 @@ from harness.report import TrapResult, symptoms
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
+NAN = "The loss, or some rows of the weights, are NaN"
+ODD_MAP = "The same attention for every input, one-hot rows, or rows that do not sum to 1"
+SOME_SHAPES = "It works only for some shapes, or only with one head"
+FLAT = "The loss is flat or falls slowly"
+EXPLODES = "The loss explodes or training is unstable"
+
 
 @cache
 def result(pitfall: str, *dtypes: str) -> TrapResult:
@@ -31,29 +37,29 @@ def listed(pitfall: str, *dtypes: str, timed: frozenset[str] = frozenset()) -> d
 
 def test_nan_output_is_a_nan_loss():
     found = listed("softmax_dim")  # the tutorial's causal mask, softmax over the batch
-    assert "output[0, 0, 0] = nan" in found["The loss is NaN"]
-    assert "The loss is NaN" not in listed("mask_bool")  # -1e9: a uniform row, not NaN
+    assert "output[0, 0, 0] = nan" in found[NAN]
+    assert NAN not in listed("mask_bool")  # -1e9: a uniform row, not NaN
 
 
 def test_a_float16_only_nan_is_found_in_its_cell():
     found = listed("qk_overflow_half", "float32", "float16")
-    assert found["The loss is NaN"].startswith("cpu float16: ")
+    assert found[NAN].startswith("cpu float16: ")
 
 
 def test_saturating_init_blows_up_gradients_and_makes_the_map_one_hot():
     found = listed("init_unit_variance")
-    assert "x fixed.py's" in found["The loss explodes or training is unstable"]
-    assert "rows saturated" in found["The attention map looks uniform, one-hot or wrong"]
-    assert "The loss stays flat or falls slowly" not in found  # its gradients are larger
+    assert "x fixed.py's" in found[EXPLODES]
+    assert "rows saturated" in found[ODD_MAP]
+    assert FLAT not in found  # its gradients are larger
 
 
 def test_missing_scale_is_found_through_its_sweep():
     found = listed("missing_scale")
-    assert "(d_k 256)" in found["The attention map looks uniform, one-hot or wrong"]
+    assert "(d_k 256)" in found[ODD_MAP]
 
 
 def test_a_starved_gradient_on_a_trigger_shape_says_nothing_of_training():
-    assert "The loss stays flat or falls slowly" not in listed("v_layout")
+    assert FLAT not in listed("v_layout")
 
 
 def test_a_leak_that_shows_only_at_large_activations_is_found_there():
@@ -61,14 +67,12 @@ def test_a_leak_that_shows_only_at_large_activations_is_found_there():
     evidence = found["Great in training, wrong in generation or at inference"]
     assert evidence.startswith("future leak with large activations: buggy.py output at position")
     # at x 300 fixed.py's rows saturate as well: that is the inputs, not a one-hot map
-    assert "The attention map looks uniform, one-hot or wrong" not in found
+    assert ODD_MAP not in found
 
 
 def test_rows_that_do_not_sum_to_one_are_a_wrong_map():
     found = listed("scale_after_softmax")
-    assert found["The attention map looks uniform, one-hot or wrong"].startswith(
-        "rows miss summing to 1"
-    )
+    assert found[ODD_MAP].startswith("rows miss summing to 1")
 
 
 def test_a_leak_is_great_in_training_and_wrong_in_generation():
@@ -79,10 +83,8 @@ def test_a_leak_is_great_in_training_and_wrong_in_generation():
 
 
 def test_shape_dependent_traps():
-    assert "runs silently on B=" in listed("transpose")["It works only for some shapes"]
-    assert listed("head_split_view")["It works only for some shapes"] == (
-        "wrong with several heads, right with one"
-    )
+    assert "runs silently on B=" in listed("transpose")[SOME_SHAPES]
+    assert listed("head_split_view")[SOME_SHAPES] == ("wrong with several heads, right with one")
 
 
 def test_a_loud_trap_raises_and_a_float16_error_is_found_in_its_cell():
@@ -111,11 +113,9 @@ def test_a_silent_trap_no_rule_catches_is_listed_as_seen_only_by_a_reference(mon
 
 
 def test_entropy_above_one_is_called_a_leak_not_uniform():
-    evidence = listed("causal_leak")["The attention map looks uniform, one-hot or wrong"]
+    evidence = listed("causal_leak")[ODD_MAP]
     assert evidence.endswith("(above 1: weight on keys it must not see)")
-    assert listed("mask_bool")["The attention map looks uniform, one-hot or wrong"].endswith(
-        "(toward one-hot)"
-    )
+    assert listed("mask_bool")[ODD_MAP].endswith("(toward one-hot)")
 
 
 def with_learning(pitfall: str) -> TrapResult:
@@ -129,7 +129,7 @@ def trained_listing(pitfall: str) -> dict[str, str]:
 
 
 def test_training_symptoms_come_from_the_learning_probe():
-    stalled = trained_listing("head_split_view")["The loss stays flat or falls slowly"]
+    stalled = trained_listing("head_split_view")[FLAT]
     assert stalled.startswith("training: learns slower (never 90%: ×>")
     leak = trained_listing("causal_leak")["Great in training, wrong in generation or at inference"]
     assert leak.startswith("training: too good to be true")
@@ -142,7 +142,7 @@ def test_training_symptoms_come_from_the_learning_probe():
 def test_with_the_learning_probe_a_trap_that_trains_normally_is_not_called_slow():
     """softmax_upcast_myth learns as fixed.py does: no training symptom, whatever one pass says."""
     found = trained_listing("softmax_upcast_myth")
-    assert "The loss stays flat or falls slowly" not in found
+    assert FLAT not in found
     assert "Great in training, wrong in generation or at inference" not in found
 
 

@@ -17,19 +17,21 @@ GRADIENT_COLUMNS = ["param", "norm_fix", "norm_bug", "cosine", "err_fix", "err_b
                     "differs"]  # fmt: skip
 
 APPENDIX_INTRO = """\
-## Appendix: the tables behind each verdict
+# The tables behind each verdict
+
+Part of the diagnosis report ([report.md](report.md)).
 
 Each trap's tables come from its first device in float32 (the cell its section names). Output:
 *run* is fixed.py (`fix`) or buggy.py (`bug`); *max_abs* the largest absolute error against the
 float64 run (fix's is the floor); *rel_l2* the error's L2 norm over the reference's; *threshold*
 2 x floor + atol; *differs* whether max_abs exceeds it; *shape* the output's. Attention rows:
-*entropy_mean* and *entropy_min* over rows (normalized as above); *saturated* the fraction of rows
-with one weight of at least 0.99; *nan_rows* rows holding a NaN; *row_sum_err* the largest
-distance of a row's sum from 1 (1 where a module zeroes a row with no allowed key, as
-fully_masked_row's fixed.py does on purpose). Gradients, one row per weight and for the input:
-*norm_fix* and *norm_bug* their L2 norms; *cosine* between the two; *err_fix* and *err_bug* the
-largest errors against the float64 gradient; *threshold* 3 x err_fix + atol; *differs* as
-above."""
+*entropy_mean* and *entropy_min* over rows (normalized as report.md defines entropy); *saturated*
+the fraction of rows with one weight of at least 0.99; *nan_rows* rows holding a NaN;
+*row_sum_err* the largest distance of a row's sum from 1 (1 where a module zeroes a row with no
+allowed key, as fully_masked_row's fixed.py does on purpose). Gradients, one row per weight and
+for the input: *norm_fix* and *norm_bug* their L2 norms; *cosine* between the two; *err_fix* and
+*err_bug* the largest errors against the float64 gradient; *threshold* 3 x err_fix + atol;
+*differs* as above."""
 
 
 def where(m: Measurement, card: Card) -> str:

@@ -137,7 +137,7 @@ def build_report(grid: Grid, out: Path, learn: bool = True, kept: Store | None =
         # their diagnoses is seeded, so the bytes are those of one process
         with (
             forked(doctor_sections, out)
-            if not isinstance(doctor, str)
+            if not isinstance(doctor, dict)
             else _given(doctor) as tables
         ):
             results, timed = collect(pairs, grid, progress=step, learn=train, kept=kept)

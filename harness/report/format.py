@@ -13,6 +13,7 @@ import textwrap
 
 import pandas as pd
 
+from harness.catalogue.card import NOT_NAMED
 from harness.catalogue.judge import Measurement
 from harness.catalogue.verdicts import Verdict
 
@@ -22,7 +23,8 @@ WIDTH = 100  # characters per line of prose
 
 SUMMARY = "## Summary"
 TABLES = "tables-"  # a trap's anchor in the appendix is its id after this
-LINK = r"\[`[\w-]+`\]\(#([\w-]+)\)"  # link(): the trap's id in group 1
+LINK = r"\[`[\w-]+`\]\((?:[\w-]+\.md)?#([\w-]+)\)"  # link(): the trap's id in group 1
+NAMED = r"(?: \(tutorial §[\d.]+\))?"  # named(): after a link, where the tutorial names the trap
 ANCHOR = re.compile(rf'^<a id="(?:{TABLES})?([\w-]+)"></a>$')  # anchor(), for a trap or its tables
 NAN = ", NaN"  # after a verdict whose buggy.py numbers hold NaN or Inf
 TRAINED = "training: "  # evidence in the symptom index that comes from the learning probe
@@ -59,9 +61,16 @@ def table(df: pd.DataFrame) -> str:
     return cells.to_markdown(index=False, floatfmt=FLOAT)
 
 
-def link(pitfall: str) -> str:
-    """A link to a trap's section (``LINK`` reads it back)."""
-    return f"[`{pitfall}`](#{pitfall})"
+def link(pitfall: str, page: str = "") -> str:
+    """A link to a trap's section, on ``page`` ("": the page the link is on; ``LINK`` reads it
+    back)."""
+    return f"[`{pitfall}`]({page}#{pitfall})"
+
+
+def named(section: str) -> str:
+    """Where the tutorial names a trap, after its link ("" when it does not; ``NAMED`` reads
+    it)."""
+    return "" if section == NOT_NAMED else f" (tutorial {section})"
 
 
 def anchor(name: str) -> str:

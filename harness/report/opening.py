@@ -46,12 +46,18 @@ only in the marked lines. Both run with the same weights, inputs and upstream gr
 output and gradient is compared with fixed.py run in float64, and the verdict comes from that
 measurement, not from the tutorial. Several of the tutorial's claims turn out to be false.
 
-## How to read this report
+This page holds the tutorial's claims, its own code and its traps, with the traps its claims lead
+to. Beside it: the traps it does not name ([traps.md](traps.md)), modern attention's
+([modern.md](modern.md)), the doctor's tables ([doctor.md](doctor.md)) and the full tables behind
+every verdict ([tables.md](tables.md))."""
 
-Start from what you see going wrong (the symptoms below) or from the summary table. Each trap's
-section then gives the tutorial's claim, the trap, what is true, what was measured, the diff of
-the two files, a picture, why it matters and how to avoid it. The full tables behind each verdict
-are in the appendix at the end.
+
+HOW_TO_READ = """\
+## How to read the summary
+
+Each trap's section gives the tutorial's claim, the trap, what is true, what was measured, the
+diff of the two files, a picture, what it does to learning, why it matters and how to avoid it;
+its full tables are in [tables.md](tables.md).
 
 | verdict | meaning |
 |:--|:--|
@@ -89,7 +95,18 @@ padding may not show it at once. It agrees with an expected SILENT; ", NaN" says
   direction, 0 unrelated, -1 opposite; NaN when a gradient holds NaN)."""
 
 
-def opening(grid: Grid, unavailable: list[str], cards: list[Card], learned: bool) -> str:
+def opening() -> str:
+    """The title and what the report measures, and where its pages are."""
+    return OPENING
+
+
+def how_to_read(learned: bool) -> str:
+    """The verdicts and the summary's columns, and the learning probe's method."""
+    return HOW_TO_READ + (f"\n\n{learning.INTRO}" if learned else "")
+
+
+def reproduce(grid: Grid, unavailable: list[str], cards: list[Card], learned: bool) -> str:
+    """How to make the report again, and on what it was made."""
     devices = list(dict.fromkeys(d for d, _ in grid))
     dtypes = list(dict.fromkeys(dtype_name(t) for _, t in grid))
     has_cuda = any(d.type == "cuda" for d in devices)
@@ -100,13 +117,10 @@ def opening(grid: Grid, unavailable: list[str], cards: list[Card], learned: bool
         else "The learning probe was skipped (`--no-learn`)."
     )
     lines = [
-        OPENING,
-        *(["", learning.INTRO] if learned else []),
-        "",
         "## Reproduce",
         "",
-        f"`{command}` writes this file to `reports/{REPORT}` (`--out DIR` elsewhere). "
-        f"{learning_line}",
+        f"`{command}` writes this file to `reports/{REPORT}` and its companion pages beside it "
+        f"(`--out DIR` elsewhere). {learning_line}",
         "",
         f"{VERSIONS} attention-pitfalls {__version__}, torch {torch.__version__}, "
         f"Python {platform.python_version()}, {platform.machine()}.",

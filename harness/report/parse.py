@@ -23,6 +23,7 @@ from harness.report.format import (
     LEARNING_END,
     LEARNING_START,
     LINK,
+    NAMED,
     NAN,
     NOT_AVAILABLE,
     SUMMARY,
@@ -42,14 +43,14 @@ ENVIRONMENT = re.compile(
     rf"|^({re.escape(CPU)}).*$"
 )
 SUMMARY_ROW = re.compile(rf"^\|\s*{LINK}")
-LISTED = re.compile(rf"^- {LINK}: ")  # a symptom's evidence for one trap
+LISTED = re.compile(rf"^- {LINK}{NAMED}: ")  # a symptom's evidence for one trap
 # - cpu float16: **LOUD**: why
 VERDICT_LINE = re.compile(rf"^- [^:,]+: \*\*[A-Z]+(?:{re.escape(NAN)})?\*\*: ")
 PRINTED_THRESHOLD = re.compile(rf"(?:threshold|>) ({NUMBER})")  # "> threshold 2.13e-07"
 # Training amplifies rounding, so the learning probe's numbers drift from CPU to CPU: in its
 # blocks (LEARNING_START to LEARNING_END), its summary column (LEARNED_COLUMN) and its symptom
 # evidence only the words are compared.
-LEARNED_EVIDENCE = re.compile(rf"^- {LINK}: {TRAINED}")
+LEARNED_EVIDENCE = re.compile(rf"^- {LINK}{NAMED}: {TRAINED}")
 # a picture's name with the hash of its bytes (publish.hashed_name)
 PICTURE_HASH = re.compile(rf"({IMAGES}/[\w.-]+?)-[0-9a-f]{{{HASH_DIGITS}}}\.png")
 

@@ -1,15 +1,16 @@
 """Replace a report folder's files as one unit.
 
-A report is ``report.md`` plus the pictures it links under ``img/``. A new one is rendered into a
-staging folder inside the destination. Then, holding an exclusive lock on the destination (so
-two runs into one folder take turns): the pictures move in under names that carry a hash of
-their bytes, so a new picture never takes the name of one the old ``report.md`` shows;
-``report.md`` replaces the old one in one ``os.replace``; and only then are the pictures the old
-``report.md`` linked and the new one does not removed. A reader sees the old report or the new
-one, never a mix; an interrupted run leaves the old one whole; nothing the report did not link
+A report is ``report.md``, its companion pages (``harness.files.PAGES``) and the pictures they
+link under ``img/``. A new one is rendered into a staging folder inside the destination. Then,
+holding an exclusive lock on the destination (so two runs into one folder take turns): the
+pictures move in under names that carry a hash of their bytes, so a new picture never takes the
+name of one an old page shows; the companion pages, then ``report.md``, each replace the old one
+in one ``os.replace``; and only then are the pictures the old pages linked and the new ones do
+not removed. A reader sees each page old or new, never half-written, and every picture a page
+links is there; an interrupted run leaves the old report whole; nothing the report did not link
 is ever removed. A staging folder left by a run that was killed outright (SIGKILL cannot be
 caught) is removed by the next run; so are the pictures an install killed halfway had moved in
-or was removing (it lists them first in ``.installing``), unless ``report.md`` links them.
+or was removing (it lists them first in ``.installing``), unless a page links them.
 Nothing is written through a link inside the destination: ``os.replace`` replaces a link, and
 the callers refuse an ``img`` that is one (``files.ensure_writable``).
 """
@@ -26,6 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness.files import PAGES
 from harness.report.format import HASH_DIGITS
 
 STAGING = ".staging-"
@@ -118,15 +120,16 @@ def install(
 
 def finish_abandoned(out: Path, report: str) -> None:
     """Finish an install that was killed halfway: remove the pictures its journal lists that
-    ``out/report`` does not link, then the journal (call it holding ``locked(out)``)."""
+    ``out/report`` (or another of its pages) does not link, then the journal (call it holding
+    ``locked(out)``)."""
     journal = out / JOURNAL
     if not os.path.lexists(journal):
         return
     listed = set()
     if journal.is_file() and not journal.is_symlink():
         listed = {name for name in journal.read_text().split("\n") if LINKED_IMAGE_PATH.match(name)}
-    current = out / report
-    linked = linked_images(current.read_text()) if current.is_file() else set()
+    shown = [out / name for name in {report, *PAGES}]
+    linked = {name for page in shown if page.is_file() for name in linked_images(page.read_text())}
     for name in listed - linked:
         (out / name).unlink(missing_ok=True)
     journal.unlink()

@@ -8,7 +8,8 @@ import pandas as pd
 
 from harness.catalogue.judge import Measurement
 from harness.report import learning
-from harness.report.format import LEARNED_COLUMN, SUMMARY, link, num, verdict_label
+from harness.report.format import LEARNED_COLUMN, SUMMARY, num, verdict_label
+from harness.report.pages import linker
 from harness.report.results import TrapResult
 
 
@@ -45,9 +46,9 @@ def cosine_cell(m: Measurement) -> str:
 
 def summary(results: list[TrapResult]) -> str:
     devices = list(dict.fromkeys(m.device for r in results for m in r.cells))
-    rows = []
+    rows, to = [], linker(results)
     for r in results:
-        row = {"trap": link(r.pair.card.id), "§": r.pair.card.section}
+        row = {"trap": to(r.pair.card.id), "§": r.pair.card.section}
         for device in devices:
             here = [m for m in r.cells if m.device == device]
             header = f"{device}: " + " · ".join(m.dtype for m in here)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness import learning
+from harness.catalogue.card import NOT_NAMED
 from harness.catalogue.judge import Measurement
 from harness.catalogue.verdicts import Verdict
 from harness.report.format import TRAINED, num
@@ -170,7 +171,7 @@ class Symptom:
 
 SYMPTOMS = (
     Symptom(
-        "The loss is NaN",
+        "The loss, or some rows of the weights, are NaN",
         "NaN or Inf in buggy.py's output or gradients, or a training loss that turns NaN",
         nan_loss,
     ),
@@ -180,7 +181,7 @@ SYMPTOMS = (
         exploding,
     ),
     Symptom(
-        "The loss stays flat or falls slowly",
+        "The loss is flat or falls slowly",
         f"trained on a tiny task, buggy.py never reaches {learning.THRESHOLD:.0%} accuracy, "
         f"needs {learning.SLOWER:g}x fixed.py's steps, or ends {learning.ENDS_BELOW:g} below "
         f"its accuracy; without the learning probe, a weight's gradient at most "
@@ -188,13 +189,13 @@ SYMPTOMS = (
         flat_loss,
     ),
     Symptom(
-        "The attention map looks uniform, one-hot or wrong",
+        "The same attention for every input, one-hot rows, or rows that do not sum to 1",
         f"mean entropy moved by {ENTROPY_SHIFT:g} or more, saturated rows, or rows that do not "
         "sum to 1",
         odd_map,
     ),
     Symptom(
-        "It works only for some shapes",
+        "It works only for some shapes, or only with one head",
         "an error on most shapes but a silent run on others, or right only with one head",
         some_shapes,
     ),
@@ -226,6 +227,7 @@ def index(results: list[TrapResult], timed: set[str]) -> list[tuple[str, str, li
     comparison with a reference shows.
     """
     found = []
+    results = sorted(results, key=lambda r: r.pair.card.section == NOT_NAMED)  # tutorial's first
     for symptom in SYMPTOMS:
         hits = [(r.pair.card.id, e) for r in results if (e := symptom.evidence(r))]
         found.append((symptom.name, symptom.measured_as, hits))

@@ -1,6 +1,6 @@
-"""report.md's sections on the traps: the classic ones by category, then modern attention; each
-with the tutorial's claim, what was measured, the diff, its pictures, what it does to learning,
-why it matters and how to avoid it."""
+"""The report's sections on the traps (on report.md and traps.md by category, on modern.md after
+its introduction); each with the tutorial's claim, what was measured, the diff, its pictures,
+what it does to learning, why it matters and how to avoid it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from harness.catalogue.card import CATEGORIES, NOT_NAMED, Card
 from harness.catalogue.diffing import unified_diff
 from harness.catalogue.judge import Measurement
 from harness.catalogue.verdicts import Verdict
-from harness.files import IMAGES
+from harness.files import IMAGES, TABLES_PAGE
 from harness.report import learning
 from harness.report.extras import caption, is_short
 from harness.report.format import TABLES, anchor, num, prose, table, verdict_label
@@ -68,7 +68,8 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
     ]
     if card.sources:
         out += ["", "Sources: " + ", ".join(card.sources) + "."]
-    out += ["", f"The tables behind this verdict: [appendix](#{TABLES}{card.id})."]
+    tables = f"{TABLES_PAGE}#{TABLES}{card.id}"
+    out += ["", f"The tables behind this verdict: [{TABLES_PAGE}]({tables})."]
     return "\n".join(out)
 
 
@@ -84,8 +85,9 @@ def benign_statement(m: Measurement) -> str:
 
 
 MODERN_INTRO = """\
-## Modern attention
+# Modern attention
 
+Part of the diagnosis report ([report.md](report.md), which defines its verdicts and columns).
 The attention written after the tutorial, Llama-style: rotary positions, grouped-query heads (a
 few K/V heads shared by blocks of query heads), a KV cache for generation, sometimes a sliding
 window or soft-capped scores. Its traps are the most reported attention bugs of recent years and
@@ -100,20 +102,30 @@ positions restarting at the second) or left-padded rows. The reference is always
 forward in float64 on the same inputs, so a cache trap's error is the distance from the model
 that was trained; its picture shows that error per position, prefill then each step."""
 
+MORE_INTRO = """\
+# Traps the tutorial does not name
+
+Part of the diagnosis report ([report.md](report.md), which defines its verdicts and columns):
+the traps real hand-written attention falls into that the tutorial does not warn of, by
+category."""
+
 
 def category_sections(results: list[TrapResult], images: dict[str, list[str]]) -> str:
-    """The classic traps by category, then the part on modern attention."""
+    """The traps of ``results`` by category, in the catalogue's order of categories."""
     parts = []
     for category in CATEGORIES:
-        members = [r for r in results if r.pair.card.category == category]
-        if members := [r for r in members if not r.pair.card.modern]:
+        if members := [r for r in results if r.pair.card.category == category]:
             parts.append(f"## {category.capitalize()}")
             parts += [trap_section(r, images.get(r.pair.card.id, [])) for r in members]
-    modern = [r for c in CATEGORIES for r in results if r.pair.card.category == c]
-    if modern := [r for r in modern if r.pair.card.modern]:
-        parts.append(MODERN_INTRO)
-        parts += [trap_section(r, images.get(r.pair.card.id, [])) for r in modern]
     return "\n\n".join(parts)
+
+
+def modern_sections(results: list[TrapResult], images: dict[str, list[str]]) -> str:
+    """The modern traps of ``results``, after the page's introduction."""
+    ordered = [r for c in CATEGORIES for r in results if r.pair.card.category == c]
+    return "\n\n".join(
+        [MODERN_INTRO, *(trap_section(r, images.get(r.pair.card.id, [])) for r in ordered)]
+    )
 
 
 def measured_on(card: Card) -> str:

@@ -14,17 +14,37 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.files import IMAGES, REPORT, TIMINGS, ensure_writable
+from harness.files import (
+    DOCTOR,
+    IMAGES,
+    MODERN,
+    MORE_TRAPS,
+    PAGES,
+    REPORT,
+    TABLES_PAGE,
+    TIMINGS,
+    ensure_writable,
+)
 from harness.interrupts import uninterrupted
 from harness.report import diff, publish, store
 from harness.report.appendix import appendix
-from harness.report.opening import opening
+from harness.report.doctor_tables import TABLES, TUTORIAL
+from harness.report.opening import how_to_read, opening, reproduce
+from harness.report.pages import joined, read_pages, trap_pages
 from harness.report.results import Grid, TrapResult
+from harness.report.scorecard import scorecard
 from harness.report.store import Store
 from harness.report.summary_table import summary
 from harness.report.symptom_index import symptom_index
 from harness.report.timings import timings_text
-from harness.report.traps import category_sections
+from harness.report.traps import MORE_INTRO, category_sections, modern_sections
+from harness.report.tutorial_code import check_your_own, tutorial_code
+
+DOCTOR_INTRO = """\
+# The doctor
+
+Part of the diagnosis report ([report.md](report.md)): `python -m harness doctor` on every pair
+of the catalogue, on real libraries' attention modules, and on whole models."""
 
 
 def render(
@@ -33,20 +53,34 @@ def render(
     unavailable: list[str],
     timed: set[str],
     images: dict[str, list[str]],
-    doctor: str | None,
-) -> str:
-    """The whole report.md."""
+    doctor: dict[str, object] | None,
+) -> dict[str, str]:
+    """Every page of the report (``harness.files.PAGES``), by name."""
     cards = [r.pair.card for r in results]
-    sections = [
-        opening(grid, unavailable, cards, any(r.learning is not None for r in results)),
+    learned = any(r.learning is not None for r in results)
+    doctor = doctor or {}
+    page = trap_pages(results)
+    on = {name: [r for r in results if page[r.pair.card.id] == name] for name in PAGES}
+    student = [
+        opening(),
+        scorecard(results),
+        tutorial_code(doctor.get(TUTORIAL)),
+        check_your_own(),
         symptom_index(results, timed),
+        how_to_read(learned),
         summary(results),
-        category_sections(results, images),
+        category_sections(on[REPORT], images),
+        reproduce(grid, unavailable, cards, learned),
     ]
-    if doctor is not None:
-        sections.append(doctor)
-    sections.append(appendix(results))
-    return "\n\n".join(sections).rstrip("\n") + "\n"
+    pages = {REPORT: student}
+    if on[MORE_TRAPS]:
+        pages[MORE_TRAPS] = [MORE_INTRO, category_sections(on[MORE_TRAPS], images)]
+    if on[MODERN]:
+        pages[MODERN] = [modern_sections(on[MODERN], images)]
+    if TABLES in doctor:
+        pages[DOCTOR] = [DOCTOR_INTRO, doctor[TABLES]]
+    pages[TABLES_PAGE] = [appendix(results)]
+    return {name: "\n\n".join(parts).rstrip("\n") + "\n" for name, parts in pages.items()}
 
 
 def draw(r: TrapResult, folder: Path) -> list[str]:
@@ -78,16 +112,17 @@ def write_report(
     out: Path,
     unavailable: list[str],
     timed: dict[str, pd.DataFrame],
-    doctor: str | None = None,
+    doctor: dict[str, object] | None = None,
     progress: Callable[[str], None] = lambda label: None,
     kept: Store | None = None,
 ) -> tuple[Path, bool]:
-    """Write ``out/report.md`` with its pictures, and ``out/timings.md``, as one unit.
+    """Write the report's pages (``out/report.md`` and its companions) with their pictures, and
+    ``out/timings.md``, as one unit.
 
     When ``out`` already holds a report that agrees with this one within rounding noise (and
     every picture it links), it is kept as it is: a machine that differs only in its CPU leaves
     a committed report unchanged. Returns the report's path and whether it was replaced.
-    ``doctor`` is an optional section before the appendix (the doctor's tables).
+    ``doctor`` is ``doctor_tables.doctor_sections``'s answer, when the doctor ran.
     """
     ensure_writable(out)
     with publish.staging(out) as staged:
@@ -101,25 +136,30 @@ def write_report(
                 os.replace(staged / name, staged / new)
             images[r.pair.card.id] = hashed
         progress("writing")
-        text = render(results, grid, unavailable, set(timed), images, doctor)
-        (staged / REPORT).write_text(text)
+        pages = render(results, grid, unavailable, set(timed), images, doctor)
+        for name, page in pages.items():
+            (staged / name).write_text(page)
         (staged / TIMINGS).write_text(timings_text(timed))
         pictures = [name for names in images.values() for name in names]
         with publish.locked(out):
-            old = out / REPORT
-            old_text = old.read_text() if old.is_file() else None
-            if is_current(out, old_text, text):
+            old = read_pages(out)
+            old_text = joined(old) if REPORT in old else None
+            if is_current(out, old_text, joined(pages)) and set(old) == set(pages):
                 with uninterrupted(f"{out / TIMINGS} was replaced (the report was current)"):
                     os.replace(staged / TIMINGS, out / TIMINGS)
                 return out / REPORT, False
             linked = publish.linked_images(old_text or "")
+            companions = [name for name in pages if name != REPORT]
             with uninterrupted(f"{out / REPORT} is the new report"):
-                publish.install(staged, out, REPORT, pictures, [TIMINGS], linked)
+                publish.install(staged, out, REPORT, pictures, [TIMINGS, *companions], linked)
+                for name in set(old) - set(pages):  # a page this report does not have
+                    (out / name).unlink()
     return out / REPORT, True
 
 
 def is_current(out: Path, old_text: str | None, text: str) -> bool:
-    """The report ``out`` holds (``old_text``; None: none) is equivalent to ``text``
+    """The report ``out`` holds (``old_text``, its pages joined; None: none) is equivalent to
+    ``text``
     (``diff.equivalent``), with every picture it links."""
     if old_text is None:
         return False

@@ -77,6 +77,24 @@ KNOWN: dict[str, str] = {
 }
 for _gemma4 in ("gemma4", "gemma4_unified", "gemma4_unified_text"):  # the same text attention
     KNOWN[_gemma4] = KNOWN["gemma4_text"]
+# Decoders of encoder-decoder families, as causal LMs: they take an attention mask and no
+# position ids, and count positions from the first token, padding included
+_FROM_PADDING = {"bart": "0.73", "blenderbot": "0.682", "blenderbot-small": "0.0176",
+                 "marian": "0.515", "mbart": "0.732", "musicgen": "0.439",
+                 "musicgen_melody": "0.474", "mvp": "0.73", "pegasus": "0.507",
+                 "plbart": "0.102", "trocr": "0.73", "whisper": "0.445"}  # fmt: skip
+for _decoder, _moved in _FROM_PADDING.items():
+    KNOWN[_decoder] = (
+        "defect for left-padded batches (batched generation pads on the left): it takes an "
+        "attention mask but no position ids, and counts positions from the first token, padding "
+        f"included, so three left-padding tokens move real tokens' logits by {_moved} "
+        "(left_pad_positions: pad it on the right)"
+    )
+KNOWN["rwkv"] = (
+    "defect for padded batches: it takes an attention mask and ignores it (its logits are the "
+    "same with the mask and without), so three left-padding tokens run through its recurrence "
+    "and move real tokens' logits by 1.8"
+)
 
 
 @dataclass

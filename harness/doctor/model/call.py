@@ -127,6 +127,23 @@ def state_of(model: nn.Module) -> dict[str, Tensor]:
     return found
 
 
+def restore_state(model: nn.Module, state: dict[str, Tensor]) -> None:
+    """Put back the buffers and tensor attributes ``state_of`` copied (by the same names), each
+    in the dtype and on the device of the tensor it replaces (the state of a float32 model put
+    in its float64 copy)."""
+    for path, module in model.named_modules():
+        attributes = [n for n, v in vars(module).items() if isinstance(v, Tensor)]
+        for name in [*module._buffers, *attributes]:
+            kept, now = state.get(f"{path}.{name}"), getattr(module, name)
+            if kept is None or now is None:
+                continue
+            kept = kept.to(now.device, now.dtype if kept.is_floating_point() else kept.dtype)
+            if name in module._buffers:
+                module._buffers[name] = kept.clone()
+            else:
+                setattr(module, name, kept.clone())
+
+
 def keeps_state(model: nn.Module, call: ModelCall, ids: Tensor) -> bool:
     """A model that takes positions (input_pos, start_pos, Mistral's ``positions``) and no cache
     argument, and keeps a cache inside: a forward on ``ids`` changes a buffer or tensor

@@ -134,7 +134,7 @@ class ModelDiagnosis:
                     }
                     for g in self.groups
                 ],
-                "model": [asdict(f) for f in self.properties],
+                "model": [{**asdict(f), "trap": named_trap([f]) or None} for f in self.properties],
             },
             indent=2,
         )

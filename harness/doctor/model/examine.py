@@ -15,7 +15,7 @@ from harness.doctor.examine import SETUP, diagnose, evidence
 from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding, Outcome, failed
 from harness.doctor.guard import TIMEOUT, guarded
 from harness.doctor.model import backends, generation, properties
-from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall
+from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, state_of
 from harness.doctor.model.diagnosis import IDENTIFIES, LayerGroup, ModelDiagnosis
 from harness.doctor.model.layers import Group, attention_layers, grouped
 from harness.doctor.model.patient import Patient, declared_causal, layer_causal
@@ -146,13 +146,14 @@ def _diagnose_model(
     found = ModelDiagnosis(target or type(model).__name__, type(model).__name__, config.strict)
     call = ModelCall.of(model)
     model = copy.deepcopy(model).eval()
+    built = state_of(model)  # a cache it keeps inside, before the forwards below fill it
     runs(model, call, config.seed, timeout)
     report(FINDING)
     try:
         with guarded(timeout), quietly_seeded(config.seed):
             groups = grouped(attention_layers(model, call, config.seed))
             said = True if config.causal else declared_causal(model, [g.module for g in groups])
-            patient = Patient.of(model, call, bool(said), config.seed)
+            patient = Patient.of(model, call, bool(said), config.seed, built)
             if said is None:  # measured: earlier logits ignore later tokens
                 patient.causal = properties.masks_future(patient)
             causal = patient.causal

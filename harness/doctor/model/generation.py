@@ -12,9 +12,10 @@ import torch
 from torch import Tensor, nn
 
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
-from harness.doctor.model.call import SEQ_LEN, logits_of, positions_of
+from harness.doctor.model.call import SEQ_LEN, logits_of, positions_of, restore_state
 from harness.doctor.model.call import keeps_state as call_keeps_state
 from harness.doctor.model.patient import Patient, max_change
+from harness.doctor.model.tables import handed_table, row_of
 from harness.doctor.subject import cache_class
 from harness.runner import describe
 
@@ -50,12 +51,16 @@ def decode(
     model: nn.Module | None = None,
 ) -> tuple[Decoded, object]:
     """Feed ``ids`` in chunks of the given lengths through one cache (None: the model makes
-    it); ``positions``: pass each chunk's position ids explicitly."""
-    call, model = patient.call, model or patient.model
+    it); ``positions``: pass each chunk's position ids explicitly. A model that keeps its cache
+    inside runs as a copy of ``model``, else of the patient as it was built."""
+    call, used = patient.call, model
+    model = model or patient.model
     inside = call.cache is None  # a model that keeps its cache itself, in a copy made here
     given = cache is not None  # the caller's: the model updates it in place, or returns it
     if inside:
         model = copy.deepcopy(model)
+        if used is None:  # the cache as the model was built, not as earlier probes left it
+            restore_state(model, patient.built)
         call.prepare(model, ids.shape[0])
     start, pieces = 0, []
     with torch.no_grad():
@@ -183,13 +188,65 @@ def cached_generation(patient: Patient) -> Outcome:
                       "rolling cache's slots wraps, and its last keys land in slots their "
                       "positions do not own (stale_cache: written in order instead of at "
                       "position % slots)")  # fmt: skip
-    restart = "" if can_retry else (", rope_cache_offset (each chunk's positions counted from 0 "
-                                  "instead of from where the cache ends)")  # fmt: skip
-    return failed(
-        f"{evidence}. Known causes: cache_causal_alignment (a causal mask anchored top-left for "
-        "fewer queries than keys), stale_cache (keys written to or read from the wrong slots, "
-        f"or the current token left out){restart}"
-    )
+    restart = positions_restart(patient) if call.cache is None else None
+    if restart:
+        return failed(
+            f"{evidence}; the rotary table the model hands its layers for a token fed at "
+            f"position {PREFILL} is position 0's: its positions restart under the cache it keeps "
+            "(rope_cache_offset: each call's positions counted from 0 instead of from its start)"
+        )
+    stepped = [w[0] for w in wrong][:1] == ["one token per step"]
+    first_only = _first_keys_only(patient, new_cache) if stepped else None
+    if first_only:
+        return failed(
+            f"{evidence}; the token fed at position {PREFILL} does not see the token at "
+            f"{PREFILL - 2} through the cache (changing it moves nothing there), as its full "
+            "forward does: its mask lets one query see the first key only (cache_causal_alignment:"
+            " a causal mask anchored top-left for fewer queries than keys)"
+        )
+    stale = ("stale_cache (keys written to or read from the wrong slots, or the current token "
+             "left out)")  # fmt: skip
+    if first_only is False and (can_retry or restart is False):
+        return failed(
+            f"{evidence}; the token fed at position {PREFILL} sees the earlier tokens through "
+            "the cache, and its positions are counted on from it, so the cache holds the wrong "
+            f"keys: {stale}"
+        )
+    causes = [] if first_only is False else ["cache_causal_alignment (a causal mask anchored "
+                                             "top-left for fewer queries than keys)"]  # fmt: skip
+    causes.append(stale)
+    if not can_retry and restart is not False:
+        causes.append("rope_cache_offset (each chunk's positions counted from 0 instead of from "
+                      "where the cache ends)")  # fmt: skip
+    return failed(f"{evidence}. Known causes: {', '.join(causes)}")
+
+
+def _first_keys_only(patient: Patient, new_cache: Callable[[], object] | None) -> bool:
+    """Decoding one token per step, the logits at PREFILL ignore the token at PREFILL - 2 (in
+    the cache by then), while the full forward's follow it."""
+    ids = patient.tokens()
+    changed = ids.clone()
+    changed[:, PREFILL - 2] = patient.tokens(seed=5)[:, PREFILL - 2]
+    if max_change(patient.logits(ids)[:, PREFILL], patient.logits(changed)[:, PREFILL]) <= 0:
+        return False  # the model itself ignores that token there
+    chunks = SCENARIOS["one token per step"]
+    got = [decode(patient, t, chunks, cache=new_cache() if new_cache else None)[0].logits
+           for t in (ids, changed)]  # fmt: skip
+    return max_change(got[0][:, PREFILL], got[1][:, PREFILL]) <= patient.floor(got[0])
+
+
+def positions_restart(patient: Patient) -> bool | None:
+    """Whether the rotary table a model that keeps its cache inside hands its layers for one
+    token fed at position PREFILL is position 0's (True) rather than PREFILL's (False), as its
+    full forward's table reads; None where no layer is handed a table with a row per token."""
+    ids = patient.tokens()
+    args = (patient.model, patient.call)
+    full = handed_table(*args, ids, 0, patient.built)
+    one = handed_table(*args, ids[:, PREFILL : PREFILL + 1], PREFILL, patient.built)
+    rows = None if full is None or one is None else row_of(full, one)
+    if not rows or rows == list(range(full.shape[0])):  # no match, or a table of equal rows
+        return None
+    return PREFILL not in rows and 0 in rows
 
 
 def keeps_state(patient: Patient) -> bool:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, left_padded
+from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, left_padded, state_of
 from harness.metrics import rounding
 from harness.runner import as_dtype
 
@@ -83,16 +83,22 @@ class Patient:
     causal: bool
     seed: int
     dtype: torch.dtype
+    # its buffers and tensor attributes as built, before any forward: a cache it keeps inside
+    # as its first generation finds it (a forward fills it with the prompt it is then fed)
+    built: dict[str, Tensor] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, model: nn.Module, call: ModelCall, causal: bool, seed: int) -> Patient:
+    def of(cls, model: nn.Module, call: ModelCall, causal: bool, seed: int,
+           built: dict[str, Tensor] | None = None) -> Patient:  # fmt: skip
         """float64, or float32 for a model that does not run in float64 or whose left-padded
         batch is not finite there (transformers' eager attention fills with float64's
-        ``finfo.min``, then takes its softmax in float32, where that is -inf)."""
+        ``finfo.min``, then takes its softmax in float32, where that is -inf). ``built``: the
+        model's state before any forward (``state_of``; default: as it is now)."""
         ids = call.tokens(BATCH, SEQ_LEN, seed)
         given = left_padded(call, ids, positions=False)
         for dtype in (torch.float64, torch.float32):
             copy = as_dtype(model, torch.device("cpu"), dtype).eval()
+            built = state_of(copy) if built is None else built
             try:
                 with torch.no_grad():
                     finite = bool(torch.isfinite(call.run(copy, ids, **given)).all())
@@ -101,7 +107,7 @@ class Patient:
                     raise
                 continue
             if finite or dtype == torch.float32:
-                return cls(copy, call, causal, seed, dtype)
+                return cls(copy, call, causal, seed, dtype, built)
         raise AssertionError("unreachable")
 
     def tokens(self, batch: int = BATCH, seq_len: int = SEQ_LEN, seed: int = 0) -> Tensor:

@@ -127,15 +127,28 @@ def left_padding(patient: Patient) -> Outcome:
         how = "positions counted from the first real token" if call.positions else "no positions"
         return passed(f"{PAD} padding tokens on the left, {how}: {moved:.2g} (floor {floor:.2g})")
     evidence = f"{PAD} padding tokens on the left move the real tokens' logits by {moved:.3g}"
-    if call.positions is None:  # the caller's trap, not the model's: it must pad on the right
-        return warned(
-            f"{evidence}; the model takes no position ids, so its real tokens sit {PAD} "
-            "positions on (left_pad_positions: pad it on the right, or give it position ids)"
+    if not torch.isfinite(got).all():
+        return failed(
+            f"{PAD} padding tokens on the left make real tokens' logits non-finite: a padding "
+            "query with no key to attend gives NaN, and NaN reaches the real tokens through "
+            "the next layer (fully_masked_row: a -inf fill, or a mask added twice that reaches "
+            "-inf, on a row with no allowed key)"
         )
     ignored = patient.logits(padded, **{**given, "mask": torch.ones_like(mask)})[0, PAD:]
     if max_change(ignored, got) <= floor:
         return failed(f"{evidence}: the same as with no padding masked, so the model ignores "
                       "its attention mask there")  # fmt: skip
+    if call.positions is None and patient.causal:  # a decoder generates left-padded batches
+        return failed(
+            f"{evidence}; the model takes an attention mask but no position ids, and counts "
+            f"positions from the padding: its real tokens sit {PAD} positions on "
+            "(left_pad_positions: count them from the mask, as OPT's learned positions do)"
+        )
+    if call.positions is None:  # an encoder: its caller pads on the right
+        return warned(
+            f"{evidence}; the model takes no position ids, so its real tokens sit {PAD} "
+            "positions on (left_pad_positions: pad it on the right, or give it position ids)"
+        )
     return failed(
         f"{evidence}, with the model's mask and positions: the padding reaches real tokens "
         "(sdpa_mask_inverted: a mask read the other way round; padding_on_queries)"

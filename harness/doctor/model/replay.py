@@ -187,6 +187,8 @@ class Replay:
     attention mask. Recordings are kept per shape, dtype, mask and positions.
     """
 
+    from_model = True  # what the layer gets is its model's own: its mask, its positions
+
     def __init__(self, model: nn.Module, path: str, call: ModelCall, seed: int = 0):
         self.model = model
         self.path = path

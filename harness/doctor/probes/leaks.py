@@ -136,6 +136,13 @@ def _convention_hint(subject: Subject, check: Callable[[Subject], str | None]) -
         return ""
     if not passes:
         return ""
+    if getattr(subject.config.call, "from_model", False):  # the mask is its model's own
+        return (
+            " (it passes with the mask read the other way round: the layer inverts the mask its "
+            "own model builds, blocking exactly the keys it should attend: mask_bool, a "
+            "keep-mask filled where it is True, or sdpa_mask_inverted, a blocked-is-True mask "
+            "given where True attends)"
+        )
     return (
         f" (it passes with --mask {other}: is that the module's convention? If not, the module "
         f"blocks exactly the keys it should attend: mask_bool, a keep-mask filled where it is "

@@ -41,6 +41,15 @@ def _outputs(subject: Subject, dtype: torch.dtype, x: Tensor, keep: Tensor | Non
         return [subject.call(module, x.to(dtype), keep, p)[0].double() for p in positions]
 
 
+def _autocast_outputs(subject: Subject, dtype: torch.dtype, x: Tensor, keep: Tensor | None,
+                      positions: list[Tensor]) -> list[Tensor]:  # fmt: skip
+    """The float32 module's output (float64) for each set of positions under autocast in
+    ``dtype``: its activations in ``dtype``, its buffers (an ``inv_freq``) as they are."""
+    module = subject.copy(torch.float32)
+    with torch.no_grad(), torch.autocast(device_type=subject.device.type, dtype=dtype):
+        return [subject.call(module, x.float(), keep, p)[0].double() for p in positions]
+
+
 def _largest(diff: Tensor) -> float:
     return diff.abs().nan_to_num(math.inf).max().item()
 
@@ -156,11 +165,16 @@ def _offsets(context: int | None, seq_len: int) -> list[int]:
 
 def _low_precision(subject: Subject, x: Tensor, keep: Tensor | None, base: Tensor,
                    shifted: list[Tensor], offsets: list[int]) -> Outcome | None:  # fmt: skip
-    """In bfloat16, the shifted output stays within the 2x rule of the unshifted one's error
-    (both against float64 at positions 0..T-1); a failure, or None when it does."""
+    """Under autocast in bfloat16, the shifted output stays within the 2x rule of the unshifted
+    one's error (both against float64 at positions 0..T-1); a failure, or None when it does.
+
+    Autocast, not a bfloat16 copy: angles computed in the activations' dtype are the trap, while
+    a copy made with ``.to(torch.bfloat16)`` rounds every rotary ``inv_freq`` buffer as well,
+    transformers' own included (transformers #25681), and its outputs at random weights move by
+    about the 2x rule's own margin, so a verdict there would follow the seed."""
     (exact,) = _outputs(subject, torch.float64, x, keep, [base])
     try:
-        low, *lows = _outputs(subject, torch.bfloat16, x, keep, [base, *shifted])
+        low, *lows = _autocast_outputs(subject, torch.bfloat16, x, keep, [base, *shifted])
     except Exception:  # a module that does not run in bfloat16 is the robustness probe's
         return None
     floor = metrics.error(low, exact)
@@ -170,7 +184,7 @@ def _low_precision(subject: Subject, x: Tensor, keep: Tensor | None, base: Tenso
         error = metrics.error(out, exact)
         if not error.max_abs <= limit:
             return failed(
-                f"in bfloat16, shifting every position by {offset:,} gives error "
+                f"under autocast(bfloat16), shifting every position by {offset:,} gives error "
                 f"{error.max_abs:.3g} against {limit:.3g} (2x its error at positions 0..T-1, plus "
                 "atol): positions or "
                 "their angles computed in bfloat16 (rope_low_precision)"
