@@ -944,3 +944,31 @@ class InvertedPaddingAttention(PaddingAttention):
 
 class InvertedPaddingGPT(CountedPaddedGPT):
     attention = InvertedPaddingAttention
+
+
+class SoftmaxlessAttention(SelfAttention):
+    """Its mask and its softmax both dropped (the lines deleted together): no softmax runs, so
+    no layer is found as attention; its class name and causal buffer still say causal."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        return self.merge(self.scores(q, k) @ v)
+
+
+class CausalSelfAttentionWithoutSoftmax(SoftmaxlessAttention):
+    pass
+
+
+class SoftmaxlessNoGenerateGPT(NoGenerateGPT):
+    attention = CausalSelfAttentionWithoutSoftmax
+
+
+class ChunkTopLeftAttention(RotaryCachedAttention):
+    """Meta's Llama's masking: none for one token; for a chunk, anchored top-left (wrong)."""
+
+    def allowed(self, start: int, T: int) -> torch.Tensor:
+        return super().allowed(start, T) if T == 1 else self.causal[:T, : start + T]
+
+
+class ChunkTopLeftRotaryStartPosGPT(RotaryStartPosGPT):
+    attention = ChunkTopLeftAttention

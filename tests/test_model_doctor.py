@@ -508,6 +508,7 @@ def test_rotary_angles_from_a_float32_buffer_pass_the_bfloat16_shift_on_every_se
         ("RestartingRotaryStartPosGPT", "rope_cache_offset"),  # the rotary rows of 0..T-1
         ("LeftOutRotaryStartPosGPT", "stale_cache"),  # the current token's keys left out
         ("TopLeftRotaryStartPosGPT", "cache_causal_alignment"),  # the mask anchored top-left
+        ("ChunkTopLeftRotaryStartPosGPT", "cache_causal_alignment"),  # for chunks only
     ],
 )
 def test_a_cache_kept_inside_names_one_cause(cls, trap):
@@ -516,6 +517,7 @@ def test_a_cache_kept_inside_names_one_cause(cls, trap):
     diagnosis = diagnose_model(small(getattr(model_modules, cls)))
     found = _model(diagnosis, "cached generation")
     assert found.status == FAIL and named_trap([found]) == trap, found.message
+    assert "Known causes" not in found.message  # one cause, not a list that starts with it
     assert diagnose_model(small(model_modules.RotaryStartPosGPT)).healthy  # written right
 
 
@@ -531,3 +533,12 @@ def test_a_layer_that_inverts_its_models_mask_is_told_so_not_to_pass_another_opt
     messages = [f.message for f in diagnosis.groups[0].diagnosis.findings if f.status == FAIL]
     assert any("inverts the mask its own model builds" in m for m in messages), diagnosis.text()
     assert not any("--mask" in m for m in messages), diagnosis.text()
+
+
+def test_a_model_whose_layers_run_no_softmax_is_still_held_to_what_they_say():
+    """No attention layer is found (no softmax runs), yet a submodule's name and causal buffer
+    say the model is causal: its future leak is still found."""
+    diagnosis = diagnose_model(small(model_modules.SoftmaxlessNoGenerateGPT))
+    assert not diagnosis.groups
+    found = _model(diagnosis, "causal no-leak")
+    assert found.status == FAIL and "causal_leak" in found.message, diagnosis.text()

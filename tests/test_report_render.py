@@ -66,8 +66,8 @@ def test_summary_verdict_is_the_combined_one():
     assert row["cpu: float32 · float16"] == "BENIGN · LOUD"
     assert row["combined"] == "NUMERIC" and row["expected"] == "NUMERIC"
     assert row["output error (floor)"] == report.output_cell(cell("fill_overflow_half"))
-    assert row["trap"] == "[`fill_overflow_half`](#fill_overflow_half)"
-    assert row["§"] == "§4.2"
+    assert row["trap"] == "[`fill_overflow_half`](traps.md#fill_overflow_half)"  # not named
+    assert row["§"] == "—"
 
 
 def test_a_silent_trap_with_nan_output_says_so():

@@ -9,6 +9,8 @@ rest of the report is).
 
 from __future__ import annotations
 
+import math
+
 from harness.catalogue.card import Card
 from harness.catalogue.verdicts import Verdict
 from harness.learning import (
@@ -116,7 +118,8 @@ def learning_block(
     """A trap's paragraph on learning, its table and its curves, between the block markers."""
     d = learning.diagnosis
     text = (
-        f"**What it does to learning.** Trained on {learning.task.describe()}. fixed.py "
+        f"**What it does to learning.** Trained on {learning.task.describe()} (a loss of "
+        f"ln {VOCAB} = {math.log(VOCAB):.2f} is chance). fixed.py "
         + (
             f"reaches {THRESHOLD:.0%} in {learning.fix.steps_to_threshold} steps; "
             if learning.fix.steps_to_threshold is not None

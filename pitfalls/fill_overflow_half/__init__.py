@@ -5,9 +5,10 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="fill_overflow_half",
     title="masked_fill(-1e9) in float16",
-    section="§4.2",
+    section="—",
     category="numerics",
-    claim="-1e9 is a safe mask value (the tutorial's own §4.2 snippet uses it).",
+    claim="Not named by the tutorial; the common belief: -1e9 is a safe mask value (the "
+    "tutorial's own §4.2 snippet uses it).",
     trap="masked_fill(mask == 0, -1e9) on float16 scores.",
     truth=(
         "float16 tops out at 65504: masked_fill raises 'value cannot be converted to type "

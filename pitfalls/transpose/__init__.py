@@ -5,7 +5,7 @@ from harness.catalogue.card import Card, Verdict
 CARD = Card(
     id="transpose",
     title="K.transpose(0, 1) instead of K.transpose(1, 2)",
-    section="§4.3",
+    section="§3.2",
     category="layout",
     claim="A wrong transpose of K breaks Q @ K^T: a bmm error or a garbled result.",
     trap="torch.bmm(Q, K.transpose(0, 1)) swaps batch and time instead of time and features.",

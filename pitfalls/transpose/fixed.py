@@ -1,4 +1,4 @@
-"""Trap transpose (tutorial 4.3): K transposed over the wrong axes.
+"""Trap transpose (tutorial 3.2): K transposed over the wrong axes.
 
 buggy.py and fixed.py differ only in the lines marked BUG / FIX: diff them.
 """

@@ -154,6 +154,7 @@ def _diagnose_model(
             groups = grouped(attention_layers(model, call, config.seed))
             said = True if config.causal else declared_causal(model, [g.module for g in groups])
             patient = Patient.of(model, call, bool(said), config.seed, built)
+            patient.attends = bool(groups)
             if said is None:  # measured: earlier logits ignore later tokens
                 patient.causal = properties.masks_future(patient)
             causal = patient.causal

@@ -195,6 +195,12 @@ def cached_generation(patient: Patient) -> Outcome:
             f"position {PREFILL} is position 0's: its positions restart under the cache it keeps "
             "(rope_cache_offset: each call's positions counted from 0 instead of from its start)"
         )
+    if patient.attends and [w[0] for w in wrong] == ["chunked prefill"]:
+        return failed(
+            f"{evidence}, while one token per step agrees: a chunk of several queries over more "
+            "keys is masked as if it started at key 0 (cache_causal_alignment: a causal mask "
+            "anchored top-left for fewer queries than keys)"
+        )
     stepped = [w[0] for w in wrong][:1] == ["one token per step"]
     first_only = _first_keys_only(patient, new_cache) if stepped else None
     if first_only:

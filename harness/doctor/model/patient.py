@@ -47,7 +47,8 @@ def says_causal(layer: nn.Module) -> bool:
 def declared_causal(model: nn.Module, layers: list[nn.Module]) -> bool | None:
     """What the model says it is: causal when every attention layer says so (``is_causal``; an
     encoder's layers say otherwise), else not when its config says it reads both ways, else
-    causal when a layer says so by its name or its mask (``says_causal``), else whether it can
+    causal when a layer says so by its name or its mask (``says_causal``; any submodule, where
+    no attention layer was found), else whether it can
     generate (transformers' ``can_generate()``, else a ``generate`` method), else
     a causal LM by its class name (``...ForCausalLM``, ``...LMHeadModel``); None when nothing
     says."""
@@ -57,7 +58,8 @@ def declared_causal(model: nn.Module, layers: list[nn.Module]) -> bool | None:
     config = getattr(model, "config", None)
     if any(getattr(config, name, None) == value for name, value in BIDIRECTIONAL.items()):
         return False
-    if any(says_causal(layer) for layer in layers):
+    # no layer found (its softmax or its mask gone): any submodule that says so speaks for it
+    if any(says_causal(layer) for layer in layers or list(model.modules())[1:]):
         return True
     can_generate = getattr(model, "can_generate", None)
     if callable(can_generate):
@@ -86,6 +88,7 @@ class Patient:
     # its buffers and tensor attributes as built, before any forward: a cache it keeps inside
     # as its first generation finds it (a forward fills it with the prompt it is then fed)
     built: dict[str, Tensor] = field(default_factory=dict)
+    attends: bool = True  # attention layers were found in it (not a recurrence alone)
 
     @classmethod
     def of(cls, model: nn.Module, call: ModelCall, causal: bool, seed: int,
