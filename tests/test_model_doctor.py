@@ -542,3 +542,13 @@ def test_a_model_whose_layers_run_no_softmax_is_still_held_to_what_they_say():
     assert not diagnosis.groups
     found = _model(diagnosis, "causal no-leak")
     assert found.status == FAIL and "causal_leak" in found.message, diagnosis.text()
+
+
+def test_causes_a_finding_cannot_tell_apart_are_all_named_not_the_first():
+    evidence = (
+        "one token per step differs from the full forward from position 4 on (by 0.2). Known "
+        "causes: stale_cache (keys written to the wrong slots, or the current token left out), "
+        "rope_cache_offset (each chunk's positions counted from 0)"
+    )
+    found = Finding("cached generation", FAIL, evidence)
+    assert named_trap([found]) == "stale_cache or rope_cache_offset"

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from harness.doctor.causes import Cause
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+# How a failure lists the causes it cannot tell apart: "Known causes: a (gloss), b (gloss)";
+# the model's table then names every one of them ("a or b").
+KNOWN_CAUSES = "Known causes: "
 
 
 @dataclass(frozen=True)

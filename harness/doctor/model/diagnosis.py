@@ -11,6 +11,7 @@ import pandas as pd
 
 from harness.doctor.findings import (
     FAIL,
+    KNOWN_CAUSES,
     PASS,
     WARN,
     Diagnosis,
@@ -25,6 +26,7 @@ from harness.doctor.findings import (
 # function's argument ("1/sqrt(d_k)").
 TRAP_ID = r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+"  # a catalogue trap's id: mask_bool, rope_on_value
 NAMED = re.compile(rf"(?<![A-Za-z0-9_])\(({TRAP_ID})[:)]|: ({TRAP_ID})(?:$| \(| or |, )")
+LISTED = re.compile(rf"(?:^|\), )({TRAP_ID}) \(")  # each cause after KNOWN_CAUSES
 OR_NAMED = re.compile(rf" or ({TRAP_ID})\b")  # the second of two a finding cannot tell apart
 
 
@@ -42,6 +44,10 @@ def named_trap(findings: list[Finding]) -> str:
     sdpa = [f for f in failing if f.probe == IDENTIFIES]
     ordered = sdpa + [f for f in failing if f.probe != IDENTIFIES][:1]
     for finding in ordered:
+        if KNOWN_CAUSES in finding.message:  # several, none decided: each is named
+            listed = LISTED.findall(finding.message.split(KNOWN_CAUSES, 1)[1])
+            if listed:
+                return " or ".join(listed)
         found = NAMED.search(finding.message)
         if found:
             name = found[1] or found[2]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.findings import KNOWN_CAUSES, Outcome, failed, passed, skipped, warned
 from harness.doctor.model.call import SEQ_LEN, logits_of, positions_of, restore_state
 from harness.doctor.model.call import keeps_state as call_keeps_state
 from harness.doctor.model.patient import Patient, max_change
@@ -224,7 +224,7 @@ def cached_generation(patient: Patient) -> Outcome:
     if not can_retry and restart is not False:
         causes.append("rope_cache_offset (each chunk's positions counted from 0 instead of from "
                       "where the cache ends)")  # fmt: skip
-    return failed(f"{evidence}. Known causes: {', '.join(causes)}")
+    return failed(f"{evidence}. {KNOWN_CAUSES}{', '.join(causes)}")
 
 
 def _first_keys_only(patient: Patient, new_cache: Callable[[], object] | None) -> bool:
