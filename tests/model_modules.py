@@ -972,3 +972,41 @@ class ChunkTopLeftAttention(RotaryCachedAttention):
 
 class ChunkTopLeftRotaryStartPosGPT(RotaryStartPosGPT):
     attention = ChunkTopLeftAttention
+
+
+class DeviceSecondInputPosGPT(InputPosGPT):
+    """litgpt's older ``set_kv_cache(batch_size, device=None, dtype=None)``: the length is the
+    model's own ``max_seq_length``; a length passed second would be taken for the device."""
+
+    setup_caches = None  # it has set_kv_cache instead
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.max_seq_length = config.block_size
+
+    def set_kv_cache(self, batch_size: int, device: torch.device | None = None, dtype=None):
+        torch.empty(0, device=device)  # a length here raises, as litgpt's would
+        self.max_batch_size = batch_size
+        for block in self.h:
+            block.attn.make_cache(batch_size, self.max_seq_length)
+
+
+class MaskFreeCachedAttention(PassedCacheAttention):
+    """The causal mask dropped where it was built inline: no mask buffer, no causal name."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        del self.causal
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        if cache is not None:
+            k, v = cache.update(k, v, layer)  # (B, h, S, d)
+        return self.merge(F.softmax(self.scores(q, k), dim=-1) @ v)
+
+
+class MaskFreeCachedGPT(PassedCacheGPT):
+    """No generate(): only its cache argument says it is a decoder."""
+
+    attention = MaskFreeCachedAttention
+    generate = None

@@ -552,3 +552,18 @@ def test_causes_a_finding_cannot_tell_apart_are_all_named_not_the_first():
     )
     found = Finding("cached generation", FAIL, evidence)
     assert named_trap([found]) == "stale_cache or rope_cache_offset"
+
+
+def test_a_cache_argument_says_decoder_when_nothing_else_does():
+    """No generate(), no causal name or buffer: its cache argument says it generates, so its
+    dropped mask is a leak, not an encoder's reading both ways."""
+    diagnosis = diagnose_model(small(model_modules.MaskFreeCachedGPT))
+    assert diagnosis.notes[0].startswith("causal (declared)"), diagnosis.notes
+    assert _model(diagnosis, "causal no-leak").status == FAIL, diagnosis.text()
+
+
+def test_a_cache_made_without_a_length_argument_is_made_with_the_models_own():
+    """litgpt's set_kv_cache(batch_size, device=None, dtype=None): no length passed as device."""
+    diagnosis = diagnose_model(small(model_modules.DeviceSecondInputPosGPT))
+    assert diagnosis.healthy, diagnosis.text()
+    assert _model(diagnosis, "cached generation").status == "pass", diagnosis.text()

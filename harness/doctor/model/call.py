@@ -104,6 +104,17 @@ def left_padded(call: ModelCall, ids: Tensor, positions: bool = True) -> dict[st
     return given
 
 
+def _length_parameter(setup: Callable[..., object]) -> str | None:
+    """The name of the cache-making method's length parameter: the one whose name says a
+    length (gpt-fast's ``max_seq_length``), else its second where that has no default; None
+    when it takes none (litgpt's ``set_kv_cache(batch_size, device=None, dtype=None)`` reads
+    the model's own ``max_seq_length``: a length there would be its device)."""
+    params = [p for p in inspect.signature(setup).parameters.values() if p.name != "self"]
+    said = [p.name for p in params[1:] if "len" in p.name or "seq" in p.name]
+    required = [p.name for p in params[1:2] if p.default is inspect.Parameter.empty]
+    return (said or required or [None])[0]
+
+
 def _setup(model: nn.Module) -> Callable[[int, int], object] | None:
     """The model's method that makes the cache it keeps (``SETUP_NAMES``), or None."""
     found = (getattr(model, name, None) for name in SETUP_NAMES)
@@ -255,10 +266,14 @@ class ModelCall:
         setup = _setup(model)
         if setup is None:
             return
+        length = _length_parameter(setup)
+        if length is None:  # it reads the model's own length
+            setup(batch)
+            return
         for made in SETUP_SIZES:  # gpt-fast's keeps a larger cache: made again
             if made in vars(model) and isinstance(vars(model)[made], int):
                 setattr(model, made, -1)  # a plain attribute (litgpt's property rebuilds rope)
-        setup(batch, self.context)
+        setup(batch, **{length: self.context})
 
     def tokens(self, batch: int, seq_len: int, seed: int) -> Tensor:
         """Seeded token ids (B, T) of its vocabulary (``token_ids``)."""
