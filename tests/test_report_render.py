@@ -12,6 +12,7 @@ import subprocess
 import threading
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -25,6 +26,7 @@ from harness.files import DOCTOR
 from harness.report import TrapResult, publish
 from harness.report import write as report_write
 from harness.report.doctor_tables import TABLES
+from harness.report.pages import trap_pages
 
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -439,3 +441,12 @@ def test_finishing_a_killed_install_removes_only_the_listed_pictures_the_report_
     publish.finish_abandoned(tmp_path, report.REPORT)
     assert sorted(p.name for p in img.iterdir()) == ["holiday.png", "kept-1.png"]
     assert (tmp_path / report.REPORT).is_file() and not (tmp_path / publish.JOURNAL).exists()
+
+
+def test_a_trap_the_tutorial_names_is_on_the_students_page_with_or_without_a_claim_row():
+    def trap(pid, section):
+        card = SimpleNamespace(id=pid, section=section, modern=False)
+        return SimpleNamespace(pair=SimpleNamespace(card=card))
+
+    pages = trap_pages([trap("named_only", "§4.2"), trap("not_named", "—")])
+    assert pages == {"named_only": report.REPORT, "not_named": "traps.md"}

@@ -4,6 +4,7 @@ by kind. A link from one page to a trap on another names that page."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.catalogue.card import NOT_NAMED
@@ -33,13 +34,14 @@ def trap_pages(results: list[TrapResult]) -> dict[str, str]:
     }
 
 
-def linker(results: list[TrapResult], here: str = REPORT):
-    """``link`` for a page ``here``: a trap on another page is linked with its page's name."""
+def linker(results: list[TrapResult]) -> Callable[[str], str]:
+    """``link`` for the student's page: a trap on another page is linked with its page's
+    name."""
     pages = trap_pages(results)
 
     def to(pitfall: str) -> str:
         page = pages.get(pitfall, REPORT)
-        return link(pitfall, "" if page == here else page)
+        return link(pitfall, "" if page == REPORT else page)
 
     return to
 

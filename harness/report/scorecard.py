@@ -33,6 +33,12 @@ def _verdict(r: TrapResult) -> str:
     return str(r.overall(r.primary.device))
 
 
+def _as_measured(r: TrapResult, holds: str) -> Judged:
+    """``holds``, with the pair's verdict and its reason as the number: where the measurement
+    goes the other way than the catalogue's finding, it says what it found."""
+    return holds, f"{_verdict(r)}: {r.primary.reason}"
+
+
 def _spread(_: Results) -> Judged:
     spreads = claims.dot_product_spread()
     first, last = spreads[0], spreads[-1]
@@ -48,7 +54,7 @@ def _spread(_: Results) -> Judged:
 
 def _bias(r: TrapResult) -> Judged:
     if _is_trap(r):
-        return TRUE, f"{_verdict(r)}: {r.primary.reason}"
+        return _as_measured(r, TRUE)
     return FALSE, (
         "with a key bias the output and every gradient stay within float32 rounding of the "
         "bias-free module's: softmax ignores a per-query constant"
@@ -68,7 +74,7 @@ def _raises_mostly(r: TrapResult, trigger_note: str, harm: str) -> Judged:
     trigger shape the search finds."""
     m = r.primary
     if not _is_trap(r):
-        return FALSE, f"{_verdict(r)}: {m.reason}"
+        return _as_measured(r, FALSE)
     where = f", runs silently on {m.trigger.label()}{trigger_note}" if m.trigger else ""
     return TRUE, f"{_verdict(r)}: raises on most shapes{where}, {harm}"
 
@@ -90,7 +96,7 @@ def _softmax_dim(r: TrapResult) -> Judged:
     att = r.primary.attention.set_index("run")
     nan_rows, off = att.loc["bug", "nan_rows"], att.loc["bug", "row_sum_err"]
     if not _is_trap(r):
-        return TRUE, f"{_verdict(r)}: {r.primary.reason}"
+        return _as_measured(r, TRUE)
     return FALSE, (
         f"it normalises over dim 0, the batch: rows miss summing to 1 by up to {num(off)}, and "
         f"under the causal mask {int(nan_rows)} rows are NaN"
@@ -117,7 +123,7 @@ def _mask_broadcast(_: Results) -> Judged:
 def _mask_bool(r: TrapResult) -> Judged:
     s = r.primary.summary()
     if not _is_trap(r):
-        return FALSE, f"{_verdict(r)}: {r.primary.reason}"
+        return _as_measured(r, FALSE)
     return TRUE, (
         f"{_verdict(r)}: output error {num(s['err_bug'])} against a float32 floor of "
         f"{num(s['floor'])}: each query attends only to the keys it must not see"
@@ -127,7 +133,7 @@ def _mask_bool(r: TrapResult) -> Judged:
 def _benign_claim(r: TrapResult) -> Judged:
     """A trap the tutorial names that measures as BENIGN: the claim is false."""
     if _is_trap(r):
-        return TRUE, f"{_verdict(r)}: {r.primary.reason}"
+        return _as_measured(r, TRUE)
     cells = ", ".join(m.dtype for m in r.cells)
     return FALSE, f"BENIGN: output and every gradient within rounding noise ({cells})"
 
@@ -147,7 +153,7 @@ def _v_layout(r: TrapResult) -> Judged:
 def _init(r: TrapResult) -> Judged:
     s = r.primary.summary()
     if _is_trap(r):
-        return TRUE, f"{_verdict(r)}: {r.primary.reason}"
+        return _as_measured(r, TRUE)
     return FALSE, (
         f"BENIGN: {r.primary.reason}; mean entropy {num(s['entropy_bug'])} with the default, "
         f"{num(s['entropy_fix'])} with xavier (the sharper)"
@@ -164,7 +170,7 @@ def _head_parameters(_: Results) -> Judged:
 
 def _head_loop(r: TrapResult) -> Judged:
     if _is_trap(r):
-        return FALSE, f"{_verdict(r)}: {r.primary.reason}"
+        return _as_measured(r, FALSE)
     return PARTLY, (
         "BENIGN: within rounding noise of one fused projection; h small matmuls instead of "
         "one (slower: the ratio is in timings.md)"

@@ -3,13 +3,15 @@ show it (the rules are ``symptoms``'), then how the fixes meet each other's trap
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from harness.report import symptoms
 from harness.report.format import named, prose
 from harness.report.pages import linker
 from harness.report.results import TrapResult
 
 
-def fixes_together(to) -> str:
+def fixes_together(to: Callable[[str], str]) -> str:
     """How the fixes meet each other's traps, linked with ``to``."""
     return prose(
         "**The fixes together.** Each section's fix repairs its own trap; some meet another trap "

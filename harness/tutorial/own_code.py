@@ -4,6 +4,7 @@ and the (B, 1, T, T) mask its docstring documents."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pandas as pd
@@ -34,6 +35,7 @@ class Example:
     lower_triangular: bool  # the weights with that mask: zero above the diagonal
 
 
+@functools.cache
 def example() -> Example:
     torch.manual_seed(0)
     head = tutorial_class("ScaledDotProductAttention")(4, 2, 3)

@@ -152,9 +152,8 @@ def _diagnose_model(
     try:
         with guarded(timeout), quietly_seeded(config.seed):
             groups = grouped(attention_layers(model, call, config.seed))
-            said = True if config.causal else declared_causal(model, [g.module for g in groups])
-            if said is None and (call.cache is not None or call.start is not None):
-                said = True  # a cache argument or a start position: only a decoder takes one
+            layers = [g.module for g in groups]
+            said = True if config.causal else declared_causal(model, layers, call)
             patient = Patient.of(model, call, bool(said), config.seed, built)
             patient.attends = bool(groups)
             if said is None:  # measured: earlier logits ignore later tokens

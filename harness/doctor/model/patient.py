@@ -44,14 +44,14 @@ def says_causal(layer: nn.Module) -> bool:
     return any(_causal_table(b) for b in layer.buffers(recurse=False))
 
 
-def declared_causal(model: nn.Module, layers: list[nn.Module]) -> bool | None:
+def declared_causal(model: nn.Module, layers: list[nn.Module], call: ModelCall) -> bool | None:
     """What the model says it is: causal when every attention layer says so (``is_causal``; an
     encoder's layers say otherwise), else not when its config says it reads both ways, else
     causal when a layer says so by its name or its mask (``says_causal``; any submodule, where
     no attention layer was found), else whether it can
     generate (transformers' ``can_generate()``, else a ``generate`` method), else
-    a causal LM by its class name (``...ForCausalLM``, ``...LMHeadModel``); None when nothing
-    says."""
+    a causal LM by its class name (``...ForCausalLM``, ``...LMHeadModel``), else whether its
+    forward takes a cache or a start position (only a decoder does); None when nothing says."""
     flags = [flag for flag in map(layer_causal, layers) if flag is not None]
     if flags:
         return all(flags)
@@ -67,7 +67,9 @@ def declared_causal(model: nn.Module, layers: list[nn.Module]) -> bool | None:
     if callable(getattr(model, "generate", None)):
         return True
     name = type(model).__name__
-    return True if "CausalLM" in name or "LMHead" in name else None
+    if "CausalLM" in name or "LMHead" in name:
+        return True
+    return True if call.cache is not None or call.start is not None else None
 
 
 def max_change(a: Tensor, b: Tensor) -> float:

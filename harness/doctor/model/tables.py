@@ -38,13 +38,12 @@ def _tables_in(value: Any) -> Iterator[Tensor]:
 
 
 def _cos_sin(a: Any, b: Any) -> bool:
-    """Two tensors of one shape, a cosine and a sine table: cos^2 + sin^2 = 1 everywhere."""
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.is_floating_point()):
+    """Two tensors of one shape, a cosine and a sine table: stacked last, points on the unit
+    circle (``_rotary_table``'s own test)."""
+    tensors = isinstance(a, Tensor) and isinstance(b, Tensor)
+    if not (tensors and a.is_floating_point() and b.is_floating_point() and a.shape == b.shape):
         return False
-    if a.shape != b.shape or not a.numel() or not b.is_floating_point():
-        return False
-    radius = a.double().pow(2) + b.double().pow(2)
-    return bool(torch.allclose(radius, torch.ones_like(radius), atol=1e-3))
+    return _rotary_table(torch.stack([a, b], dim=-1)) is not None
 
 
 def handed_table(model: nn.Module, call: ModelCall, ids: Tensor, start: int,
