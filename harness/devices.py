@@ -82,6 +82,12 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def cpu_kernels() -> str:
+    """Which of torch's CPU kernels run here (AVX512, AVX2, DEFAULT, ...): set by the CPU, or
+    by ``ATEN_CPU_CAPABILITY``; they round float32 differently."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def device_description(device: torch.device) -> str:
     """``cpu`` or the GPU's name."""
     if device.type == "cuda":

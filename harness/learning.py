@@ -32,6 +32,7 @@ gives the same numbers on the same machine.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -64,6 +65,8 @@ GAP = 0.1  # teacher-forced accuracy this far above generation accuracy: it read
 WORSE = 0.03  # eval mode loses this much more accuracy (against training's) than fixed.py's
 EMBED_STD = 0.5**0.5
 IGNORE = -100  # target of a position that is not scored
+NEAR = 0.1  # a measure within this fraction of a threshold it is judged by: a close call
+CLOSE_SEEDS = 5  # seeds a close call is trained on before its label is stated
 
 # recall: keys 0..7, values 8..14, 15 marks a query (and pads)
 KEYS, VALUES, MARK = 8, 7, 15
@@ -456,6 +459,28 @@ class Diagnosis:
     evidence: str
     ratio: float | None = None  # steps to threshold, buggy / fixed
     identical: bool = False  # both modules trained alike to the last digit
+    close: bool = False  # a measure that decided the label lay within NEAR of its threshold
+
+    @property
+    def kind(self) -> str:
+        """The label without its numbers: "learns slower", "wrong in generation", ..."""
+        return self.label.split(" (")[0]
+
+
+class Judge:
+    """Threshold comparisons that remember whether any of them was a close call."""
+
+    def __init__(self) -> None:
+        self.close = False
+
+    def reached(self, value: float, threshold: float) -> bool:
+        """``value >= threshold``; a close call when ``value`` lies within NEAR of it."""
+        self.close = self.close or abs(value - threshold) <= NEAR * abs(threshold)
+        return value >= threshold
+
+    def at_most(self, value: float, threshold: float) -> bool:
+        """``value <= threshold``; a close call when ``value`` lies within NEAR of it."""
+        return self.reached(-value, -threshold)
 
 
 def plural(n: int, word: str) -> str:
@@ -470,8 +495,16 @@ def diagnose(fix: Run, bug: Run) -> Diagnosis:
     good to be true); one right teacher-forced and wrong by generation; one that never reaches
     the threshold (flat when its accuracy rose by less than FLAT_GAIN); one that loses more in
     eval mode than fixed.py does; then the ratio of steps to threshold (slower, too, when it
-    ends ENDS_BELOW under fixed.py's accuracy).
+    ends ENDS_BELOW under fixed.py's accuracy). ``close`` says whether a measure compared on the
+    way lay within NEAR of its threshold, so that another seed could give another label.
     """
+    judge = Judge()
+    found = _diagnose(fix, bug, judge)
+    return replace(found, close=judge.close)
+
+
+def _diagnose(fix: Run, bug: Run, judge: Judge) -> Diagnosis:
+    """``diagnose``'s decisions, each threshold compared through ``judge``."""
     if not bug.trained:
         return Diagnosis(RAISES, bug.error or "no step ran")
     if (step := bug.nonfinite_step) is not None:
@@ -484,15 +517,15 @@ def diagnose(fix: Run, bug: Run) -> Diagnosis:
         return Diagnosis(NO_BASELINE, fix.error or fix.eval_error or reached)
     fixed_steps, steps = fix.steps_to_threshold, bug.steps_to_threshold
     ratio = None if steps is None else steps / fixed_steps
-    if leak := reads_the_future(bug, fix):
+    if leak := reads_the_future(bug, fix, judge):
         return Diagnosis(TOO_GOOD, leak, ratio)
-    if gap := generation_gap(bug, fix):
+    if gap := generation_gap(bug, fix, judge):
         return Diagnosis(GENERATION, gap, ratio)
     fixed = f"fixed.py: {plural(fixed_steps, 'step')} to {THRESHOLD:.0%}"
     if steps is None:
         first, last = bug.accuracy_at(start=True), bug.accuracy_at(start=False)
         moved = f"accuracy {first:.2f} → {last:.2f} over {plural(len(bug.curve), 'step')}"
-        if last - first < FLAT_GAIN:
+        if not judge.reached(last - first, FLAT_GAIN):
             return Diagnosis(FLAT_LABEL, f"{moved}, a rise under {FLAT_GAIN:g} ({fixed})")
         bound = len(bug.curve) / fixed_steps
         never = f"{moved}, never {THRESHOLD:.0%} ({fixed})"
@@ -501,18 +534,18 @@ def diagnose(fix: Run, bug: Run) -> Diagnosis:
     versus = f"{plural(steps, 'step')} to {THRESHOLD:.0%} against {fixed_steps}; " + (
         f"accuracy over the last {SMOOTH} steps {final[0]:.3f} against {final[1]:.3f}"
     )
-    if eval_loss(bug) - eval_loss(fix) >= WORSE:
+    if judge.reached(eval_loss(bug) - eval_loss(fix), WORSE):
         evaluated = (
             f"in eval mode {bug.eval_accuracy:.3f} against fixed.py's {fix.eval_accuracy:.3f}, "
             f"where its last training steps had {final[0]:.3f} against {final[1]:.3f}"
         )
         return Diagnosis(EVALUATION, f"{evaluated}; {plural(steps, 'step')} to 90%", ratio)
-    if ratio >= SLOWER:
+    if judge.reached(ratio, SLOWER):
         return Diagnosis(f"{SLOWER_LABEL} (×{ratio:.3g})", versus, ratio)
-    if final[1] - final[0] >= ENDS_BELOW:
+    if judge.reached(final[1] - final[0], ENDS_BELOW):
         below = f"{SLOWER_LABEL} (×{ratio:.3g}, ends {final[1] - final[0]:.2f} lower)"
         return Diagnosis(below, versus, ratio)
-    if ratio <= FASTER:
+    if judge.at_most(ratio, FASTER):
         return Diagnosis(f"{FASTER_LABEL} (×{ratio:.3g})", versus, ratio)
     if same_run(fix, bug):
         same = "identical training: the bug does not touch a full forward on this task"
@@ -523,6 +556,24 @@ def diagnose(fix: Run, bug: Run) -> Diagnosis:
             )
         return Diagnosis(f"{LEARNS} (identical training)", same, 1.0, True)
     return Diagnosis(f"{LEARNS} (×{ratio:.3g})", versus, ratio)
+
+
+def over_seeds(first: Diagnosis, others: list[Diagnosis], seed: int) -> Diagnosis:
+    """A close call's label as most of its seeds give it (a tie goes to the first seed's), from
+    ``first`` (seed ``seed``) and ``others`` (the seeds after it); the tally in the evidence."""
+    found = [first, *others]
+    kinds = Counter(d.kind for d in found)
+    top = max(kinds, key=lambda kind: (kinds[kind], kind == first.kind))
+    at = next(i for i, d in enumerate(found) if d.kind == top)
+    rep = found[at]
+    seeds = f"{kinds[top]} of {len(found)} seeds"
+    label = f"{rep.label[:-1]}; {seeds})" if rep.label.endswith(")") else f"{rep.label} ({seeds})"
+    tally = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    evidence = rep.evidence + (
+        "" if at == 0 else f" (seed {seed + at}; the curves are seed {seed}'s)"
+    )
+    evidence += f"; a close call, so measured over seeds {seed}–{seed + len(others)}: {tally}"
+    return replace(rep, label=label, evidence=evidence, close=True)
 
 
 def eval_loss(run: Run) -> float:
@@ -542,15 +593,15 @@ def same_run(fix: Run, bug: Run) -> bool:
     return True
 
 
-def reads_the_future(bug: Run, fix: Run) -> str | None:
+def reads_the_future(bug: Run, fix: Run, judge: Judge) -> str | None:
     """Evidence that the bug predicts, teacher-forced, tokens no causal model can know, and
     loses them by generation."""
     if bug.unknowable_accuracy is None or fix.unknowable_accuracy is None:
         return None
     assert bug.unknowable_by_generation is not None
-    if bug.unknowable_accuracy - fix.unknowable_accuracy < GAP:
+    if not judge.reached(bug.unknowable_accuracy - fix.unknowable_accuracy, GAP):
         return None
-    if bug.unknowable_accuracy - bug.unknowable_by_generation < GAP:
+    if not judge.reached(bug.unknowable_accuracy - bug.unknowable_by_generation, GAP):
         return None
     answers = (
         f"its answers: {bug.eval_accuracy:.0%} teacher-forced, {bug.generation_accuracy:.0%} by "
@@ -566,14 +617,14 @@ def reads_the_future(bug: Run, fix: Run) -> str | None:
     )
 
 
-def generation_gap(bug: Run, fix: Run) -> str | None:
+def generation_gap(bug: Run, fix: Run, judge: Judge) -> str | None:
     """Evidence that the bug answers right teacher-forced and wrong by generation, where the
     fixed module answers alike both ways."""
     if bug.generation_accuracy is None or fix.generation_accuracy is None:
         return None
     bug_gap = bug.eval_accuracy - bug.generation_accuracy
     fix_gap = fix.eval_accuracy - fix.generation_accuracy
-    if bug_gap < GAP or fix_gap >= GAP:
+    if not judge.reached(bug_gap, GAP) or judge.reached(fix_gap, GAP):
         return None
     return (
         f"answers {bug.eval_accuracy:.0%} right teacher-forced, {bug.generation_accuracy:.0%} "

@@ -1,7 +1,7 @@
 """Plain drawing: heatmap panels side by side, and line plots, written as PNG files.
 
-What to draw is chosen elsewhere (``harness.report.pictures``). Every number drawn is rounded
-first (``rounded``), so float32 results that differ in the last bits from CPU to CPU draw the
+What to draw is chosen elsewhere (``harness.report.choice``). Every number drawn is rounded
+first (``harness.drawn``), so float32 results that differ in the last bits from CPU to CPU draw the
 same bytes; PNGs are written without a software tag, so the same data always gives the same file.
 """
 
@@ -22,8 +22,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
 
-DECIMALS = 3  # heatmap data is rounded to this many decimals before it is drawn
-DIGITS = 3  # line plot data is rounded to this many significant digits
+from harness.drawn import rounded, significant
+
 HATCH = "white"  # blocked cells: white hatching over the cell's own colour
 NAN = "#d62728"  # NaN and Inf cells: red
 MAX_TICKS = 10  # at most this many tick labels per axis
@@ -46,16 +46,6 @@ class Panel:
     blocked: np.ndarray | None = None  # bool, same shape as data: cells to hatch
     xlabel: str = "key"
     ylabel: str = "query"
-
-
-def rounded(data: np.ndarray) -> np.ndarray:
-    """``data`` as float64 rounded to ``DECIMALS`` decimals; NaN and Inf stay as they are."""
-    return np.round(np.asarray(data, dtype=np.float64), DECIMALS)
-
-
-def significant(values: pd.Series) -> list[float]:
-    """``values`` rounded to ``DIGITS`` significant digits (small numbers keep their size)."""
-    return [float(f"{v:.{DIGITS}g}") for v in values]  # nan and inf stay as they are
 
 
 def integer_ticks(ax: Axes, rows: int, cols: int) -> None:
@@ -177,11 +167,13 @@ def draw_lines(
     marker: str | None = "o",
     xlabel: str = "",
     ylabel: str = "",
+    points: bool = False,
 ) -> None:
     """Columns ``y`` of ``data`` against column ``x`` on ``ax``, rounded (``significant``).
 
     With ``logy`` values of 0 are left out (a log axis has no 0); the legend says so. NaN
-    values are not drawn (a run that ended early).
+    values are not drawn (a run that ended early). ``points``: marks only, no lines (values
+    that jump from one x to the next), a circle for the first column and a cross after.
     """
     xs = significant(data[x])
     for i, column in enumerate(y):
@@ -191,7 +183,10 @@ def draw_lines(
             ys, label = [math.nan if v == 0 else v for v in ys], f"{column} (0 not drawn)"
         few = sum(map(math.isfinite, ys)) < FEW_POINTS  # a run that ended at once: dots
         style = "-" if i == 0 else "--"  # a second line that matches the first stays visible
-        ax.plot(xs, ys, marker=marker or ("o" if few else None), linestyle=style, label=label)
+        mark, fill = marker or ("o" if few else None), "full"
+        if points:
+            style, mark, fill = "none", "ox"[min(i, 1)], "none"
+        ax.plot(xs, ys, marker=mark, linestyle=style, label=label, fillstyle=fill)
     if logx:
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(data[x]), [str(v) for v in data[x]])
@@ -200,7 +195,10 @@ def draw_lines(
     ax.set_xlabel(xlabel or x)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if points:  # values on a few levels: the legend between the top two
+        ax.legend(fontsize=8, loc="center", bbox_to_anchor=(0.5, 0.75))
+    else:
+        ax.legend(fontsize=8)
 
 
 def line_plot(
@@ -213,11 +211,32 @@ def line_plot(
     ylabel: str = "",
     logy: bool = False,
     xlabel: str = "",
+    marker: str | None = "o",
+    points: bool = False,
 ) -> None:
     """Write a PNG of columns ``y`` of ``data`` against column ``x`` (``draw_lines``)."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    draw_lines(ax, data, x, y, logx=logx, logy=logy, xlabel=xlabel, ylabel=ylabel)
+    draw_lines(ax, data, x, y, logx, logy, marker, xlabel, ylabel, points)
     ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def bar_plot(
+    path: Path, data: pd.DataFrame, x: str, y: str, title: str, ylabel: str = "", logy: bool = False
+) -> None:
+    """Write a PNG of one bar per row of ``data``: column ``y`` (rounded, ``significant``) over
+    the labels in column ``x``, each bar's value written above it."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    values = significant(data[y])
+    bars = ax.bar([str(v) for v in data[x]], values)
+    ax.bar_label(bars, [f"{v:.3g}" for v in values], fontsize=8)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel or y)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     save(fig, path)
 

@@ -1010,3 +1010,97 @@ class MaskFreeCachedGPT(PassedCacheGPT):
 
     attention = MaskFreeCachedAttention
     generate = None
+
+
+def turn(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Each pair (i, i + d/2) of t turned by the angles of its row (a name that says nothing)."""
+    return t * cos + rotate_half(t) * sin
+
+
+class SlotCache(nn.Module):
+    """litgpt's KVCache: buffers written at the positions given, read back whole."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(shape), persistent=False)
+        self.register_buffer("v", torch.zeros(shape), persistent=False)
+
+    def forward(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        self.k, self.v = self.k.to(k.dtype), self.v.to(v.dtype)
+        return self.k.index_copy_(2, input_pos, k), self.v.index_copy_(2, input_pos, v)
+
+
+class HandedTablesAttention(SelfAttention):
+    """litgpt's attention: ``forward(x, cos, sin, mask, input_pos)``, the tables and the mask
+    rows its model selects, a cache module inside once its model makes one; SDPA does the rest."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        del self.causal  # SDPA's is_causal, or the mask rows handed in
+        self.kv_cache: SlotCache | None = None
+
+    def attend(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+
+    def forward(self, x, cos, sin, mask=None, input_pos=None):
+        q, k, v = self.heads(x)  # (B, h, T, d); cos, sin: (T, d)
+        q, k = turn(q, cos, sin), turn(k, cos, sin)
+        if input_pos is not None:
+            k, v = self.kv_cache(input_pos, k, v)  # (B, h, L, d)
+        return self.merge(self.attend(q, k, v, mask))
+
+
+class LitConfig:
+    """A plain config class whose head size is derived, not taken (litgpt computes its own)."""
+
+    def __init__(self, block_size=64, vocab_size=256, n_layer=2, n_head=4, n_embd=64):
+        self.block_size, self.vocab_size, self.n_layer = block_size, vocab_size, n_layer
+        self.n_head, self.n_embd = n_head, n_embd
+        self.head_size = n_embd // n_head
+
+
+class HandedTablesGPT(GPT):
+    """litgpt's interface: ``set_kv_cache(batch_size)``, then ``forward(idx, input_pos)``; the
+    rotary tables (made for every position, no name saying so) and the causal mask rows of the
+    positions fed are selected by the model and handed to every layer."""
+
+    attention = HandedTablesAttention
+
+    def __init__(self, config: LitConfig):
+        super().__init__(config)
+        del self.wpe  # positions come from the tables only
+        cos, sin = rotary_tables(config)  # (L, d) each
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.max_seq_length = config.block_size
+        self.mask_cache: torch.Tensor | None = None
+
+    def set_kv_cache(self, batch_size: int, device=None, dtype=None) -> None:
+        L, h = self.max_seq_length, self.config.n_head
+        for block in self.h:
+            shape = (batch_size, h, L, self.config.n_embd // h)
+            block.attn.kv_cache = SlotCache(shape).to(device=device, dtype=dtype)
+        self.mask_cache = torch.ones(L, L, dtype=torch.bool, device=device).tril()[None, None]
+
+    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None) -> torch.Tensor:
+        T = idx.shape[1]
+        if input_pos is None:
+            cos, sin, mask = self.cos[:T], self.sin[:T], None
+        else:
+            cos, sin = self.cos.index_select(0, input_pos), self.sin.index_select(0, input_pos)
+            mask = self.mask_cache.index_select(2, input_pos)  # (1, 1, T, L)
+        x = self.wte(idx)  # (B, T, C)
+        for block in self.h:
+            x = block(x, cos, sin, mask, input_pos)
+        return self.lm_head(self.ln_f(x))
+
+
+class TwiceScaledHandedTablesAttention(HandedTablesAttention):
+    """q scaled by 1/sqrt(d) before SDPA scales it again (its default scale)."""
+
+    def attend(self, q, k, v, mask):
+        return super().attend(q / math.sqrt(q.size(-1)), k, v, mask)
+
+
+class TwiceScaledHandedTablesGPT(HandedTablesGPT):
+    attention = TwiceScaledHandedTablesAttention

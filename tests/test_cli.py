@@ -351,7 +351,7 @@ def kill_self(signum):
     which would end the test run)."""
     handler = signal.getsignal(signum)
     assert handler not in (signal.SIG_DFL, signal.SIG_IGN, None), "main installed no handler"
-    os.kill(os.getpid(), signum)
+    signal.raise_signal(signum)  # to this thread: its handler runs before the next line
     time.sleep(5)  # the handler raises long before
     raise AssertionError(f"signal {signum} did not interrupt")
 
@@ -447,7 +447,7 @@ def test_an_adapter_whose_import_hangs_is_stopped_at_the_timeout(capsys, tmp_pat
 def test_an_interruption_after_a_step_that_changed_files_says_what_changed(capsys, command):
     def publishes(args):
         with interrupts.uninterrupted("out/report.md is the new report"):
-            os.kill(os.getpid(), signal.SIGINT)  # held: the step finishes first
+            signal.raise_signal(signal.SIGINT)  # held: the step finishes first
         raise AssertionError("the held signal was not raised when the step ended")
 
     command(publishes)

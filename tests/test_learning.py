@@ -1,6 +1,7 @@
 """The learning probe: its tasks, its training, what it names, and the command that runs it."""
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from harness.learning import (
     TinyModel,
     diagnose,
     evaluate,
+    over_seeds,
     prefix_generation,
     train,
 )
@@ -288,6 +290,40 @@ def test_identical_training_says_the_bug_never_fired():
 
 def test_the_ratio_is_of_steps_counted_from_one():
     assert diagnose(run(LEARNS_AT_20), run([0.1] * 30 + [1.0] * 30)).ratio == 39 / 19
+
+
+@pytest.mark.parametrize(
+    ("bug", "close"),
+    [
+        (run([0.1] * 50 + [0.26] * 10), True),  # a rise of 0.16 against FLAT_GAIN 0.15
+        (run([0.1] * 50 + [0.5] * 10), False),  # a rise of 0.4: far from it
+        (run([0.1] * 19 + [1.0] * 41), True),  # 28 steps against 19: x1.47
+        (run([0.1] * 30 + [1.0] * 30), False),  # x2.05: far from x1.5
+        (run(LEARNS_AT_20), False),
+    ],
+)
+def test_a_measure_near_its_threshold_is_a_close_call(bug, close):
+    assert diagnose(run(LEARNS_AT_20), bug).close is close
+
+
+def test_a_close_call_takes_the_label_most_seeds_give_and_shows_the_tally():
+    slower = Diagnosis(f"{learning.SLOWER_LABEL} (never 90%: ×>3.2)", "rise 0.16", close=True)
+    flat = Diagnosis(learning.FLAT_LABEL, "rise 0.1", close=True)
+    most = over_seeds(slower, [flat, slower, flat, flat], seed=0)
+    assert most.label == f"{learning.FLAT_LABEL} (3 of 5 seeds)" and most.kind == "does not learn"
+    assert most.evidence.startswith("rise 0.1 (seed 1; the curves are seed 0's)")
+    assert most.evidence.endswith("seeds 0–4: does not learn 3, learns slower 2")
+    kept = over_seeds(slower, [flat, slower, flat, slower], seed=3)  # the first seed's label
+    assert kept.label == f"{learning.SLOWER_LABEL} (never 90%: ×>3.2; 3 of 5 seeds)"
+    assert kept.evidence.startswith("rise 0.16; a close call, so measured over seeds 3–7")
+    tie = over_seeds(flat, [slower], seed=0)  # one each: the first seed's
+    assert tie.label == f"{learning.FLAT_LABEL} (1 of 2 seeds)"
+
+
+def test_a_label_on_its_threshold_is_stated_over_seeds():
+    d = learn(registry.load("init_unit_variance")).diagnosis
+    assert d.close and re.search(r"\d of 5 seeds\)$", d.label), d.label
+    assert "measured over seeds 0–4" in d.evidence
 
 
 def causal(accuracy=1.0, generated=1.0, unknowable=0.05, unknowable_generated=0.05):

@@ -567,3 +567,14 @@ def test_a_cache_made_without_a_length_argument_is_made_with_the_models_own():
     diagnosis = diagnose_model(small(model_modules.DeviceSecondInputPosGPT))
     assert diagnosis.healthy, diagnosis.text()
     assert _model(diagnosis, "cached generation").status == "pass", diagnosis.text()
+
+
+def test_a_layer_its_model_hands_rotary_tables_is_compared_with_rope():
+    """litgpt's attn(x, cos, sin, mask, input_pos) with its cache inside: the tables its model
+    selects carry the positions (its code names no rotary), so SDPA is run with RoPE."""
+    diagnosis = diagnose_model(small(model_modules.HandedTablesGPT))
+    assert diagnosis.healthy, diagnosis.text()
+    assert "RoPE" in _layer(diagnosis, "agrees with SDPA").message
+    twice = diagnose_model(small(model_modules.TwiceScaledHandedTablesGPT))
+    assert failing(twice) == [("h.0.attn", "agrees with SDPA")], twice.text()
+    assert named_trap(twice.groups[0].diagnosis.findings) == "double_scale"

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from harness.doctor import FAIL, PASS, SKIP, WARN, Config, diagnose
-from harness.doctor.subject import Subject, code_names
+from harness.doctor.subject import ROTARY_WORDS, Subject, code_names
 from harness.errors import UsageError
 from harness.masks import MaskSpec
 from harness.scenarios import SCENARIOS, make_call
@@ -111,6 +111,17 @@ def test_a_docstring_that_mentions_rotary_does_not_make_a_module_rotary():
     gm.LayerPast.__doc__ += " Not rotary: no rope, no freqs_cis."
     assert not any("rotary" in n or "rope" in n for n in code_names(make(gm.LayerPast)))
     assert Subject(make(gm.LayerPast), CAUSAL).position_scheme == "none"
+
+
+@pytest.mark.parametrize(
+    ("name", "rotary"),
+    [("apply_rope", True), ("rope_cache", True), ("applyRope", True), ("RoPE", True),
+     ("rotate_half", True), ("freqs_cis", True), ("europe", False), ("tropes", False),
+     ("Ropes", False), ("rotation", False)],
+)  # fmt: skip
+def test_rotary_is_named_by_rope_as_a_word_of_a_name(name, rotary):
+    """litgpt's apply_rope and build_rope_cache name rotary; words that contain rope do not."""
+    assert bool(ROTARY_WORDS.search(name)) is rotary
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,11 @@ import torch
 
 from harness import plots
 from harness.catalogue.judge import Measurement, measure
+from harness.catalogue.learn import learn
 from harness.catalogue.registry import load
+from harness.catalogue.sources import source_map
 from harness.report import TrapResult, pictures
+from harness.report.choice import OUTPUT, WEIGHTS, choose, heatmap_absent
 
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -56,9 +59,9 @@ def images(fig: plt.Figure) -> list:
 def test_the_nan_batch_row_is_drawn_for_fully_masked_row() -> None:
     """The all-padding sequence is batch row 1; batch row 0 looks the same in both modules."""
     r = result("fully_masked_row")
-    choice = pictures.choose(r)
+    choice = choose(r)
     bug = choice.cell.weights["bug"]
-    assert choice.kind == pictures.WEIGHTS and choice.index == (1,)
+    assert choice.kind == WEIGHTS and choice.index == (1,)
     assert bug[1].isnan().all() and not bug[0].isnan().any()
     assert "batch row 1 (of 0-1)" in pictures.title(choice, r.pair.card, r.primary, [])
 
@@ -78,7 +81,7 @@ def test_the_nan_batch_row_is_drawn_for_padding_on_queries(
 def test_a_float16_only_trap_is_drawn_in_float16(pitfall: str, tmp_path: Path, figures) -> None:
     r = result(pitfall, "float32", "float16")
     assert str(r.primary.verdict) == "BENIGN"
-    choice = pictures.choose(r)
+    choice = choose(r)
     assert choice.cell.dtype == "float16" and choice.cell is r.cells[1]
     (tmp_path / "img").mkdir()
     pictures.draw(r, tmp_path)
@@ -95,8 +98,8 @@ def test_an_output_assembled_wrong_is_drawn_as_output(tmp_path: Path, figures) -
     r = result("head_merge_no_transpose")
     m = r.primary
     assert torch.equal(m.weights["fix"], m.weights["bug"])
-    choice = pictures.choose(r)
-    assert choice.kind == pictures.OUTPUT
+    choice = choose(r)
+    assert choice.kind == OUTPUT
     (tmp_path / "img").mkdir()
     assert pictures.draw(r, tmp_path) == ["img/head_merge_no_transpose.png"]
     [fig] = figures
@@ -189,3 +192,71 @@ def test_line_plots_are_numbered_after_the_heatmap(tmp_path: Path) -> None:
     names = pictures.draw(r, tmp_path)
     assert names == ["img/mask_bool.png", "img/mask_bool-1.png", "img/mask_bool-2.png"]
     assert all((tmp_path / n).read_bytes().startswith(b"\x89PNG") for n in names)
+
+
+# --- pictures that show the claim ---------------------------------------------------------------
+
+
+def with_extra(pitfall: str) -> TrapResult:
+    """The trap's float32 cell and its card's own table, as the report measures them."""
+    pair = load(pitfall)
+    return TrapResult(pair, [cell(pitfall)], extras=[pair.card.extra(pair, CPU, torch.float32)])
+
+
+def test_a_heatmap_that_would_show_nothing_is_not_drawn(tmp_path: Path, figures) -> None:
+    """scale_precision's modules agree to the drawn decimals: its one picture is its ulp plot."""
+    r = with_extra("scale_precision")
+    assert choose(r).same and "would show nothing" in heatmap_absent(r)
+    (tmp_path / "img").mkdir()
+    assert pictures.draw(r, tmp_path) == ["img/scale_precision-1.png"]
+    [fig] = figures
+    [ax] = [ax for ax in fig.axes if ax.get_lines()]
+    ulps = {y for line in ax.get_lines() for y in line.get_ydata()}
+    assert ulps <= {0.0, 1.0, 2.0} and {0.0, 1.0} <= ulps  # per d_k of 1..1024: 0, 1 or 2
+    assert len(ax.get_lines()[0].get_xdata()) == 1024
+    assert heatmap_absent(result("mask_bool")) is None
+
+
+def test_the_key_bias_gradient_is_drawn_as_bars(tmp_path: Path, figures) -> None:
+    (tmp_path / "img").mkdir()
+    pictures.draw(with_extra("qkv_bias"), tmp_path)
+    [fig] = figures
+    [ax] = fig.axes
+    bars = zip(ax.get_xticklabels(), ax.patches, strict=True)
+    heights = {label.get_text(): bar.get_height() for label, bar in bars}
+    assert set(heights) == {"W_q.bias", "W_k.bias", "W_v.bias"}
+    assert heights["W_k.bias"] < 1e-5 * min(heights["W_q.bias"], heights["W_v.bias"])
+
+
+@pytest.mark.parametrize("pitfall", ["head_split_view", "head_merge_no_transpose"])
+def test_the_source_map_puts_a_correct_layout_on_the_diagonal(pitfall: str) -> None:
+    pair = load(pitfall)
+    shape = pair.card.shape
+    maps = {
+        name: source_map(pair.card.build(module, shape), shape.seq_len, shape.heads)
+        for name, module in (("fixed", pair.fixed), ("buggy", pair.buggy))
+    }
+    n = shape.seq_len * shape.heads
+    assert list(maps["fixed"].argmax(axis=1)) == list(range(n))
+    moved = maps["buggy"].argmax(axis=1)
+    assert sorted(moved) == list(range(n))  # a permutation: each input block goes somewhere once
+    assert (moved != np.arange(n)).sum() >= n - 2  # all but the first and the last move
+    for m in maps.values():  # one block each: the others are rounding
+        second = np.sort(m, axis=1)[:, -2]
+        assert second.max() < 1e-3 * m.max()
+
+
+def test_the_source_maps_are_drawn_side_by_side(tmp_path: Path, figures) -> None:
+    (tmp_path / "img").mkdir()
+    names = pictures.draw(with_extra("head_split_view"), tmp_path)
+    assert names[-1] == "img/head_split_view-1.png"
+    fix, bug = (image.get_array() for image in images(figures[-1]))
+    assert fix.shape == bug.shape == (20, 20) and not np.array_equal(fix, bug)
+
+
+def test_no_learning_picture_for_a_bug_that_raises_before_training(tmp_path: Path) -> None:
+    r = result("mask_rank")
+    r.learning = learn(load("mask_rank"), steps=3)
+    assert not r.learning.bug.trained
+    (tmp_path / "img").mkdir()
+    assert not [n for n in pictures.draw(r, tmp_path) if "learning" in n]

@@ -21,11 +21,14 @@ import torch
 from harness import interrupts, report
 from harness.catalogue.judge import Measurement, measure
 from harness.catalogue.registry import load
+from harness.catalogue.spread import SEEDS, Spread, output_spread
 from harness.catalogue.verdicts import Verdict
 from harness.files import DOCTOR
 from harness.report import TrapResult, publish
 from harness.report import write as report_write
 from harness.report.doctor_tables import TABLES
+from harness.report.format import over_seeds, seeds_column
+from harness.report.opening import HOW_TO_READ
 from harness.report.pages import trap_pages
 
 CPU = torch.device("cpu")
@@ -70,6 +73,45 @@ def test_summary_verdict_is_the_combined_one():
     assert row["output error (floor)"] == report.output_cell(cell("fill_overflow_half"))
     assert row["trap"] == "[`fill_overflow_half`](traps.md#fill_overflow_half)"  # not named
     assert row["§"] == "—"
+
+
+# --- the output error over seeds --------------------------------------------------------------
+
+
+def test_a_silent_traps_error_moves_with_the_seed_and_seed_0s_lies_in_its_range():
+    m = cell("left_pad_positions")
+    spread = output_spread(load("left_pad_positions"), m)
+    assert spread.seeds == SEEDS and spread.within == 0
+    assert spread.low <= m.summary()["err_bug"] <= spread.high
+    assert spread.high > 2 * spread.low  # the 2-5x the summary warns of: each seed its own draw
+
+
+def test_a_benign_traps_error_is_within_the_floor_on_every_seed():
+    spread = output_spread(load("scale_precision"), cell("scale_precision"))
+    assert spread == Spread(SEEDS, SEEDS)
+    assert over_seeds(spread) == "within the floor"
+
+
+def test_no_range_where_a_seed_gives_no_number():
+    assert output_spread(load("mask_rank"), cell("mask_rank")) is None  # raises
+    assert output_spread(load("init_unit_variance"), cell("init_unit_variance")) is None
+
+
+def test_the_range_is_printed_with_the_seeds_within_the_floor():
+    assert over_seeds(Spread(10, 0, 0.1, 0.5)) == "0.1–0.5"
+    assert over_seeds(Spread(10, 3, 0.1, 2.0)) == "up to 2 (3 within the floor)"
+    assert over_seeds(Spread(10, 0, 0.25, 0.25)) == "0.25"
+
+
+def test_the_summary_quotes_the_range_and_says_what_it_is():
+    r = result("double_scale")
+    (row,) = rows(report.summary([r]))
+    assert row[seeds_column(SEEDS)] == "n/a"
+    r.spread = Spread(SEEDS, 0, 0.0646, 0.212)
+    (row,) = rows(report.summary([r]))
+    assert row[seeds_column(SEEDS)] == "0.0646–0.212"
+    assert f"*{seeds_column(SEEDS)}*" in HOW_TO_READ.replace("\n  ", " ")
+    assert "- cpu float32, seeds 0–9: output error 0.0646–0.212\n" in report.trap_section(r, [])
 
 
 def test_a_silent_trap_with_nan_output_says_so():
@@ -416,7 +458,7 @@ def test_ctrl_c_while_publishing_waits_for_the_whole_install(tmp_path, stub_pict
     def interrupting(src, dst):
         real(src, dst)
         if Path(dst).name == report.REPORT:
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
 
     stub_pictures.version = b"2"
     monkeypatch.setattr(os, "replace", interrupting)
@@ -450,3 +492,13 @@ def test_a_trap_the_tutorial_names_is_on_the_students_page_with_or_without_a_cla
 
     pages = trap_pages([trap("named_only", "§4.2"), trap("not_named", "—")])
     assert pages == {"named_only": report.REPORT, "not_named": "traps.md"}
+
+
+def test_the_cpu_line_names_the_kernels_the_learning_probe_ran_on():
+    """The same CPU with ATEN_CPU_CAPABILITY=default rounds otherwise: its learning is another's."""
+    from harness.devices import cpu_kernels, cpu_name
+    from harness.report.opening import reproduce
+
+    text = reproduce(GRID, [], [load("mask_bool").card], True)
+    assert f"- CPU: {cpu_name()}, {cpu_kernels()} kernels (" in text
+    assert cpu_kernels() == torch.backends.cpu.get_cpu_capability()

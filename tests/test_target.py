@@ -8,7 +8,7 @@ import torch
 
 from harness import cli
 from harness.doctor import Config, diagnose
-from harness.doctor.target import DoctorConfig, Sizes, build, parse_init
+from harness.doctor.target import DoctorConfig, Sizes, _typed_config, build, parse_init
 from harness.errors import UsageError
 from harness.reference import head_count
 from tests import construct_config_modules as ccm
@@ -158,3 +158,12 @@ def test_latent_attention_sizes_follow_the_head():
     config = DoctorConfig(Sizes(64, 4))
     assert (config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim) == (8, 8, 16)
     assert (config.kv_lora_rank, config.q_lora_rank) == (32, 32)
+
+
+def test_a_plain_config_class_derives_what_it_does_not_take():
+    """A config class without **kwargs is given what its __init__ takes; what it derives
+    (litgpt's head_size = n_embd // n_head) is its own, not passed back in."""
+    from tests.model_modules import LitConfig
+
+    config = _typed_config(LitConfig, Sizes())
+    assert (config.n_embd, config.n_head, config.head_size) == (64, 4, 16)

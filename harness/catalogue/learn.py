@@ -21,6 +21,7 @@ from harness.catalogue.compare import build_pair
 from harness.catalogue.verdicts import Verdict
 from harness.learning import (
     BATCH,
+    CLOSE_SEEDS,
     D_MODEL,
     SEQ_LEN,
     STEPS,
@@ -33,6 +34,7 @@ from harness.learning import (
     diagnose,
     evaluate,
     one_thread,
+    over_seeds,
     prefix_generation,
     train,
 )
@@ -122,9 +124,21 @@ def output_width(module: nn.Module, task: Task, attend: Attend) -> int:
 def learn(
     pair: Pair, seed: int = 0, device: torch.device | None = None, steps: int = STEPS
 ) -> Learning:
-    """Train both modules of ``pair`` (same initial weights, same batches) and diagnose."""
-    card = pair.card
+    """Train both modules of ``pair`` (same initial weights, same batches) and diagnose; a close
+    call is diagnosed over CLOSE_SEEDS seeds from ``seed`` on before its label is stated."""
     device = device or torch.device("cpu")
+    learning = learn_once(pair, seed, device, steps)
+    if learning.diagnosis.close:
+        later = range(seed + 1, seed + CLOSE_SEEDS)
+        others = [learn_once(pair, s, device, steps).diagnosis for s in later]
+        learning.diagnosis = over_seeds(learning.diagnosis, others, seed)
+    learning.note = note_for(pair.card, learning)
+    return learning
+
+
+def learn_once(pair: Pair, seed: int, device: torch.device, steps: int) -> Learning:
+    """One seed's training of both modules and its diagnosis."""
+    card = pair.card
     attend = attend_for(card)
     generate = generate_for(card, attend)
     with one_thread():
@@ -140,9 +154,7 @@ def learn(
                 run = train(model, task, attend, seed, steps, device)
                 causal = generate if task.causal else None
                 runs.append(evaluate(run, model, task, attend, causal, seed, device))
-    learning = Learning(task, runs[0], runs[1], diagnose(runs[0], runs[1]))
-    learning.note = note_for(card, learning)
-    return learning
+    return Learning(task, runs[0], runs[1], diagnose(runs[0], runs[1]))
 
 
 def shared(model: TinyModel) -> dict[str, Tensor]:

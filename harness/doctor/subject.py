@@ -664,7 +664,11 @@ def cache_convention(module: nn.Module, plan: CallPlan) -> tuple[Callable[[], ob
     return None, "forward takes no cache (cache, past_key_value(s), layer_past, start_pos, ...)"
 
 
-ROTARY_WORDS = re.compile(r"rotary|\brope\b|rotate_half|freqs_cis|\balibi|\brope_", re.IGNORECASE)
+# Rotary named in code: rotary, rotate_half, freqs_cis, ALiBi, and rope as a word of its own in a
+# name (rope, apply_rope, rope_cache, applyRope; never europe or tropes).
+ROTARY_WORDS = re.compile(
+    r"(?i:rotary|rotate_half|freqs_cis|\balibi)|(?<![A-Za-z])(?i:rope)(?![a-z])|(?<=[a-z])Rope(?![a-z])"
+)
 
 
 WINDOW_NAMES = ("sliding_window", "window_size", "window", "attention_window",
@@ -724,6 +728,12 @@ def position_scheme(subject: Subject) -> Positions:
         return Positions("relative", "forward takes rotary tables")
     if plan.rotary:  # a layer built without rotary whose forward still takes the tables (ESM)
         return Positions("none", "forward takes rotary tables, but its output ignores them")
+    if getattr(config.call, "hands_rotary_tables", False):  # litgpt's attn(x, cos, sin, ...)
+        # where the positions a probe asks cannot reach the tables (its model makes them for
+        # 0..T-1, or they index a cache it keeps), that the layer uses them is not seen: not firm
+        ignores = getattr(config.call, "ignores_positions", False)
+        if ignores or subject.responds_to_positions():
+            return Positions("relative", "its model hands it rotary tables", firm=not ignores)
     code = " ".join(code_names(subject.original))
     words = sorted({w.lower() for w in ROTARY_WORDS.findall(code)})
     named = f"its code names {words[0]}" if words else ""

@@ -322,9 +322,14 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
     if dataclasses.is_dataclass(cls):
         names = [f.name for f in dataclasses.fields(cls)]
     else:
-        names = [n for n in inspect.signature(cls).parameters if n not in ("self", "kwargs")]
-        with contextlib.suppress(Exception):  # classes taking **kwargs declare fields on instances
-            names += [n for n in vars(cls()) if n not in names]
+        parameters = inspect.signature(cls).parameters
+        names = [
+            n for n, p in parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        ]
+        if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            with contextlib.suppress(Exception):  # classes taking **kwargs declare fields on
+                names += [n for n in vars(cls()) if n not in names]  # instances; others derive
+                # theirs (head_size = n_embd // n_head) from what they take
     known = {n: value_for(n, sizes) for n in names if n in NAMES or n in sizes.init}
     if (
         "sliding_window" in known

@@ -22,6 +22,7 @@ from harness.catalogue import registry
 from harness.catalogue.card import Pair
 from harness.catalogue.judge import measure_grid
 from harness.catalogue.learn import learn as learn_pair
+from harness.catalogue.spread import Spread, output_spread
 from harness.devices import DEVICE_KINDS, available_devices
 from harness.files import TIMINGS, created_by, ensure_writable
 from harness.forked import forked
@@ -47,6 +48,7 @@ class Kept:
     notes: list[str] = field(default_factory=list)
     learning: Learning | None = None
     timing: pd.DataFrame | None = None
+    spread: Spread | None = None
 
 
 def trap_key(pair: Pair, grid: Grid, learn: bool) -> str:
@@ -91,25 +93,33 @@ def collect(
             k = found[pid]
             for _ in range(len(grid) + 1 + (learn is not None)):
                 progress(f"{pid}: kept")
-            results.append(TrapResult(pair, k.cells, k.extras, k.notes, k.learning, keys[pid]))
+            results.append(
+                TrapResult(
+                    pair, k.cells, k.extras, k.notes, k.learning, spread=k.spread, key=keys[pid]
+                )
+            )
             if k.timing is not None:
                 timed[pid] = k.timing
             continue
         progress(f"{pid}: its own measurement")
         r = TrapResult(pair, [m for m in cells if m.pitfall == pid], key=keys[pid])
+        r.spread = output_spread(pair, r.primary)
         if pair.card.how.cached and r.primary.outputs.get("ref") is not None:
             r.extras.append(generation_steps(r.primary, pair.card))
         if pair.card.extra is not None:
             extra = pair.card.extra(pair, device, torch.float32)
             if extra.attrs.get("timing"):
                 timed[pid] = extra
-                r.notes.append(f"Wall-clock timing: `{TIMINGS}` beside the report (uncommitted).\n")
+                r.notes.append(
+                    f"Wall-clock timing, with a plot of the time ratio: `{TIMINGS}` beside the "
+                    "report (uncommitted).\n"
+                )
             else:
                 r.extras.append(extra)
         if learn is not None:
             progress(f"{pid}: training")
             r.learning = learn(pair, device)
-        kept.put(keys[pid], Kept(r.cells, r.extras, r.notes, r.learning, timed.get(pid)))
+        kept.put(keys[pid], Kept(r.cells, r.extras, r.notes, r.learning, timed.get(pid), r.spread))
         results.append(r)
     return results, timed
 

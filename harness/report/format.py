@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness.catalogue.card import NOT_NAMED
 from harness.catalogue.judge import Measurement
+from harness.catalogue.spread import Spread
 from harness.catalogue.verdicts import Verdict
 
 SIGNIFICANT = 3  # significant digits of a measured number as the report prints it
@@ -37,6 +38,9 @@ NOT_AVAILABLE = " Not available here: "  # devices this machine lacks, after the
 # stand between these markers, and its summary column is compared in its words only.
 LEARNING_START, LEARNING_END = "<!-- learning -->", "<!-- /learning -->"
 LEARNED_COLUMN = "learns? fix / bug"
+# The note under the summary that compares learning with the one-pass verdicts, in either form.
+LEARNING_AGREES = "Learning agrees with every one-pass verdict"
+LEARNING_DISAGREES = "Where learning and the one-pass verdict disagree: "
 
 HASH_DIGITS = 10  # hex digits of the hash a picture's name carries (publish.hashed_name)
 
@@ -44,6 +48,21 @@ HASH_DIGITS = 10  # hex digits of the hash a picture's name carries (publish.has
 def num(x: float) -> str:
     """A measured number as the report prints it."""
     return format(x, FLOAT)
+
+
+def seeds_column(seeds: int) -> str:
+    """The summary's column of the output error over seeds."""
+    return f"seeds 0–{seeds - 1}"
+
+
+def over_seeds(spread: Spread) -> str:
+    """The output error over seeds as the report prints it: within the floor, a range, or the
+    largest and how many seeds' are within the floor."""
+    if spread.within == spread.seeds:
+        return "within the floor"
+    if spread.within:
+        return f"up to {num(spread.high)} ({spread.within} within the floor)"
+    return num(spread.low) if spread.low == spread.high else f"{num(spread.low)}–{num(spread.high)}"
 
 
 def prose(text: str) -> str:

@@ -15,12 +15,14 @@ from harness.catalogue.card import Card
 from harness.catalogue.verdicts import Verdict
 from harness.learning import (
     BATCH,
+    CLOSE_SEEDS,
     D_MODEL,
     ENDS_BELOW,
     EVAL_BATCH,
     FLAT_GAIN,
     LEARNS,
     LR,
+    NEAR,
     NO_BASELINE,
     RAISES,
     SEQ_LEN,
@@ -31,7 +33,14 @@ from harness.learning import (
     WORSE,
     Learning,
 )
-from harness.report.format import FLOAT, LEARNING_END, LEARNING_START, prose
+from harness.report.format import (
+    FLOAT,
+    LEARNING_AGREES,
+    LEARNING_DISAGREES,
+    LEARNING_END,
+    LEARNING_START,
+    prose,
+)
 
 INTRO = prose(
     f"**The learning probe** (the summary's *learns? fix / bug* and each trap's \"What it does "
@@ -61,12 +70,15 @@ INTRO = prose(
     f"(it predicts the unknowable teacher-forced and loses it by generation); *wrong in "
     f"generation* (right teacher-forced, wrong by generation); *worse in evaluation* (in eval "
     f"mode it falls at least {WORSE:g} further behind fixed.py's accuracy than over its last "
-    f"training steps); *raises*; *no conclusion* when fixed.py itself does not learn. Each "
+    f"training steps); *raises*; *no conclusion* when fixed.py itself does not learn. A close "
+    f"call (a number that decided the label within {NEAR:.0%} of its threshold) is trained on "
+    f"{CLOSE_SEEDS} seeds and given as most of them say, with the count. Each "
     f"picture shows both loss curves on a log axis, then the attention each module gives the "
     f"first evaluation row after training (heads averaged, blocked keys hatched; by generation "
     f"where the bug is wrong only there). These "
     f"numbers come from training, which amplifies rounding: they are the same on this machine "
-    f"run after run, and drift on another CPU."
+    f"run after run, and drift on another CPU (or with other kernels on this one), where a "
+    f"label near its threshold can fall on the other side."
 )
 
 
@@ -168,8 +180,8 @@ def findings_note(rows: list[tuple[Card, Verdict, Learning]]) -> str:
             + ", ".join(f"`{t}`" for t in untrained)
         )
     if not parts:
-        return "Learning agrees with every one-pass verdict: no SILENT trap trains normally here."
-    return "Where learning and the one-pass verdict disagree: " + "; ".join(parts) + "."
+        return f"{LEARNING_AGREES}: no SILENT trap trains normally here."
+    return LEARNING_DISAGREES + "; ".join(parts) + "."
 
 
 def ids(traps: list[str]) -> str:

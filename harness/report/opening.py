@@ -9,7 +9,7 @@ import torch
 
 from harness import __version__
 from harness.catalogue.card import Card
-from harness.devices import cpu_name, device_description, dtype_name
+from harness.devices import cpu_kernels, cpu_name, device_description, dtype_name
 from harness.files import REPORT, TIMINGS
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
 from harness.report import learning
@@ -84,14 +84,17 @@ padding may not show it at once. It agrees with an expected SILENT; ", NaN" says
   that usually raises runs silently, found by search; its weights can be 1 x 1, so a gradient
   cosine of exactly 1 or -1 there says little. **The doctor**: this project's probes for anyone's
   attention module, run on the catalogue near the end.
-- Summary columns: *§*, the tutorial's section that names the trap (— when none does);
-  *verdict* per device, for each dtype in the order of the header; *combined*, one verdict per
-  trap (a trap right in float32 but broken in a low precision is NUMERIC, however it breaks
-  there); *expected*, the catalogue's verdict; *output error (floor)*, buggy.py's largest output
-  error then the floor, in float32 (on the edge inputs where the trap's section says so);
-  *entropy fix → bug*, the mean entropy of each module's attention rows (n/a: it returns no
-  weights; "+k NaN rows" where buggy.py has NaN rows, which the mean leaves out); *grad cosine*,
-  the smallest cosine between a weight's gradient in buggy.py and in fixed.py (1 the same
+- Summary columns: *§*, the tutorial's section that names the trap (— when none does); *verdict* per
+  device, for each dtype in the order of the header; *combined*, one verdict per trap (a trap right
+  in float32 but broken in a low precision is NUMERIC, however it breaks there); *expected*, the
+  catalogue's verdict; *output error (floor)*, buggy.py's largest output error then the floor, in
+  float32, with the weights, inputs and upstream gradient drawn from seed 0 (on the edge inputs
+  where the trap's section says so); *seeds 0–9*, the same error with each of ten seeds' draws,
+  smallest to largest, and how many seeds' are within the floor (n/a when buggy.py raises or the
+  trap is judged over freshly seeded modules): one seed's number can be several times another's, so
+  quote the range; *entropy fix → bug*, the mean entropy of each module's attention rows (n/a: it
+  returns no weights; "+k NaN rows" where buggy.py has NaN rows, which the mean leaves out); *grad
+  cosine*, the smallest cosine between a weight's gradient in buggy.py and in fixed.py (1 the same
   direction, 0 unrelated, -1 opposite; NaN when a gradient holds NaN)."""
 
 
@@ -124,7 +127,8 @@ def reproduce(grid: Grid, unavailable: list[str], cards: list[Card], learned: bo
         "",
         f"{VERSIONS} attention-pitfalls {__version__}, torch {torch.__version__}, "
         f"Python {platform.python_version()}, {platform.machine()}.",
-        f"{CPU} {cpu_name()} (the learning probe's numbers are this CPU's)."
+        f"{CPU} {cpu_name()}, {cpu_kernels()} kernels (the learning probe's numbers are this "
+        "CPU's)."
         if learned
         else None,
         f"{DEVICES} {', '.join(device_description(d) for d in devices)}."

@@ -20,6 +20,8 @@ from harness.report.format import (
     DEVICES,
     HASH_DIGITS,
     LEARNED_COLUMN,
+    LEARNING_AGREES,
+    LEARNING_DISAGREES,
     LEARNING_END,
     LEARNING_START,
     LINK,
@@ -48,9 +50,13 @@ LISTED = re.compile(rf"^- {LINK}{NAMED}: ")  # a symptom's evidence for one trap
 VERDICT_LINE = re.compile(rf"^- [^:,]+: \*\*[A-Z]+(?:{re.escape(NAN)})?\*\*: ")
 PRINTED_THRESHOLD = re.compile(rf"(?:threshold|>) ({NUMBER})")  # "> threshold 2.13e-07"
 # Training amplifies rounding, so the learning probe's numbers drift from CPU to CPU: in its
-# blocks (LEARNING_START to LEARNING_END), its summary column (LEARNED_COLUMN) and its symptom
-# evidence only the words are compared.
-LEARNED_EVIDENCE = re.compile(rf"^- {LINK}{NAMED}: {TRAINED}")
+# blocks (LEARNING_START to LEARNING_END), its summary column (LEARNED_COLUMN), its symptom
+# evidence and its note under the summary only the words are compared, and those only between
+# reports made on the same CPU with the same kernels (a label near its threshold may fall on the
+# other side elsewhere).
+LEARNED_EVIDENCE = re.compile(
+    rf"^- {LINK}{NAMED}: {TRAINED}|^{re.escape(LEARNING_AGREES)}|^{re.escape(LEARNING_DISAGREES)}"
+)  # and the note under the summary on where learning and one pass disagree
 # a picture's name with the hash of its bytes (publish.hashed_name)
 PICTURE_HASH = re.compile(rf"({IMAGES}/[\w.-]+?)-[0-9a-f]{{{HASH_DIGITS}}}\.png")
 
@@ -121,7 +127,7 @@ def parse(report: str) -> list[Line]:
         lines.append(
             Line(
                 lineno=lineno,
-                words=NUMBERS.sub(MASK, text),
+                words=NUMBERS.sub(MASK, compared),  # the learning cell: compare_summary
                 numbers=NUMBERS.findall(compared),
                 trap=row.group(1) if row else trap,
                 threshold=printed_threshold(text, header),

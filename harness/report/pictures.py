@@ -1,116 +1,26 @@
-"""Which picture shows a trap, and drawing it: the report's heatmaps and line plots.
+"""Drawing a trap's pictures: its heatmap (chosen by ``harness.report.choice``), its learning
+curves, and the plots its extra tables ask for.
 
-A trap's heatmap is drawn from the cell where it bites (its first measurement whose verdict is
-not BENIGN, the primary one first; else the primary one), on the inputs that cell was judged
-on (a CONDITIONAL trap's trigger shape, a NUMERIC trap's edge inputs). It shows the attention
-weights, fixed.py beside buggy.py, unless they are the same and only the outputs differ (the bug
-is in how the output is assembled): then the outputs and their difference. Of the batch rows
-(and heads) it shows the one where buggy.py differs most from fixed.py, a NaN counting as most.
-The title says which cell, row and head are drawn, and on what inputs.
+The heatmap's title says which cell, row and head are drawn, and on what inputs.
 """
 
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from torch import Tensor
+import pandas as pd
 
 from harness.catalogue.card import Card
 from harness.catalogue.judge import EDGE_NAMES, Measurement
-from harness.catalogue.verdicts import Verdict
 from harness.files import IMAGES
 from harness.learning import GENERATION, Learning, Run
-from harness.plots import (
-    DECIMALS,
-    Panel,
-    heatmaps,
-    legend,
-    line_plot,
-    lines_beside_heatmaps,
-    rounded,
-)
+from harness.plots import Panel, bar_plot, heatmaps, legend, line_plot, lines_beside_heatmaps
+from harness.report.choice import BITES, OUTPUT, SAME, WEIGHTS, Choice, as_array, choose, same
 from harness.report.results import TrapResult
 
-BITES = (Verdict.SILENT, Verdict.LOUD, Verdict.CONDITIONAL, Verdict.NUMERIC)
-SAME = 10.0**-DECIMALS  # arrays this close, as drawn, look the same
-WEIGHTS = "attention weights"
-OUTPUT = "output"
 TITLE_WIDTH = 100  # characters per title line after the first
-
-
-@dataclass(frozen=True)
-class Choice:
-    """What a trap's heatmap shows: one cell, weights or output, one batch row and head."""
-
-    cell: Measurement
-    kind: str  # WEIGHTS or OUTPUT
-    index: tuple[int, ...]  # (batch,) or (batch, head): the leading indices of the map drawn
-    same: bool  # fixed.py and buggy.py look the same in what is drawn
-
-
-def bitten_cell(cells: list[Measurement], primary: Measurement) -> Measurement:
-    """The cell where the trap bites: ``primary`` if it does, else the first that does."""
-    return next((m for m in [primary, *cells] if m.verdict in BITES), primary)
-
-
-def as_array(tensor: Tensor | None) -> np.ndarray | None:
-    """A tensor as drawn: float64 numpy, rounded (``plots.rounded``)."""
-    return None if tensor is None else rounded(tensor.detach().cpu().double().numpy())
-
-
-def divergence(fix: np.ndarray, bug: np.ndarray) -> tuple[int, float]:
-    """How far ``bug`` is from ``fix``: (cells non-finite in one only, max finite difference)."""
-    both = np.isfinite(fix) & np.isfinite(bug)
-    alike = (np.isnan(fix) & np.isnan(bug)) | (np.isinf(fix) & (fix == bug))
-    broken = int((~both & ~alike).sum())
-    return broken, float(np.abs(fix - bug)[both].max(initial=0.0))
-
-
-def same(fix: np.ndarray | None, bug: np.ndarray | None) -> bool:
-    """Both there, of one shape, and within ``SAME`` of each other everywhere (NaN alike)."""
-    if fix is None or bug is None or fix.shape != bug.shape:
-        return False
-    broken, largest = divergence(fix, bug)
-    return broken == 0 and largest <= SAME
-
-
-def worst_index(fix: np.ndarray | None, bug: np.ndarray | None) -> tuple[int, ...]:
-    """The leading index (all but the last two axes) where ``bug`` differs most from ``fix``.
-
-    Non-finite cells in one and not the other count before any finite difference; ties go to
-    the first. All zeros when there is nothing to compare.
-    """
-    shown = fix if fix is not None else bug
-    if shown is None:
-        return ()
-    leading = shown.shape[:-2]
-    if fix is None or bug is None or fix.shape != bug.shape:
-        return (0,) * len(leading)
-    scores = {i: divergence(fix[i], bug[i]) for i in np.ndindex(*leading)}
-    return max(scores, key=lambda i: (scores[i], [-k for k in i]))
-
-
-def choose(r: TrapResult) -> Choice | None:
-    """The cell, kind and map to draw for ``r``; None when neither module gives anything.
-
-    The weights, unless buggy.py's are missing or the same as fixed.py's while the outputs
-    differ: then the outputs. A bug that raises is drawn beside fixed.py's weights (else output).
-    """
-    m = bitten_cell(r.cells, r.primary)
-    w_fix, w_bug = as_array(m.weights.get("fix")), as_array(m.weights.get("bug"))
-    o_fix, o_bug = as_array(m.outputs.get("fix")), as_array(m.outputs.get("bug"))
-    weights_differ = w_fix is not None and w_bug is not None and not same(w_fix, w_bug)
-    outputs_differ = o_fix is not None and o_bug is not None and not same(o_fix, o_bug)
-    if w_fix is not None and (m.raised or weights_differ or not outputs_differ):
-        return Choice(m, WEIGHTS, worst_index(w_fix, w_bug), same(w_fix, w_bug))
-    if o_fix is not None:
-        return Choice(m, OUTPUT, worst_index(o_fix, o_bug), same(o_fix, o_bug))
-    if w_bug is not None:
-        return Choice(m, WEIGHTS, worst_index(w_fix, w_bug), False)
-    return None
 
 
 def where(index: tuple[int, ...], shape: tuple[int, ...], kind: str) -> str:
@@ -197,27 +107,43 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
     """Write a trap's pictures under ``folder/img``; their paths relative to ``folder``.
 
     ``img/<id>.png``: the heatmap ``choose`` picks (none when neither module returns weights
-    or an output); ``img/<id>-learning.png``: its learning curves, when it was trained;
-    ``img/<id>-<n>.png``: the line plots its extra tables ask for.
+    or an output, or when the two modules' look the same); ``img/<id>-learning.png``: its
+    learning curves, when it was trained and buggy.py did not raise before its first step;
+    ``img/<id>-<n>.png``: the plots its extra tables ask for (``plot``).
     """
     card = r.pair.card
     names = []
     choice = choose(r)
-    if choice is not None:
+    if choice is not None and not choice.same:
         panels = weight_panels(choice) if choice.kind == WEIGHTS else output_panels(choice)
         name = f"{IMAGES}/{card.id}.png"
         heatmaps(folder / name, title(choice, card, r.primary, panels), panels)
         names.append(name)
-    if r.learning is not None:
+    if r.learning is not None and r.learning.bug.trained:
         name = f"{IMAGES}/{card.id}-learning.png"
         learning_plot(folder / name, card.id, r.learning)
         names.append(name)
     specs = [(extra, spec) for extra in r.extras for spec in extra.attrs.get("plots", [])]
     for i, (extra, spec) in enumerate(specs, start=1):
         plot_name = f"{IMAGES}/{card.id}-{i}.png"
-        line_plot(folder / plot_name, extra, **spec)
+        plot(folder / plot_name, extra, spec)
         names.append(plot_name)
     return names
+
+
+def plot(path: Path, extra: pd.DataFrame, spec: dict) -> None:
+    """One plot an extra table asks for: ``kind`` "lines" (the default, ``line_plot``), "bars"
+    (``bar_plot``), or "maps" (``heatmaps`` of the arrays in ``maps``, by panel title, the
+    other keys a ``Panel``'s); of the table itself, or of the table in ``data``."""
+    spec = dict(spec)
+    kind, data = spec.pop("kind", "lines"), spec.pop("data", extra)
+    if kind == "maps":
+        heading, maps = spec.pop("title"), spec.pop("maps")
+        heatmaps(path, heading, [Panel(name, array, **spec) for name, array in maps.items()])
+    elif kind == "bars":
+        bar_plot(path, data, **spec)
+    else:
+        line_plot(path, data, **spec)
 
 
 def unevaluated(run: Run) -> str:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.catalogue.card import Pair
 from harness.catalogue.judge import Grid, Measurement
+from harness.catalogue.spread import Spread
 from harness.catalogue.verdicts import FULL_PRECISION, Verdict, combine
 from harness.learning import Learning
 
@@ -24,6 +25,7 @@ class TrapResult:
     extras: list[pd.DataFrame] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     learning: Learning | None = None  # the learning probe, unless the report skips it
+    spread: Spread | None = None  # the primary cell's output error over seeds
     key: str = ""  # what made it, in the store (harness.report.store): "" when not kept
 
     @property

@@ -7,8 +7,16 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.catalogue.judge import Measurement
+from harness.catalogue.spread import SEEDS
 from harness.report import learning
-from harness.report.format import LEARNED_COLUMN, SUMMARY, num, verdict_label
+from harness.report.format import (
+    LEARNED_COLUMN,
+    SUMMARY,
+    num,
+    over_seeds,
+    seeds_column,
+    verdict_label,
+)
 from harness.report.pages import linker
 from harness.report.results import TrapResult
 
@@ -57,6 +65,7 @@ def summary(results: list[TrapResult]) -> str:
             "combined": verdict_label(r.overall(r.primary.device), r.cells),
             "expected": str(r.pair.card.expected),
             "output error (floor)": output_cell(r.primary),
+            seeds_column(SEEDS): "n/a" if r.spread is None else over_seeds(r.spread),
             "entropy fix → bug": entropy_cell(r.primary),
             "grad cosine": cosine_cell(r.primary),
         }

@@ -1,12 +1,36 @@
 """timings.md, beside report.md: the wall-clock measurements, which vary from run to run and so
-stay out of the report."""
+stay out of the report, with the plots their tables ask for (``timings-<trap>-<n>.png`` beside
+it, as uncommitted as it is)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 
 from harness.files import REPORT
 from harness.report.format import table
+
+
+def picture_names(timed: dict[str, pd.DataFrame]) -> dict[str, list[str]]:
+    """The file names of each timing table's plots, beside timings.md."""
+    return {
+        pid: [f"timings-{pid}-{i}.png" for i in range(1, len(df.attrs.get("plots", [])) + 1)]
+        for pid, df in timed.items()
+    }
+
+
+def draw_timings(timed: dict[str, pd.DataFrame], folder: Path) -> list[str]:
+    """Draw the plots the timing tables ask for into ``folder``; their names."""
+    names = picture_names(timed)
+    if not any(names.values()):
+        return []
+    from harness.report.pictures import plot  # matplotlib, only when there is a plot
+
+    for pid, df in timed.items():
+        for name, spec in zip(names[pid], df.attrs["plots"], strict=True):
+            plot(folder / name, df, spec)
+    return [name for pictures in names.values() for name in pictures]
 
 
 def timings_text(timed: dict[str, pd.DataFrame]) -> str:
@@ -16,6 +40,8 @@ def timings_text(timed: dict[str, pd.DataFrame]) -> str:
         f"Not deterministic: they vary from run to run and machine to machine, so they live apart "
         f"from [{REPORT}]({REPORT}).",
     ]
+    names = picture_names(timed)
     for pid, df in timed.items():
         lines += ["", f"## `{pid}`", "", table(df)]
+        lines += [line for name in names[pid] for line in ("", f"![{pid}: timing]({name})")]
     return "\n".join(lines) + "\n"

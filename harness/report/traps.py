@@ -12,8 +12,18 @@ from harness.catalogue.judge import Measurement
 from harness.catalogue.verdicts import Verdict
 from harness.files import IMAGES, TABLES_PAGE
 from harness.report import learning
+from harness.report.choice import heatmap_absent
 from harness.report.extras import caption, is_short
-from harness.report.format import TABLES, anchor, num, prose, table, verdict_label
+from harness.report.format import (
+    TABLES,
+    anchor,
+    num,
+    over_seeds,
+    prose,
+    seeds_column,
+    table,
+    verdict_label,
+)
 from harness.report.results import TrapResult
 
 
@@ -43,6 +53,8 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
         "",
     ]
     out += [f"- {c.cell}: **{verdict_label(c.verdict, [c])}**: {c.reason}" for c in r.cells]
+    if r.spread is not None:
+        out += [f"- {m.cell}, {seeds_column(r.spread.seeds)}: output error {over_seeds(r.spread)}"]
     out += [f"- {m.cell}, {name}: {text}" for name, text in m.variants.items()]
     out += [f"- {m.cell}, {name}: {text}" for name, text in m.probes.items()]
     if r.overall(m.device) is Verdict.BENIGN:
@@ -54,8 +66,8 @@ def trap_section(r: TrapResult, images: list[str]) -> str:
     out += r.notes
     learned = [i for i in images if i.startswith(f"{IMAGES}/{card.id}-learning")]
     images = [i for i in images if i not in learned]
-    if not images:
-        out += ["No picture: neither module returns attention weights or an output.", ""]
+    if absent := heatmap_absent(r):
+        out += [prose(f"No heatmap: {absent}."), ""]
     out += [f"![{card.id}]({image})\n" for image in images]
     if r.learning is not None:
         verdict = r.overall(m.device)

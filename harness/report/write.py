@@ -36,7 +36,7 @@ from harness.report.scorecard import scorecard
 from harness.report.store import Store
 from harness.report.summary_table import summary
 from harness.report.symptom_index import symptom_index
-from harness.report.timings import timings_text
+from harness.report.timings import draw_timings, timings_text
 from harness.report.traps import MORE_INTRO, category_sections, modern_sections
 from harness.report.tutorial_code import check_your_own, tutorial_code
 
@@ -140,18 +140,21 @@ def write_report(
         for name, page in pages.items():
             (staged / name).write_text(page)
         (staged / TIMINGS).write_text(timings_text(timed))
+        timing_pictures = draw_timings(timed, staged)
         pictures = [name for names in images.values() for name in names]
         with publish.locked(out):
             old = read_pages(out)
             old_text = joined(old) if REPORT in old else None
             if is_current(out, old_text, joined(pages)) and set(old) == set(pages):
                 with uninterrupted(f"{out / TIMINGS} was replaced (the report was current)"):
-                    os.replace(staged / TIMINGS, out / TIMINGS)
+                    for name in [*timing_pictures, TIMINGS]:
+                        os.replace(staged / name, out / name)
                 return out / REPORT, False
             linked = publish.linked_images(old_text or "")
             companions = [name for name in pages if name != REPORT]
             with uninterrupted(f"{out / REPORT} is the new report"):
-                publish.install(staged, out, REPORT, pictures, [TIMINGS, *companions], linked)
+                others = [*timing_pictures, TIMINGS, *companions]
+                publish.install(staged, out, REPORT, pictures, others, linked)
                 for name in set(old) - set(pages):  # a page this report does not have
                     (out / name).unlink()
     return out / REPORT, True

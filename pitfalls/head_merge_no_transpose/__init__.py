@@ -1,6 +1,7 @@
 """Card for head_merge_no_transpose: heads merged by reshape without transpose."""
 
 from harness.catalogue.card import Card, Verdict, multi_head
+from harness.catalogue.sources import source_table
 from harness.shapes import Shape
 
 CARD = Card(
@@ -24,6 +25,7 @@ CARD = Card(
     avoid="out.transpose(1, 2).reshape(B, T, d_model), and test with h > 1.",
     expected=Verdict.SILENT,
     build=multi_head,
+    extra=source_table,
     has_heads=True,
     shape=Shape(batch=2, seq_len=5, d_model=16, d_k=4, d_v=4, heads=4),
     sources=("jsbaan/transformer-from-scratch PR #6",),

@@ -1,6 +1,7 @@
 """Card for head_split_view: heads split with view(B, h, T, d_k)."""
 
 from harness.catalogue.card import Card, Verdict, multi_head
+from harness.catalogue.sources import source_table
 from harness.shapes import Shape
 
 CARD = Card(
@@ -23,6 +24,7 @@ CARD = Card(
     ),
     expected=Verdict.SILENT,
     build=multi_head,
+    extra=source_table,
     has_heads=True,
     shape=Shape(batch=2, seq_len=5, d_model=16, d_k=4, d_v=4, heads=4),
     sources=(

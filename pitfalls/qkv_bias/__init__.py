@@ -35,6 +35,16 @@ def key_bias_table(pair: Pair, device: torch.device, dtype: torch.dtype) -> pd.D
             )
     table = pd.DataFrame(rows)
     table.attrs["caption"] = "Every bias at nn.Linear's random init, each zeroed in turn"
+    table.attrs["plots"] = [
+        dict(
+            kind="bars",
+            x="bias",
+            y="grad norm",
+            logy=True,
+            title="qkv_bias: each bias's gradient; the key bias's is rounding noise",
+            ylabel="gradient norm (log scale)",
+        )
+    ]
     return table
 
 

@@ -326,6 +326,11 @@ class Replay:
         """``_position_inputs`` on an ordinary batch."""
         return self._position_inputs(torch.zeros(2, 7, 1), None)
 
+    @cached_property
+    def hands_rotary_tables(self) -> bool:
+        """Its model passes the layer rotary tables it makes (``position_inputs``)."""
+        return self.position_inputs() == "rotary"
+
     def __call__(
         self, module: nn.Module, x: Tensor, *, positions: Tensor, mask: Tensor | None, cache: object
     ) -> object:
