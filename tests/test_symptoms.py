@@ -98,7 +98,7 @@ def test_a_timed_trap_is_slow():
     assert set(found) == {"It is slow"}
 
 
-@pytest.mark.parametrize("pitfall", ["scale_precision", "qkv_bias"])
+@pytest.mark.parametrize("pitfall", ["scale_precision", "qkv_bias", "init_variance"])
 def test_a_benign_trap_shows_no_symptom(pitfall):
     assert listed(pitfall) == {}
 

@@ -45,10 +45,12 @@ def _spread(_: Results) -> Judged:
     scaled = [s.scaled for s in spreads]
     grows = last.unscaled / first.unscaled > 0.5 * (last.d_k / first.d_k) ** 0.5
     held = all(0.8 < s < 1.25 for s in scaled)
+    low, high = num(min(scaled)), num(max(scaled))
+    divided = f"{low} at every d_k" if low == high else f"{low}–{high}"
     return (TRUE if grows and held else FALSE), (
         f"spread of q · k for unit-variance q, k: {num(first.unscaled)} at d_k {first.d_k}, "
-        f"{num(last.unscaled)} at {last.d_k}; divided by sqrt(d_k): {num(min(scaled))}–"
-        f"{num(max(scaled))} (seed 0, 4,096 pairs)"
+        f"{num(last.unscaled)} at {last.d_k}; divided by sqrt(d_k): {divided} (seed 0, 4,096 "
+        "pairs)"
     )
 
 
@@ -215,10 +217,10 @@ CLAIMS = [
           trap="fully_masked_row"),
     Claim("§3.2", "without `dim=-1` softmax normalises over all elements",
           "`F.softmax(scores, dim=-1)`", _softmax_dim, trap="softmax_dim"),
+    Claim("§3.2", "a (B, 1, T, T) mask broadcasts to (B, T, T)",
+          "a (B, T, T) mask, or scores (B, h, T, T)", _mask_broadcast, trap="mask_rank"),
     Claim("§3.3", "the example prints output and weights of shape (1, 3, 3), lower-triangular",
           "a (B, T, T) mask for (B, T, T) scores", _example, where=TUTORIAL_CODE),
-    Claim("§3.1", "a (B, 1, T, T) mask broadcasts to (B, T, T)",
-          "a (B, T, T) mask, or scores (B, h, T, T)", _mask_broadcast, trap="mask_rank"),
     Claim("§4.1", "`1 / math.sqrt(d_k)` loses precision: keep the scale a float32 tensor",
           "`scores / math.sqrt(d_k)`", _benign_claim, trap="scale_precision"),
     Claim("§4.2", "`masked_fill(mask.bool(), -1e9)` on a keep-mask fills the wrong positions",
@@ -263,9 +265,21 @@ def scorecard_table(results: list[TrapResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+VERDICT_WORDS = prose(
+    "The verdicts in *the number that decides it* are the measurement's, buggy.py against "
+    "fixed.py: SILENT, it runs and gives a wrong result; LOUD, it raises; CONDITIONAL, it raises "
+    "on most shapes and runs silently on others; NUMERIC, right in float32, broken only in low "
+    "precision or on edge inputs; BENIGN, within rounding noise of fixed.py (the floor: fixed.py's "
+    "own error against float64, in the same dtype), so the claimed trap does not hold. An *output "
+    "error* is the largest |difference| from fixed.py run in float64, in the output's own units."
+)
+
+
 def scorecard(results: list[TrapResult]) -> str:
-    """The scorecard section."""
-    return "\n".join([SCORECARD, "", table(scorecard_table(results)), "", claims_measured_here()])
+    """The scorecard section: the table, what its verdict words mean, how the rows no pair
+    measures were measured."""
+    parts = [SCORECARD, "", table(scorecard_table(results)), "", VERDICT_WORDS, ""]
+    return "\n".join([*parts, claims_measured_here()])
 
 
 def claims_measured_here() -> str:

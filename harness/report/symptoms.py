@@ -103,7 +103,12 @@ def flat_loss(r: TrapResult) -> str | None:
 
 
 def odd_map(r: TrapResult) -> str | None:
+    """Rows that are not distributions, saturated rows, or entropy moved; not for a BENIGN trap,
+    whose map moves within what a correct module does (init_variance: the default init against
+    xavier, both healthy)."""
     m = r.primary
+    if r.overall(m.device) is Verdict.BENIGN:
+        return None
     att = _attention(m)
     fix, bug = att.loc["fix"], att.loc["bug"]
     if bug["row_sum_err"] > ROW_SUM >= fix["row_sum_err"]:
@@ -182,7 +187,8 @@ SYMPTOMS = (
     ),
     Symptom(
         "The loss is flat or falls slowly",
-        f"trained on a tiny task, buggy.py never reaches {learning.THRESHOLD:.0%} accuracy, "
+        f"trained on a tiny task (copying a prompt, or recalling values by key: the learning "
+        f"probe below), buggy.py never reaches {learning.THRESHOLD:.0%} of the answers right, "
         f"needs {learning.SLOWER:g}x fixed.py's steps, or ends {learning.ENDS_BELOW:g} below "
         f"its accuracy; without the learning probe, a weight's gradient at most "
         f"1/{GRAD_RATIO:g} of fixed.py's",
