@@ -1104,3 +1104,55 @@ class TwiceScaledHandedTablesAttention(HandedTablesAttention):
 
 class TwiceScaledHandedTablesGPT(HandedTablesGPT):
     attention = TwiceScaledHandedTablesAttention
+
+
+class MaskFreeSlotAttention(CachedAttention):
+    """gpt-fast's attention with its mask dropped: no mask buffer, no causal name."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        del self.causal
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        keys, values = self.update(k, v, start)  # (B, h, start + T, d)
+        return self.merge(F.softmax(self.scores(q, keys), dim=-1) @ values)
+
+
+class MaskFreeInputPosGPT(InputPosGPT):
+    """No generate(): only the cache it makes (setup_caches) says it is a decoder."""
+
+    attention = MaskFreeSlotAttention
+    generate = None
+
+
+class TablePositionsAttention(SelfAttention):
+    """Causal by SDPA's flag: no mask buffer that would tell the context."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        del self.causal
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        return self.merge(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+class TablePositionsGPT(GPT):
+    """Built from keyword sizes and keeping no config: its context is its position table's rows
+    (32, shorter than the doctor's usual probes)."""
+
+    attention = TablePositionsAttention
+    generate = None
+
+    def __init__(self, vocab_size=256, block_size=32, n_embd=64, n_head=4, n_layer=2):
+        super().__init__(GPTConfig(block_size, vocab_size, n_layer, n_head, n_embd))
+        del self.config  # its sizes live in its modules only
+
+
+class OverriddenPositionsGPT(RestartingPassedCacheGPT):
+    """Takes position ids and rebuilds them as 0..T-1 on every call, whatever it is given:
+    under its cache, positions restart."""
+
+    def forward(self, idx, cache=None, position_ids=None):
+        return super().forward(idx, cache)

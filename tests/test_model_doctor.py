@@ -575,6 +575,31 @@ def test_a_layer_its_model_hands_rotary_tables_is_compared_with_rope():
     diagnosis = diagnose_model(small(model_modules.HandedTablesGPT))
     assert diagnosis.healthy, diagnosis.text()
     assert "RoPE" in _layer(diagnosis, "agrees with SDPA").message
+    assert "(set_kv_cache)" in _model(diagnosis, "low precision").message  # its own method
     twice = diagnose_model(small(model_modules.TwiceScaledHandedTablesGPT))
     assert failing(twice) == [("h.0.attn", "agrees with SDPA")], twice.text()
     assert named_trap(twice.groups[0].diagnosis.findings) == "double_scale"
+
+
+def test_a_model_that_makes_its_cache_is_a_decoder_when_nothing_else_says():
+    """gpt-fast's setup_caches: a model that makes a cache generates, so its dropped mask is a
+    leak, not an encoder's reading both ways (measured, it would pass as one)."""
+    diagnosis = diagnose_model(small(model_modules.MaskFreeInputPosGPT))
+    assert diagnosis.notes[0].startswith("causal (declared)"), diagnosis.notes
+    assert _model(diagnosis, "causal no-leak").status == FAIL, diagnosis.text()
+
+
+def test_a_model_without_a_config_is_probed_within_its_position_table():
+    """No attribute, mask buffer or config says its context: the rows of its wpe (32) do, so
+    no probe runs past them."""
+    diagnosis = diagnose_model(small(model_modules.TablePositionsGPT))
+    assert diagnosis.healthy, diagnosis.text()
+
+
+def test_position_ids_a_model_ignores_are_not_taken_as_passed():
+    """Retrying with position ids proves nothing where the forward rebuilds them: its restart
+    stays among the causes, and no message says its positions count on."""
+    found = _model(diagnose_model(small(model_modules.OverriddenPositionsGPT)), "cached generation")
+    assert found.status == FAIL and "ignores the position ids it is given" in found.message
+    assert "rope_cache_offset" in named_trap([found]), found.message
+    assert "counted on from it" not in found.message

@@ -317,11 +317,16 @@ def test_a_module_worse_than_sdpa_in_bfloat16_fails():
     assert probe(make(dm.einsum_ok, 64, 4), KEEP, "bfloat16 robustness").status == PASS
 
 
-def test_an_error_in_float16_only_is_a_failure():
-    module, config = catalogue("fill_overflow_half")
+def test_an_error_in_float16_only_is_a_failure_where_it_runs_in_float16():
+    module, undeclared_config = catalogue("fill_overflow_half")
+    config = replace(undeclared_config, float16=True)  # its user says it runs in float16
     f = probe(module, config, "float16 robustness")
     assert f.status == FAIL and f.message.startswith("raises under torch.autocast"), f
+    assert "fill_overflow_half" in f.message
     assert probe(module, config, "bfloat16 robustness").status == PASS
+    # undeclared, a -1e9 fill that is right in float32 (the Annotated Transformer's) is a warning
+    undeclared = probe(module, replace(config, float16=False), "float16 robustness")
+    assert undeclared.status == WARN and "fill_overflow_half" in undeclared.message, undeclared
 
 
 # --- the subject -------------------------------------------------------------------------------
@@ -411,3 +416,13 @@ def test_heads_split_or_merged_without_the_transpose_are_named_by_their_fit(pitf
     f = probe(*catalogue(pitfall), "agrees with SDPA")
     assert f.status == FAIL and f"(within 0): {pitfall}" in f.message, f
     assert probe(*catalogue(pitfall, "fixed"), "agrees with SDPA").status == PASS
+
+
+def test_weight_on_a_later_key_names_the_causal_leak():
+    """The weights probe fails first in the table: where its masked weight lies on later keys
+    of a causal module, it names the leak itself (a mask never applied)."""
+    module = make(dm.MaskNeverUsed, 32, 4)
+    causal = probe(module, Config(mask="keep", causal=True), "attention weights")
+    assert causal.status == FAIL and causal.message.endswith("(causal_leak)"), causal
+    padding = probe(module, KEEP, "attention weights")
+    assert padding.status == FAIL and "causal_leak" not in padding.message, padding

@@ -153,8 +153,9 @@ OPTIONS = (
         "float16", kind="flag", default=False,
         help="it runs in float16 (autocast or .half()) where activations grow large, as "
         "mixed-precision training and Stable Diffusion's UNet do: Q K^T overflowing where "
-        "scaling Q first stays finite then fails (qk_overflow_half); without it that is a "
-        "note, since textbook attention does the same",
+        "scaling Q first stays finite then fails (qk_overflow_half), and so does a mask fill "
+        "past float16's range such as -1e9 (fill_overflow_half); without it they are a note "
+        "and a warning, since textbook attention does the same",
     ),
     Option("seed", kind="seed", default=0, help="seed for weights and inputs, 0 .. 2**32 - 1 (0)"),
     Option("batch", kind="int", default=4, help="sequences per probe call (4; at least 2)"),

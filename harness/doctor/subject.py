@@ -231,10 +231,18 @@ CONTEXT_NAMES = ("block_size", "max_seq_len", "n_ctx", "context_length", "max_po
                  "max_seq_length", "n_positions", "max_len", "context_size")  # fmt: skip
 
 
+# A table of absolute positions (nanoGPT's wpe, pos_emb, position_embeddings): its rows are the
+# positions a model can take; a relative bias's rows are buckets (T5's relative_attention_bias).
+ABSOLUTE_TABLE = re.compile(r"\bwpe\b|pos", re.IGNORECASE)
+RELATIVE_TABLE = re.compile(r"relative|\brel_|bias", re.IGNORECASE)
+
+
 def declared_context(module: nn.Module) -> int | None:
     """The longest sequence the module says it takes, what the module itself says first: its
     own attribute; else what it registers, a square mask buffer of N x N (nanoGPT's causal
-    ``bias`` of block_size rows; the shortest if several); else its config's; else None."""
+    ``bias`` of block_size rows; the shortest if several); else its config's; else the rows of
+    its table of absolute positions (an OPT-like model's ``wpe`` made for block_size); else
+    None."""
     stated = int_attribute(module, CONTEXT_NAMES, include_config=False)
     if stated is not None:
         return stated
@@ -242,7 +250,17 @@ def declared_context(module: nn.Module) -> int | None:
         b.shape[-1] for b in module.buffers()
         if b.dim() >= 2 and b.shape[-1] == b.shape[-2] > 1 and is_mask(b)
     ]  # fmt: skip
-    return min(sizes) if sizes else int_attribute(module, CONTEXT_NAMES)
+    if sizes:
+        return min(sizes)
+    configured = int_attribute(module, CONTEXT_NAMES)
+    if configured is not None:
+        return configured
+    tables = [
+        m.num_embeddings for name, m in module.named_modules()
+        if isinstance(m, nn.Embedding) and ABSOLUTE_TABLE.search(name)
+        and not RELATIVE_TABLE.search(name)
+    ]  # fmt: skip
+    return min(tables) if tables else None
 
 
 def is_weights(second: Tensor | None, batch: int, seq_len: int) -> bool:

@@ -5,12 +5,13 @@ model stays finite, with its mask and padding."""
 from __future__ import annotations
 
 import copy
+import textwrap
 
 import torch
 from torch import Tensor, nn
 
 from harness.doctor.findings import Outcome, failed, passed, skipped
-from harness.doctor.model.call import NO_AUTOCAST, SEQ_LEN, left_padded
+from harness.doctor.model.call import SEQ_LEN, left_padded, no_autocast
 from harness.doctor.model.patient import Patient, max_change
 from harness.metrics import rounding
 from harness.runner import as_dtype, describe
@@ -58,7 +59,7 @@ def backends(patient: Patient) -> Outcome:
             other = model if name == current else _with(model, name)
             outputs[name] = patient.logits(ids, other, **given)[real]
         except Exception as exc:
-            refused.append(f"{name} ({describe(exc)[:80]})")
+            refused.append(f"{name} ({textwrap.shorten(describe(exc), 80, placeholder=' ...')})")
     if "eager" not in outputs or len(outputs) < 2:
         return skipped(f"fewer than two implementations run here; refused: {', '.join(refused)}")
     base = outputs.pop("eager")
@@ -78,7 +79,7 @@ def low_precision(patient: Patient) -> Outcome:
     """Under autocast to float16 and bfloat16, a left-padded batch gives finite logits on its
     real tokens (accuracy is judged per layer, against SDPA in the same dtype)."""
     if patient.call.makes_cache(patient.model):
-        return skipped(NO_AUTOCAST)
+        return skipped(no_autocast(patient.model))
     ids, given = _padded(patient)
     real = (given["mask"] if given else torch.ones_like(ids)).bool()
     reference = patient.logits(ids, **given)[real]

@@ -33,8 +33,6 @@ SETUP_NAMES = ("setup_caches", "set_kv_cache")
 # the sizes gpt-fast's setup_caches remembers, returning early when its cache is as large: a
 # cache for a batch of 4 takes no batch of 2 (its update writes k_cache[:, :, input_pos])
 SETUP_SIZES = ("max_batch_size", "max_seq_length")
-NO_AUTOCAST = ("its cache is made in its weights' dtype (setup_caches) and takes no autocast "
-               "keys: such a model runs in low precision cast, not autocast")  # fmt: skip
 LABEL_NAMES = ("targets", "labels")  # nanoGPT returns every position's logits only with targets
 VOCAB_NAMES = ("vocab_size", "n_vocab", "num_tokens", "vocab")
 BATCH, SEQ_LEN = 2, 8  # the model doctor's forwards: B != T, so neither passes for the other
@@ -119,6 +117,13 @@ def _setup(model: nn.Module) -> Callable[[int, int], object] | None:
     """The model's method that makes the cache it keeps (``SETUP_NAMES``), or None."""
     found = (getattr(model, name, None) for name in SETUP_NAMES)
     return next((setup for setup in found if callable(setup)), None)
+
+
+def no_autocast(model: nn.Module) -> str:
+    """Why a model that makes its own cache is not run under autocast, naming its method."""
+    setup = getattr(_setup(model), "__name__", "its cache method")
+    return (f"its cache is made in its weights' dtype ({setup}) and takes no autocast keys: "
+            "such a model runs in low precision cast, not autocast")  # fmt: skip
 
 
 def token_ids(vocab: int, batch: int, seq_len: int, seed: int) -> Tensor:

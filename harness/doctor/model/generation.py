@@ -174,6 +174,10 @@ def cached_generation(patient: Patient) -> Outcome:
     evidence = f"{name} differs from the full forward from position {first} on (by {size}, " \
                f"floor {floor:.2g})"  # fmt: skip
     can_retry = call.positions is not None and call.cache is not None  # positions passed
+    ignored = can_retry and not follows_positions(patient)
+    if ignored:  # it rebuilds them (arange(T)): passing them proves nothing
+        evidence += "; its forward ignores the position ids it is given"
+        can_retry = False
     if can_retry:
         fresh = new_cache() if new_cache is not None else None
         retried, _ = decode(patient, ids, chunks, cache=fresh, positions=True)
@@ -225,6 +229,21 @@ def cached_generation(patient: Patient) -> Outcome:
         causes.append("rope_cache_offset (each chunk's positions counted from 0 instead of from "
                       "where the cache ends)")  # fmt: skip
     return failed(f"{evidence}. {KNOWN_CAUSES}{', '.join(causes)}")
+
+
+def follows_positions(patient: Patient) -> bool:
+    """The model's logits move when the position ids it is given do: 0..T-1, then the same with
+    a gap of PREFILL after the first half (a shift of them all would not move rotary logits,
+    which see offsets only); True where that cannot be run (the model decides)."""
+    ids = patient.tokens()
+    base = positions_of(ids)
+    gapped = base + PREFILL * (base >= ids.shape[1] // 2)
+    try:
+        before = patient.logits(ids, positions=base)
+        after = patient.logits(ids, positions=gapped)
+    except Exception:  # positions it refuses: nothing learned here
+        return True
+    return max_change(before, after) > patient.floor(before)
 
 
 def _first_keys_only(patient: Patient, new_cache: Callable[[], object] | None) -> bool:

@@ -51,7 +51,9 @@ def declared_causal(model: nn.Module, layers: list[nn.Module], call: ModelCall) 
     no attention layer was found), else whether it can
     generate (transformers' ``can_generate()``, else a ``generate`` method), else
     a causal LM by its class name (``...ForCausalLM``, ``...LMHeadModel``), else whether its
-    forward takes a cache or a start position (only a decoder does); None when nothing says."""
+    forward takes a cache or a start position, or it has a method that makes the cache it keeps
+    (gpt-fast's ``setup_caches``, litgpt's ``set_kv_cache``): only a decoder does; None when
+    nothing says."""
     flags = [flag for flag in map(layer_causal, layers) if flag is not None]
     if flags:
         return all(flags)
@@ -69,7 +71,8 @@ def declared_causal(model: nn.Module, layers: list[nn.Module], call: ModelCall) 
     name = type(model).__name__
     if "CausalLM" in name or "LMHead" in name:
         return True
-    return True if call.cache is not None or call.start is not None else None
+    cached = call.cache is not None or call.start is not None or call.makes_cache(model)
+    return True if cached else None
 
 
 def max_change(a: Tensor, b: Tensor) -> float:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.doctor.model.call import BATCH, NO_AUTOCAST, SEQ_LEN, ModelCall, keeps_state
+from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, keeps_state, no_autocast
 from harness.doctor.subject import declared_context
 from harness.inputs import generator
 from harness.masks import lowest
@@ -340,7 +340,7 @@ class Replay:
         args, kwargs = slot.put(*fresh(args, kwargs), x)
         if self.makes_cache:
             if torch.is_autocast_enabled(x.device.type):
-                raise NotImplementedError(NO_AUTOCAST)
+                raise NotImplementedError(no_autocast(self.model))
             self._fit_cache(module, x)
         return module(*args, **kwargs)
 

@@ -198,14 +198,25 @@ def probe_weights(subject: Subject) -> Outcome:
     if allowed is not None:
         # rows with no allowed key (a padded query whose window holds only padding) are
         # the all-masked rows probe's: uniform weights there are one sound answer
-        dead = w.masked_fill(allowed, 0).nan_to_num(0)[live]
-        leaked = dead.abs().max().item() if dead.numel() else 0.0
+        dead = w.masked_fill(allowed, 0).nan_to_num(0)
+        leaked = dead[live].abs().max().item() if live.any() else 0.0
         if leaked > EXACT:
-            return failed(f"weight {leaked:.3g} on a masked key")
+            return failed(f"weight {leaked:.3g} on a masked key" + _future(dead, cfg.causal))
     saturated = metrics.saturated_fraction(rows) if rows.numel() else 0.0
     if metrics.degenerate(saturated):
         return failed(_saturated(saturated))
     return passed("rows sum to 1, zero where masked, not saturated")
+
+
+def _future(dead: torch.Tensor, causal: bool) -> str:
+    """Where a causal module's weight on masked keys lies on later keys: the leak named."""
+    if not causal:
+        return ""
+    T = dead.shape[-1]
+    later = torch.ones(T, T, dtype=torch.bool).triu(1)  # (T, T): key after query
+    if dead.shape[-2] != T or not (dead.abs() * later).gt(EXACT).any():
+        return ""
+    return ", a later one: the future is not masked (causal_leak)"
 
 
 # The axes a softmax without the right dim normalizes instead: by what sums to 1 along them.
