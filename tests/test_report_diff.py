@@ -9,6 +9,7 @@ import pytest
 
 from harness.report import diff as reportdiff
 from harness.report.diff import agree, compare, primary_thresholds
+from harness.report.format import LEARNED_COLUMN, OUTPUT_COLUMN
 from harness.report.pages import joined, read_pages
 from harness.report.parse import normalise, parse
 
@@ -43,7 +44,7 @@ def snippet(floor: float, bug_error: float = 0.75, verdict: str = "SILENT") -> s
         "cpu: float32 · bfloat16": f"{verdict} · SILENT",
         "combined": verdict,
         "expected": "SILENT",
-        "output error (floor)": f"{bug_error:.3g} ({floor:.3g})",
+        OUTPUT_COLUMN: f"{bug_error:.3g} ({floor:.3g})",
     }
     output = {
         "run": ["fix", "bug"],
@@ -175,7 +176,7 @@ def test_printed_thresholds_are_read_from_tables_and_verdict_lines() -> None:
         ("Mutation score: 35/35", "Mutation score: 34/35", "committed 35, fresh 34"),  # a count
         ("| (2, 5, 6) |", "| (2, 5, 7) |", "committed 6, fresh 7"),  # a shape
         ("| bug   |  0.269 ", "| bug   |  0.279 ", "committed 0.269, fresh 0.279"),  # too far
-        ("1.53 (", "inf (", "committed 1.53, fresh inf"),  # finite -> inf
+        ("1.53 / ", "inf / ", "committed 1.53, fresh inf"),  # finite -> inf
     ],
 )
 def test_a_real_change_in_the_committed_report_fails(old: str, new: str, found: str) -> None:
@@ -253,7 +254,7 @@ def learned(steps: int, label: str = "learns slower") -> str:
         [
             "## Summary",
             "",
-            "| trap | combined | learns? fix / bug |",
+            f"| trap | combined | {LEARNED_COLUMN} |",
             "|:--|:--|:--|",
             f"| [`demo`](#demo) | SILENT | yes ({steps}) / {label} (×{steps / 20:.2g}) |",
             "",

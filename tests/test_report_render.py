@@ -27,7 +27,7 @@ from harness.files import DOCTOR
 from harness.report import TrapResult, publish
 from harness.report import write as report_write
 from harness.report.doctor_tables import TABLES
-from harness.report.format import over_seeds, seeds_column
+from harness.report.format import OUTPUT_COLUMN, over_seeds, seeds_column
 from harness.report.opening import HOW_TO_READ
 from harness.report.pages import trap_pages
 
@@ -70,7 +70,7 @@ def test_summary_verdict_is_the_combined_one():
     (row,) = rows(report.summary([r]))
     assert row["cpu: float32 · float16"] == "BENIGN · LOUD"
     assert row["combined"] == "NUMERIC" and row["expected"] == "NUMERIC"
-    assert row["output error (floor)"] == report.output_cell(cell("fill_overflow_half"))
+    assert row[OUTPUT_COLUMN] == report.output_cell(cell("fill_overflow_half"))
     assert row["trap"] == "[`fill_overflow_half`](traps.md#fill_overflow_half)"  # not named
     assert row["§"] == "—"
 
@@ -163,19 +163,20 @@ def test_the_primary_cell_is_float32_whatever_the_order():
     r = result("fill_overflow_half", "float16", "float32")
     assert r.primary.dtype == "float32"
     (row,) = rows(report.summary([r]))
-    assert row["output error (floor)"] != "raises"  # float16's cell raises; float32's does not
+    assert row[OUTPUT_COLUMN] != "raises"  # float16's cell raises; float32's does not
 
 
 # --- cells and statements ----------------------------------------------------------------------
 
 
-def test_output_cell_is_the_bugs_error_then_the_floor():
+def test_output_cell_is_the_bugs_error_over_the_largest_output_then_the_floor():
     m = cell("missing_scale")  # SILENT: the bug's error is far above the floor
     text = report.output_cell(m)
     err, floor = output_row(m, "bug")["max_abs"], output_row(m, "fix")["max_abs"]
-    assert text == f"{err:.3g} ({floor:.3g})"
-    first, second = numbers(text)
-    assert first > 100 * second
+    largest = m.outputs["ref"].abs().max().item()
+    assert text == f"{err:.3g} / {largest:.3g} ({floor:.3g})"
+    first, scale, second = numbers(text)
+    assert first > 100 * second and scale > 0
 
 
 def test_output_cell_of_a_bug_that_raises():
@@ -502,3 +503,11 @@ def test_the_cpu_line_names_the_kernels_the_learning_probe_ran_on():
     text = reproduce(GRID, [], [load("mask_bool").card], True)
     assert f"- CPU: {cpu_name()}, {cpu_kernels()} kernels (" in text
     assert cpu_kernels() == torch.backends.cpu.get_cpu_capability()
+
+
+def test_the_learning_cell_names_the_task():
+    from harness.catalogue.learn import learn
+    from harness.report.learning import learns_cell
+
+    learned = learn(load("mask_rank"), steps=3)
+    assert learns_cell(learned).startswith(f"{learned.task.name}: ")

@@ -23,7 +23,7 @@ from decimal import Decimal
 from itertools import zip_longest
 
 from harness.catalogue.spread import SEEDS
-from harness.report.format import LEARNED_COLUMN, SIGNIFICANT, seeds_column
+from harness.report.format import LEARNED_COLUMN, OUTPUT_COLUMN, SIGNIFICANT, seeds_column
 from harness.report.parse import (
     MASK,
     NUMBERS,
@@ -38,7 +38,7 @@ from harness.report.parse import (
 )
 
 INTEGER = re.compile(r"[-+]?\d+")
-NUMERIC_COLUMNS = {"output error (floor)", seeds_column(SEEDS), "entropy fix → bug", "grad cosine"}
+NUMERIC_COLUMNS = {OUTPUT_COLUMN, seeds_column(SEEDS), "entropy fix → bug", "grad cosine"}
 # A trap whose tables print no threshold (compared over seeds, or raising) measures no floor;
 # its numbers (attention rows and their sums) are of order one, in the primary cell's float32.
 FLOAT32_EPS = Decimal(2) ** -23

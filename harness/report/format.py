@@ -37,7 +37,8 @@ NOT_AVAILABLE = " Not available here: "  # devices this machine lacks, after the
 # Training amplifies rounding, so the learning probe's numbers drift from CPU to CPU: its blocks
 # stand between these markers, and its summary column is compared in its words only.
 LEARNING_START, LEARNING_END = "<!-- learning -->", "<!-- /learning -->"
-LEARNED_COLUMN = "learns? fix / bug"
+LEARNED_COLUMN = "learns? task: fix / bug"
+OUTPUT_COLUMN = "output error / largest output (floor)"  # the summary's, in float32
 # The note under the summary that compares learning with the one-pass verdicts, in either form.
 LEARNING_AGREES = "Learning agrees with every one-pass verdict"
 LEARNING_DISAGREES = "Where learning and the one-pass verdict disagree: "

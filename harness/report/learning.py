@@ -43,8 +43,8 @@ from harness.report.format import (
 )
 
 INTRO = prose(
-    f"**The learning probe** (the summary's *learns? fix / bug* and each trap's \"What it does "
-    f'to learning"): one pass does not say whether a bug stops a model from learning, so both '
+    f"**The learning probe** (the summary's *learns? task: fix / bug* and each trap's \"What it "
+    f'does to learning"): one pass does not say whether a bug stops a model from learning, so both '
     f"modules are trained, from the same initial weights on the same seeded batches, inside a "
     f"tiny model (a token embedding plus an embedding of the token before, the attention "
     f"module, a linear read-out; vocab {VOCAB}, {SEQ_LEN} tokens, d_model {D_MODEL}, batch "
@@ -60,7 +60,8 @@ INTRO = prose(
     f"sequence in one call as in training, and, for causal modules, *by generation*: each "
     f"token from the tokens before it only, through the module's own cache where it has one. "
     f"*Unknowable*: the prompt's next tokens, which no causal model can know; a module that "
-    f'predicts them reads the future. In the summary, *learns? fix / bug* gives "yes (n)" when '
+    f"predicts them reads the future. In the summary, *learns? task: fix / bug* gives the task "
+    f'(copy or recall), then "yes (n)" when '
     f"fixed.py reaches {THRESHOLD:.0%} in n steps, then what the bug does: *learns normally* "
     f"(×ratio of steps; *identical training* where the bug does not touch a full forward of "
     f"the task); *learns faster* or *slower* (×ratio of steps to {THRESHOLD:.0%}, {SLOWER:g}x "
@@ -89,8 +90,8 @@ def fixed_cell(learning: Learning) -> str:
 
 
 def learns_cell(learning: Learning) -> str:
-    """The summary's cell: fixed.py's outcome / what the bug does."""
-    return f"{fixed_cell(learning)} / {learning.diagnosis.label}"
+    """The summary's cell: the task, fixed.py's outcome / what the bug does."""
+    return f"{learning.task.name}: {fixed_cell(learning)} / {learning.diagnosis.label}"
 
 
 def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:

@@ -87,7 +87,8 @@ padding may not show it at once. It agrees with an expected SILENT; ", NaN" says
 - Summary columns: *§*, the tutorial's section that names the trap (— when none does); *verdict* per
   device, for each dtype in the order of the header; *combined*, one verdict per trap (a trap right
   in float32 but broken in a low precision is NUMERIC, however it breaks there); *expected*, the
-  catalogue's verdict; *output error (floor)*, buggy.py's largest output error then the floor, in
+  catalogue's verdict; *output error / largest output (floor)*, buggy.py's largest output error
+  over the largest |value| of the float64 output it is an error of, then the floor, in
   float32, with the weights, inputs and upstream gradient drawn from seed 0 (on the edge inputs
   where the trap's section says so); *seeds 0–9*, the same error with each of ten seeds' draws,
   smallest to largest, and how many seeds' are within the floor (n/a when buggy.py raises or the

@@ -11,6 +11,7 @@ from harness.catalogue.spread import SEEDS
 from harness.report import learning
 from harness.report.format import (
     LEARNED_COLUMN,
+    OUTPUT_COLUMN,
     SUMMARY,
     num,
     over_seeds,
@@ -22,13 +23,16 @@ from harness.report.results import TrapResult
 
 
 def output_cell(m: Measurement) -> str:
-    """The bug's output error against the floor, or why there is none."""
+    """The bug's output error over the largest |value| of the reference output (the scale it
+    is an error of), then the floor; or why there is none."""
     s = m.summary()
     if m.seeds:
         return "n/a (over seeds)"
     if m.raised:
         return "raises"
-    return f"{num(s['err_bug'])} ({num(s['floor'])})"
+    ref = m.outputs.get("ref")
+    scale = f" / {num(ref.abs().max().item())}" if ref is not None else ""
+    return f"{num(s['err_bug'])}{scale} ({num(s['floor'])})"
 
 
 def entropy_cell(m: Measurement) -> str:
@@ -64,7 +68,7 @@ def summary(results: list[TrapResult]) -> str:
         row |= {
             "combined": verdict_label(r.overall(r.primary.device), r.cells),
             "expected": str(r.pair.card.expected),
-            "output error (floor)": output_cell(r.primary),
+            OUTPUT_COLUMN: output_cell(r.primary),
             seeds_column(SEEDS): "n/a" if r.spread is None else over_seeds(r.spread),
             "entropy fix → bug": entropy_cell(r.primary),
             "grad cosine": cosine_cell(r.primary),
