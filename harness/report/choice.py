@@ -43,7 +43,7 @@ def bitten_cell(cells: list[Measurement], primary: Measurement) -> Measurement:
 
 
 def as_array(tensor: Tensor | None) -> np.ndarray | None:
-    """A tensor as drawn: float64 numpy, rounded (``plots.rounded``)."""
+    """A tensor as drawn: float64 numpy, rounded (``harness.drawn.rounded``)."""
     return None if tensor is None else rounded(tensor.detach().cpu().double().numpy())
 
 

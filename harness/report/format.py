@@ -35,7 +35,8 @@ VERSIONS, CPU, DEVICES = "- Versions:", "- CPU:", "- Devices:"
 NOT_AVAILABLE = " Not available here: "  # devices this machine lacks, after the DEVICES line
 
 # Training amplifies rounding, so the learning probe's numbers drift from CPU to CPU: its blocks
-# stand between these markers, and its summary column is compared in its words only.
+# stand between these markers, and they and its summary column are compared in their words
+# only, and only between reports of the same CPU and kernels (parse, diff).
 LEARNING_START, LEARNING_END = "<!-- learning -->", "<!-- /learning -->"
 LEARNED_COLUMN = "learns? task: fix / bug"
 OUTPUT_COLUMN = "output error / largest output (floor)"  # the summary's, in float32

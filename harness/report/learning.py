@@ -98,7 +98,7 @@ def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:
     """A sentence where learning and the one-pass verdict disagree: a SILENT trap that learns
     normally here, or a BENIGN one that learns differently."""
     d = learning.diagnosis
-    if d.label == NO_BASELINE:
+    if d.kind == NO_BASELINE:
         return None
     harmless = d.label.startswith(LEARNS)
     if verdict is Verdict.SILENT and harmless and d.identical:
@@ -117,7 +117,7 @@ def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:
             "needs what training from scratch on this task does not have: weights made for the "
             "correct code, or other inputs."
         )
-    if verdict is Verdict.BENIGN and not harmless and d.label != RAISES:
+    if verdict is Verdict.BENIGN and not harmless and d.kind != RAISES:
         return (
             f"**A finding.** One pass measures this trap as BENIGN, yet in training buggy.py "
             f"{d.label}."
@@ -161,7 +161,7 @@ def findings_note(rows: list[tuple[Card, Verdict, Learning]]) -> str:
         c.id for c, v, lr in rows
         if v is Verdict.BENIGN and not lr.diagnosis.label.startswith((LEARNS, NO_BASELINE))
     ]  # fmt: skip
-    untrained = [c.id for c, _, lr in rows if lr.diagnosis.label == NO_BASELINE]
+    untrained = [c.id for c, _, lr in rows if lr.diagnosis.kind == NO_BASELINE]
     parts = []
     if idle:
         parts.append(f"SILENT by one pass, yet training identically on these tasks: {ids(idle)}")

@@ -160,7 +160,7 @@ def learning_plot(path: Path, trap: str, learning: Learning) -> None:
     after training on the first evaluation row (heads averaged; blocked cells hatched): by
     generation where the bug is wrong only there, else teacher-forced."""
     title = f"{trap}: training on {learning.task.describe()}\nbuggy.py: {learning.diagnosis.label}"
-    by_generation = learning.diagnosis.label == GENERATION  # where the bug shows
+    by_generation = learning.diagnosis.kind == GENERATION  # where the bug shows (a close call too)
     panels = [
         Panel(
             f"{name} after training" + (", by generation" if by_generation else ""),

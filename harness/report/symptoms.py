@@ -91,7 +91,7 @@ def flat_loss(r: TrapResult) -> str | None:
     """Training that does not reach the threshold or needs more steps than fixed.py; without
     the learning probe, a weight's gradient starved on the trap's own measurement shape (a
     trigger shape's one-wide weights say nothing of training)."""
-    if r.learning is not None and r.learning.diagnosis.label != learning.NO_BASELINE:
+    if r.learning is not None and r.learning.diagnosis.kind != learning.NO_BASELINE:
         return trained(r, (learning.FLAT_LABEL, learning.SLOWER_LABEL))
     m = r.primary
     if m.trigger is not None:
