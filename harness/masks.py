@@ -102,6 +102,16 @@ def causal_keep(batch: int, seq_len: int) -> Tensor:
     return tril.expand(batch, seq_len, seq_len).clone()  # (B, T, T)
 
 
+def live_queries(allowed: Tensor | None, batch: int, seq_len: int) -> Tensor:
+    """(B, T) queries whose output means something under the (B, T, T) keep-mask ``allowed``:
+    they have a key, and (key padding) are not padding themselves, whose outputs some modules
+    zero."""
+    live = torch.ones(batch, seq_len, dtype=torch.bool)
+    if allowed is not None:
+        live &= allowed.any(-1) & allowed.any(-2)  # a query with a key, and itself a key somewhere
+    return live
+
+
 def padding_keep(batch: int, seq_len: int, gen: torch.Generator, empty: bool = False) -> Tensor:
     """(B, T, T) bool: every query may attend to the first L_b keys of sequence b.
 

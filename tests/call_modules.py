@@ -386,8 +386,16 @@ class Softcapped(Heads):
         scores = cap * torch.tanh(scores / cap)
         if not self.after and blocked is not None:
             scores = scores.masked_fill(blocked, float("-inf"))
-        y = scores.softmax(-1) @ v  # (B, h, T, d)
+        self.weights = scores.softmax(-1)  # (B, h, T, T)
+        y = self.weights @ v  # (B, h, T, d)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class SoftcappedWithWeights(Softcapped):
+    """Softcapped, returning its attention weights beside its output, as eager layers do."""
+
+    def forward(self, x, mask=None):
+        return self.capped(x, mask), self.weights
 
 
 class RotarySoftcapped(Softcapped):

@@ -71,7 +71,8 @@ def test_a_mask_that_changes_nothing_is_a_failure_not_a_skip():
     d = diagnose(cm.IgnoresItsMask(32, 4), Config())
     found = {f.probe: f for f in d.findings}
     assert found["mask convention"].status == "fail", d.text()
-    assert "ignored or broken" in found["mask convention"].message
+    assert "the same, bit for bit, with a mask as without" in found["mask convention"].message
+    assert "as if dropped: causal_leak (" in found["mask convention"].message
     assert not d.healthy
 
 
@@ -84,6 +85,8 @@ def test_a_mask_read_right_for_padding_but_leaking_the_future_gets_no_convention
     d = diagnose(cm.LastRowOnly(32, 4), Config())
     found = {f.probe: f for f in d.findings}
     assert found["mask convention"].status == "fail", d.text()
+    # it reads its mask, wrongly: not called ignored
+    assert "ignored or broken" in found["mask convention"].message, d.text()
 
 
 def _permutation_message(module, config):

@@ -2,6 +2,7 @@
 them, and the model's own properties, each bug failing on the probe that names it."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -179,6 +180,30 @@ def test_injected_bugs_fail_on_the_probe_named(bug, where, probe, trap):
     assert trap in found.message
 
 
+def test_an_injected_bug_is_caught_only_where_its_trap_is_named():
+    """Gemma 2 capping after the mask at a scale that is not 1/sqrt(d): SDPA at 1/sqrt(d)
+    cannot reproduce its rotary layers, so the comparison at its declared scale names the cap
+    put after the mask; a zoo row that expects another trap there is not caught."""
+    from harness.zoo.bugs import BUGS
+    from harness.zoo.rows import diagnose_row
+
+    (bug,) = [b for b in BUGS if b.id == "gemma2-small-cap-softcap-after-mask"]
+    row = diagnose_row(bug.id, bug.class_name, bug.build, expect=bug.probe, trap=bug.trap)
+    assert row.caught, row.evidence
+    other = diagnose_row(bug.id, bug.class_name, bug.build, expect=bug.probe, trap="double_scale")
+    assert other.ran and not other.caught, other.evidence
+
+
+def test_a_bug_form_matched_with_another_rotary_pairing_than_sdpas_nearest_says_which():
+    """Llama pairs i with i + d/2 (rotate_half); under the doubled scale SDPA's nearest is the
+    other pairing, so the match names the pairing it was made with."""
+    from harness.zoo.bugs import BUGS
+
+    (bug,) = [b for b in BUGS if b.id == "llama-scale-twice"]
+    found = _layer(diagnose_model(bug.build()), "agrees with SDPA").message
+    assert "RoPE (pairs)" in found and "(1/d_k) with RoPE (half) (within" in found, found
+
+
 def test_attention_sinks_are_not_a_broken_softmax():
     diagnosis = diagnose_model(small(model_modules.SinkGPT))
     assert diagnosis.healthy, diagnosis.text()
@@ -217,7 +242,7 @@ def test_the_zoo_table_counts_what_it_shows():
     assert [verdict(r) for r in rows] == ["healthy", "known defect", "-", "-", "caught", "MISSED"]
     text = summary(rows)
     assert "4 architectures; 3 build" in text and "2 of them run" in text and "(66.7%)" in text
-    assert "unhealthy: 1, of which 1" in text and "caught on the probe named: 1 of 2" in text
+    assert "unhealthy: 1, of which 1" in text and "naming the trap: 1 of 2" in text
 
 
 def test_an_encoder_decoder_is_probed_layer_by_layer():
@@ -395,6 +420,10 @@ def test_a_sliding_window_shorter_than_the_padding_is_judged_on_rows_with_a_key(
     assert diagnosis.healthy, diagnosis.text()
     (local, _) = (g.diagnosis for g in diagnosis.groups)
     assert next(f for f in local.findings if f.probe == "sliding window").status == "pass"
+    # and its low-precision floor too: textbook attention's NaN there is no infinite floor
+    for found in (f for f in local.findings if f.probe.endswith("robustness")):
+        limit = re.search(r"within (\S+) \(2x rule\)", found.message)
+        assert limit and float(limit[1]) < 0.1, found.message
 
 
 def test_a_model_without_generate_is_causal_by_its_attentions_name_and_mask():
@@ -594,6 +623,25 @@ def test_a_model_without_a_config_is_probed_within_its_position_table():
     no probe runs past them."""
     diagnosis = diagnose_model(small(model_modules.TablePositionsGPT))
     assert diagnosis.healthy, diagnosis.text()
+
+
+class ArangeLlama(transformers.LlamaForCausalLM):
+    """A forward that overwrites the position ids it is given with 0..T-1 on every call."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None,
+                past_key_values=None, use_cache=None, **kwargs):  # fmt: skip
+        position_ids = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+        kwargs.pop("cache_position", None)
+        return super().forward(input_ids, attention_mask, position_ids, past_key_values,
+                               use_cache=use_cache, **kwargs)  # fmt: skip
+
+
+def test_rotary_tables_that_ignore_the_position_ids_given_are_the_layers_own():
+    """Its model hands the layer tables for 0..T-1 whatever positions a probe asks: the layer is
+    rotary all the same and agrees with SDPA under RoPE; the model's cache is what fails."""
+    diagnosis = diagnose_model(small(ArangeLlama))
+    assert failing(diagnosis) == [("model", "cached generation")], diagnosis.text()
+    assert "RoPE (half)" in _layer(diagnosis, "agrees with SDPA").message
 
 
 def test_position_ids_a_model_ignores_are_not_taken_as_passed():

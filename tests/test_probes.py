@@ -21,6 +21,7 @@ from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from harness.runner import seeded
 from harness.validation import DOCTOR_SHAPE, config_for
+from tests import call_modules as cm
 from tests import doctor_modules as dm
 from tests import misbehaving_modules as mm
 
@@ -416,6 +417,21 @@ def test_heads_split_or_merged_without_the_transpose_are_named_by_their_fit(pitf
     f = probe(*catalogue(pitfall), "agrees with SDPA")
     assert f.status == FAIL and f"(within 0): {pitfall}" in f.message, f
     assert probe(*catalogue(pitfall, "fixed"), "agrees with SDPA").status == PASS
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_masked_keys_sharing_one_weight_name_a_cap_after_the_mask(causal):
+    """Capping after the mask squashes every fill to -cap, so a row's masked keys share one
+    weight: named softcap_after_mask, not the causal leak it also is; a cap before the mask
+    leaves them none, and a mask never applied leaves each its own (the leak named)."""
+    config = Config(mask="keep", causal=causal)
+    after = probe(cm.SoftcappedWithWeights(32, 4, after=True), config, "attention weights")
+    assert after.status == FAIL and after.message.endswith("then mask them)"), after
+    assert "squashed to -5 " in after.message and "causal_leak" not in after.message, after
+    before = probe(cm.SoftcappedWithWeights(32, 4), config, "attention weights")
+    assert before.status == PASS, before
+    dropped = probe(make(dm.MaskNeverUsed, 32, 4), config, "attention weights")
+    assert dropped.status == FAIL and "softcap_after_mask" not in dropped.message, dropped
 
 
 def test_weight_on_a_later_key_names_the_causal_leak():

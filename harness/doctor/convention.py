@@ -56,6 +56,29 @@ def runs(module: nn.Module, config: Config) -> bool:
     return True
 
 
+def ignored(module: nn.Module, config: Config) -> bool:
+    """The module's output is the same, bit for bit, with a padding mask read as ``config`` says
+    as with no mask at all: whatever it is handed, the mask never reaches the scores."""
+    subject = Subject(module, config)
+    keep = subject.keep("padding", config.batch, config.seq_len, 4, left=True)
+    x = subject.x(config.batch, config.seq_len, 4)
+    with quietly_seeded(config.seed), torch.no_grad():
+        masked = subject.call(subject.copy(), x, keep)[0]
+        try:
+            bare = subject.call(subject.copy(), x, None)[0]
+        except Exception:  # it needs its mask: then the mask is read
+            return False
+    return torch.equal(masked, bare)
+
+
+# A mask that changes nothing, in the words the catalogue has for it.
+IGNORED = (
+    "forward takes {names}, but its output is the same, bit for bit, with a mask as without "
+    "one: the mask never reaches the scores, as if dropped: causal_leak (the future leaks where "
+    "it is the causal mask; padding leaks where it is a padding mask)"
+)
+
+
 def readings(
     parameters: list[str], given: str | None, layout: str | None = None
 ) -> list[tuple[str, MaskSpec]]:
@@ -78,6 +101,7 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
     declared = config.mask_shape if config.mask_shape != BY_NAME["mask_shape"].default else None
     tried = readings(parameters, config.mask_arg, declared)
     errors: list[str] = []
+    ran: Config | None = None  # the first reading that runs
     for parameter, spec in tried:
         arg = None if len(parameters) == 1 and config.mask_arg is None else parameter
         candidate = replace(config, mask=spec.meaning, mask_shape=spec.layout, mask_arg=arg)
@@ -92,6 +116,7 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
         except Exception as exc:  # this reading does not even run
             errors.append(describe(exc))
             continue
+        ran = ran or small
         if works:
             words = f"{WORDS[spec.meaning]} {WORDS[spec.layout]}"
             flags = f"--mask {spec.meaning} --mask-shape {spec.layout}"
@@ -103,6 +128,8 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
     if len(errors) == len(tried):  # the call itself is broken: say how, not "the mask"
         return config, Finding(NAME, FAIL, f"forward takes {names}, but every call raises: "
                                            f"{errors[0]}")  # fmt: skip
+    if ran is not None and ignored(module, ran):
+        return config, Finding(NAME, FAIL, IGNORED.format(names=names))
     return config, Finding(
         NAME,
         FAIL,

@@ -89,6 +89,16 @@ def restart_positions(model: nn.Module) -> None:
     model.register_forward_pre_hook(restart, with_kwargs=True)
 
 
+def small_cap(model: nn.Module) -> None:
+    """A score cap of 2 on every attention layer (Gemma 2's is 50), so that a masked key capped
+    after the mask keeps weight at ordinary activations, and Gemma 2 27B's scale, which is not
+    1/sqrt(d): query_pre_attn_scalar 144 for heads of 128."""
+    for module in model.modules():
+        if getattr(module, "attn_logit_softcapping", None):
+            module.attn_logit_softcapping = 2.0
+            module.scaling = (module.head_dim * 144 / 128) ** -0.5
+
+
 ATTENTION = {
     "doctor_unmasked": unmasked_attention,
     "doctor_tiled_gqa": tiled_gqa_attention,
@@ -101,11 +111,13 @@ ATTENTION = {
 
 @dataclass(frozen=True)
 class Bug:
-    """One injected bug: the architecture, how it is injected, the probe that must fail."""
+    """One injected bug: the architecture, how it is injected, the probe that must fail and the
+    catalogue trap that must be named."""
 
     id: str
     class_name: str
     probe: str
+    trap: str
     attention: str | None = None  # a function of ATTENTION, as the model's implementation
     patch: Callable[[nn.Module], None] | None = None
 
@@ -124,22 +136,32 @@ class Bug:
 
 
 BUGS = [
-    Bug("llama-causal-mask-dropped", "LlamaForCausalLM", "causal no-leak", "doctor_unmasked"),
-    Bug("qwen2-causal-mask-dropped", "Qwen2ForCausalLM", "causal no-leak", "doctor_unmasked"),
-    Bug("llama-kv-heads-tiled", "LlamaForCausalLM", "backends agree", "doctor_tiled_gqa"),
-    Bug("mistral-kv-heads-tiled", "MistralForCausalLM", "backends agree", "doctor_tiled_gqa"),
-    Bug("llama-scale-twice", "LlamaForCausalLM", "agrees with SDPA", "doctor_double_scale"),
-    Bug("qwen3-scale-twice", "Qwen3ForCausalLM", "agrees with SDPA", "doctor_double_scale"),
-    Bug("gemma2-softcap-after-mask", "Gemma2ForCausalLM", "causal no-leak",
+    Bug("llama-causal-mask-dropped", "LlamaForCausalLM", "causal no-leak", "causal_leak",
+        "doctor_unmasked"),
+    Bug("qwen2-causal-mask-dropped", "Qwen2ForCausalLM", "causal no-leak", "causal_leak",
+        "doctor_unmasked"),
+    Bug("llama-kv-heads-tiled", "LlamaForCausalLM", "backends agree", "gqa_kv_grouping",
+        "doctor_tiled_gqa"),
+    Bug("mistral-kv-heads-tiled", "MistralForCausalLM", "backends agree", "gqa_kv_grouping",
+        "doctor_tiled_gqa"),
+    Bug("llama-scale-twice", "LlamaForCausalLM", "agrees with SDPA", "double_scale",
+        "doctor_double_scale"),
+    Bug("qwen3-scale-twice", "Qwen3ForCausalLM", "agrees with SDPA", "double_scale",
+        "doctor_double_scale"),
+    Bug("gemma2-softcap-after-mask", "Gemma2ForCausalLM", "causal no-leak", "softcap_after_mask",
         "doctor_softcap_after_mask"),
-    Bug("llama-inverted-padding-mask", "LlamaForCausalLM", "left padding", "doctor_inverted_mask"),
-    Bug("gpt2-inverted-padding-mask", "GPT2LMHeadModel", "left padding", "doctor_inverted_mask"),
+    Bug("gemma2-small-cap-softcap-after-mask", "Gemma2ForCausalLM", "agrees with SDPA",
+        "softcap_after_mask", "doctor_softcap_after_mask", small_cap),
+    Bug("llama-inverted-padding-mask", "LlamaForCausalLM", "left padding", "sdpa_mask_inverted",
+        "doctor_inverted_mask"),
+    Bug("gpt2-inverted-padding-mask", "GPT2LMHeadModel", "left padding", "sdpa_mask_inverted",
+        "doctor_inverted_mask"),
     Bug("llama-positions-restart-under-cache", "LlamaForCausalLM", "cached generation",
-        patch=restart_positions),
+        "rope_cache_offset", patch=restart_positions),
     Bug("qwen2-positions-restart-under-cache", "Qwen2ForCausalLM", "cached generation",
-        patch=restart_positions),
+        "rope_cache_offset", patch=restart_positions),
     Bug("llama-cache-drops-current-token", "LlamaForCausalLM", "cached generation",
-        "doctor_current_token_dropped"),
-    Bug("phi3-cache-drops-current-token", "Phi3ForCausalLM", "cached generation",
+        "stale_cache", "doctor_current_token_dropped"),
+    Bug("phi3-cache-drops-current-token", "Phi3ForCausalLM", "cached generation", "stale_cache",
         "doctor_current_token_dropped"),
 ]  # fmt: skip

@@ -89,7 +89,8 @@ def test_injected(bug: Bug, out: Path) -> None:
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        row = diagnose_row(bug.id, bug.class_name, bug.build, expect=bug.probe)
+        row = diagnose_row(bug.id, bug.class_name, bug.build, expect=bug.probe, trap=bug.trap)
     row.seconds = time.perf_counter() - started
     _write(out, row)
-    assert row.caught, f"{bug.id}: {bug.probe} did not fail ({row.evidence or 'healthy'})"
+    why = row.evidence or "healthy"
+    assert row.caught, f"{bug.id}: {bug.probe} did not fail naming {bug.trap} ({why})"

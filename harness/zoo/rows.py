@@ -14,6 +14,7 @@ from torch import nn
 
 from harness.doctor.findings import FAIL
 from harness.doctor.guard import UserCodeError, guarded
+from harness.doctor.model.diagnosis import named_trap
 from harness.doctor.model.examine import diagnose_model
 from harness.errors import UsageError, shorten
 from harness.runner import describe
@@ -109,6 +110,7 @@ class Row:
     failed: list[str] = field(default_factory=list)  # "where: probe"
     evidence: str = ""  # the first failure's, or why it did not build or run
     expected: str = ""  # an injected bug: the probe that must fail
+    trap: str = ""  # and the catalogue trap that must be named (by that probe, or by a layer)
     caught: bool = False
     known: str = ""
     seconds: float = 0.0
@@ -142,12 +144,13 @@ def with_attention(config: object, layers: int = 2) -> dict[str, object]:
 
 def diagnose_row(
     case: str, class_name: str, make: Callable[..., nn.Module], expect: str = "",
-    limit: float = LIMIT,
+    trap: str = "", limit: float = LIMIT,
 ) -> Row:  # fmt: skip
     """Build the model with ``make`` and diagnose it; nothing raises out of here. A hybrid
     whose config places attention nowhere is built with it in its last layer
     (``with_attention``), and one whose two layers still hold none with ``DEEPER``."""
-    row = Row(case, class_name, expected=expect, known=KNOWN.get(case.rsplit("-", 2)[0], ""))
+    known = KNOWN.get(case.rsplit("-", 2)[0], "")
+    row = Row(case, class_name, expected=expect, trap=trap, known=known)
     started = time.perf_counter()
     try:
         with guarded(limit):  # one limit for the case (the probes' own then do not arm)
@@ -189,4 +192,9 @@ def diagnose_row(
         where, first = failures[0]
         row.evidence = shorten(f"{where}: {first.probe}: {first.message}", 300)
     row.caught = bool(expect) and any(f.probe == expect for _, f in failures)
+    if row.caught and trap:  # named where the bug shows, not only somewhere in the model
+        named = [named_trap(g.diagnosis.findings).split(" or ") for g in diagnosis.groups]
+        row.caught = any(trap in n for n in named) or any(
+            f.probe == expect and trap in f.message for _, f in failures
+        )
     return row

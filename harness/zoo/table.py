@@ -58,7 +58,8 @@ def summary(rows: list[Row]) -> str:
         f"{len(attended)} with attention layers found",
         f"- healthy: {len(healthy)}; unhealthy: {len(unhealthy)}, of which {len(known)} with a "
         "reproduced, explained defect",
-        f"- injected bugs caught on the probe named: {sum(r.caught for r in bugs)} of {len(bugs)}",
+        f"- injected bugs caught on the probe named, naming the trap: "
+        f"{sum(r.caught for r in bugs)} of {len(bugs)}",
     ]
     return "\n".join(lines)
 

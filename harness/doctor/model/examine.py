@@ -92,9 +92,11 @@ def probe_layer(
     """The layer probes on the first layer of ``group``, as its model calls it; a layer that
     declares a scale (``scaling``) and does not agree with SDPA at 1/sqrt(d) is probed again at
     its declared one (Granite's ``attention_multiplier``), kept when SDPA agrees there, or when
-    the comparison could not be made at either (a rotary SDPA does not reproduce): then the
-    layer's word decides, and its low-precision floor is that of its own scale. ESM scales its
-    queries itself and declares 1: SDPA agrees at 1/sqrt(d), and that stays."""
+    the comparison could not be made at 1/sqrt(d) (a rotary SDPA does not reproduce): then the
+    declared scale's comparison decides (Gemma2's softcap put after the mask is named only at
+    its own scale), else the layer's word, and its low-precision floor is that of its own
+    scale. ESM scales its queries itself and declares 1: SDPA agrees at 1/sqrt(d), and that
+    stays."""
     with guarded(timeout), quietly_seeded(config.seed):
         layer, skip = layer_plan(config, group, causal, replay)
 
@@ -108,8 +110,8 @@ def probe_layer(
     if declared is None or layer.scale is not None or _sdpa(diagnosis) in (PASS, WARN):
         return diagnosis
     other = run(replace(layer, scale=declared))
-    undecided = _sdpa(diagnosis) == SKIP and _sdpa(other) == SKIP
-    return other if _sdpa(other) in (PASS, WARN) or undecided else diagnosis
+    uncompared = _sdpa(diagnosis) == SKIP
+    return other if _sdpa(other) in (PASS, WARN) or uncompared else diagnosis
 
 
 def _sdpa(diagnosis: Diagnosis) -> str:

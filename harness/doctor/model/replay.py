@@ -303,10 +303,11 @@ class Replay:
             return "rotary"  # cos and sin passed apart (litgpt's attn(x, cos, sin, mask))
         return "bias" if tables else found
 
-    def _others(self, x: Tensor, mask: Tensor | None) -> list[Any]:
-        """What the model passes the layer besides its hidden states, on an ordinary batch."""
+    def _others(self, x: Tensor, mask: Tensor | None, shift: int = 0) -> list[Any]:
+        """What the model passes the layer besides its hidden states, on an ordinary batch
+        (its positions shifted by ``shift``)."""
         T = x.shape[1]
-        slot, args, kwargs = self.recorded(x, torch.arange(T, device=x.device), mask)
+        slot, args, kwargs = self.recorded(x, torch.arange(T, device=x.device) + shift, mask)
         others = [v for i, v in enumerate(args) if not slot.holds(index=i)]
         return others + [v for k, v in kwargs.items() if not slot.holds(name=k)]
 
@@ -317,10 +318,19 @@ class Replay:
     def ignores_positions(self) -> bool:
         """The positions an adapter call is given cannot reach the layer: the model takes
         none (it may pass rotary tables it makes for 0..T-1, or the layer may build them from
-        arange(T)), or they index a cache it keeps."""
+        arange(T)), they index a cache it keeps, or it takes them and hands its layer the same
+        rotary tables whatever they are (a forward that overwrites its position ids)."""
         # tables it makes from 0..T-1 (GPT-J's sincos) or other positions indexing a cache it
         # keeps: the layer gets those of 0..T-1 whatever a probe asks
-        return not self.call.takes_positions or self.keeps_cache
+        if not self.call.takes_positions or self.keeps_cache:
+            return True
+        return self.hands_rotary_tables and not self._tables_follow_positions()
+
+    def _tables_follow_positions(self) -> bool:
+        """The rotary tables the model hands its layer change with the position ids it is
+        given."""
+        x = torch.zeros(2, 7, 1)  # the shape of a batch; only B and T are read
+        return not _same(self._others(x, None), self._others(x, None, shift=3))
 
     def position_inputs(self) -> str:
         """``_position_inputs`` on an ordinary batch."""

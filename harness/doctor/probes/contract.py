@@ -201,7 +201,8 @@ def probe_weights(subject: Subject) -> Outcome:
         dead = w.masked_fill(allowed, 0).nan_to_num(0)
         leaked = dead[live].abs().max().item() if live.any() else 0.0
         if leaked > EXACT:
-            return failed(f"weight {leaked:.3g} on a masked key" + _future(dead, cfg.causal))
+            named = _flattened(w, allowed, live, subject.softcap) or _future(dead, cfg.causal)
+            return failed(f"weight {leaked:.3g} on a masked key" + named)
     saturated = metrics.saturated_fraction(rows) if rows.numel() else 0.0
     if metrics.degenerate(saturated):
         return failed(_saturated(saturated))
@@ -217,6 +218,32 @@ def _future(dead: torch.Tensor, causal: bool) -> str:
     if dead.shape[-2] != T or not (dead.abs() * later).gt(EXACT).any():
         return ""
     return ", a later one: the future is not masked (causal_leak)"
+
+
+def _flattened(
+    w: torch.Tensor, allowed: torch.Tensor, live: torch.Tensor, cap: float | None
+) -> str:
+    """softcap_after_mask, when every masked key of a row has one and the same weight while the
+    allowed keys' weights differ: the mask's fill was squashed to one finite logit after it was
+    added (tanh capping turns any fill into -cap); a mask dropped or built wrong leaves masked
+    keys their own scores. Else nothing."""
+    masked = ~allowed & live[..., None]  # (..., T, S): masked keys of rows that have a key
+    rows = masked.sum(-1) >= 2  # rows whose masked keys can be compared
+    if not rows.any():
+        return ""
+    inf = torch.tensor(float("inf"), dtype=w.dtype)
+    highest = w.where(masked, -inf).amax(-1)[rows]
+    lowest = w.where(masked, inf).amin(-1)[rows]
+    spread = w.where(allowed, -inf).amax(-1) - w.where(allowed, inf).amin(-1)
+    alike = bool(((highest - lowest) <= 1e-6 * highest).all() and (lowest > EXACT).all())
+    if not alike or not bool((spread[rows] > 1e-6).any()):
+        return ""
+    to = f" -{cap:g}" if cap else " one finite logit"
+    return (
+        f"; every masked key of a row gets the same weight: the mask's fill was squashed to{to} "
+        "after it was added, as capping the scores after the mask does: softcap_after_mask "
+        "(cap the scores, then mask them)"
+    )
 
 
 # The axes a softmax without the right dim normalizes instead: by what sums to 1 along them.

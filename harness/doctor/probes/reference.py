@@ -17,7 +17,7 @@ from harness.doctor.probes.inside import projection_input, submodule_name
 from harness.doctor.probes.registry import probe
 from harness.doctor.probes.scale import judged, measure
 from harness.doctor.subject import ROTARY_STYLE, Subject
-from harness.masks import causal_keep
+from harness.masks import causal_keep, live_queries
 from harness.reference import (
     ROPE_BASE,
     ROTARY_STYLES,
@@ -93,15 +93,6 @@ VARIANTS = (
             "keep-mask filled where True, or a blocked-is-True mask given where True attends)",
             "mask_bool or sdpa_mask_inverted", lambda d_k, d: d_k**-0.5, inverted=True),
 )  # fmt: skip
-
-
-def _live(allowed: Tensor | None, batch: int, seq_len: int) -> Tensor:
-    """(B, T) queries whose output means something: they have a key, and (key padding) are not
-    padding themselves, whose outputs some modules zero."""
-    live = torch.ones(batch, seq_len, dtype=torch.bool)
-    if allowed is not None:
-        live &= allowed.any(-1) & allowed.any(-2)  # a query with a key, and itself a key somewhere
-    return live
 
 
 def _error(out: Tensor, ref: Tensor, live: Tensor) -> float:
@@ -193,11 +184,12 @@ def _before_output(
 def _nearest(readings: list[Recognized], x: Tensor, allowed: Tensor | None, out: Tensor,
              live: Tensor, tolerance: float, styles: tuple[str | None, ...] = (None,),
              disagreement: float = math.inf, dims: int | None = None,
-             base: float = ROPE_BASE) -> str:  # fmt: skip
+             base: float = ROPE_BASE, sdpa_style: str | None = None) -> str:  # fmt: skip
     """The variant the output matches (on any reading of the projections, with any of the
-    rotary ``styles``); else the nearest one with its distance, when it explains at least half
-    of the ``disagreement`` with SDPA (one that does not is no clue, and is not named). An
-    inverted mask is compared on the queries it leaves a key."""
+    rotary ``styles``, named where it is not ``sdpa_style``, SDPA's nearest); else the nearest
+    one with its distance, when it explains at least half of the ``disagreement`` with SDPA
+    (one that does not is no clue, and is not named). An inverted mask is compared on the
+    queries it leaves a key."""
     errors = []
     for variant in VARIANTS:
         if variant.inverted and allowed is None:
@@ -212,10 +204,11 @@ def _nearest(readings: list[Recognized], x: Tensor, allowed: Tensor | None, out:
                                      rotary_base=base)  # fmt: skip
                 except RuntimeError:
                     continue  # a reading of other widths
-                errors.append((_match_error(out, ref, rows), variant))
-    err, variant = min(errors, key=lambda pair: pair[0], default=(math.inf, VARIANTS[0]))
-    if err <= tolerance:
-        return f"; it behaves like {variant.words} (within {err:.2g}): {variant.trap}"
+                errors.append((_match_error(out, ref, rows), variant, style))
+    err, variant, style = min(errors, key=lambda e: e[0], default=(math.inf, VARIANTS[0], None))
+    if err <= tolerance:  # the pairing that matches, which SDPA's nearest need not be
+        paired = f" with RoPE ({style})" if style != sdpa_style else ""
+        return f"; it behaves like {variant.words}{paired} (within {err:.2g}): {variant.trap}"
     if not torch.isfinite(out[live.to(out.device)]).all():
         return "; its output has NaN or Inf where SDPA's is finite"
     if err > disagreement / 2:
@@ -375,7 +368,7 @@ def probe_sdpa(subject: Subject) -> Outcome:
     if undeclared:  # SDPA is causal too, so that it compares what the module computes
         causal = causal_keep(cfg.batch, cfg.seq_len)
         allowed = causal if allowed is None else allowed & causal
-    live = _live(allowed, cfg.batch, cfg.seq_len)
+    live = live_queries(allowed, cfg.batch, cfg.seq_len)
     x = subject.x(cfg.batch, cfg.seq_len, 8)
     with torch.no_grad():
         out = subject.call(module, x, keep)[0].double()
@@ -419,7 +412,7 @@ def probe_sdpa(subject: Subject) -> Outcome:
         readings = [_without_output(r) for r in readings]
         described += f", read at the input of `{inner.name}`"
     nearest = _nearest(as_is, x, allowed, out, live, tolerance, styles, error,
-                       subject.rotary_dims, subject.rope_base)  # fmt: skip
+                       subject.rotary_dims, subject.rope_base, best[1])  # fmt: skip
     if subject.softcap and "it behaves like" not in nearest:
         after = softcapped(subject.softcap, after_mask=True)
         if _matches(_references(readings, x, allowed, styles, strided, subject.rotary_dims,
