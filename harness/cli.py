@@ -54,6 +54,7 @@ from harness.progress import Progress
 from harness.report import publish
 from harness.report.build import build_report
 from harness.report.store import Store, default_folder
+from harness.report.workers import available_cores
 
 PROG = "python -m harness"
 
@@ -128,6 +129,11 @@ def build_parser() -> Parser:
     report.add_argument(
         "--no-learn", action="store_true", help="skip the learning probe (its column and curves)"
     )
+    report.add_argument(
+        "--workers", type=positive, default=None,
+        help="processes for the traps and the doctor's tables (default: the cores available; "
+        "the report's bytes do not depend on it)",
+    )  # fmt: skip
     report.add_argument(
         "--no-store", action="store_true",
         help="measure everything again and keep nothing (default: reuse what an earlier run "
@@ -496,7 +502,8 @@ def write_curves(folder: Path, trap: str, learning: Learning) -> None:
 
 def cmd_report(args: argparse.Namespace) -> str:
     kept = Store(None if args.no_store else default_folder())
-    return build_report(resolve_grid(args), args.out, learn=not args.no_learn, kept=kept)
+    workers = args.workers or available_cores()
+    return build_report(resolve_grid(args), args.out, not args.no_learn, kept, workers)
 
 
 COMMANDS = {

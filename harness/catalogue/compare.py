@@ -199,12 +199,15 @@ def compare(
     seed: int = 0,
     edge: bool = False,
     probes: bool = False,
+    backward: bool = True,
 ) -> Comparison:
     """Run ref, fix and bug once on ``shape`` and tabulate how they differ.
 
     ``edge`` draws the card's edge inputs instead of the ordinary ones; ``probes`` adds the
-    causal-leak and repeat-call probes. Every run happens under ``seeded(seed)``, so modules
-    that sample (dropout) are reproducible and the global RNG is left alone.
+    causal-leak and repeat-call probes; without ``backward`` only the forwards run (the output
+    table alone is filled: the gradient table is empty). Every run happens under
+    ``seeded(seed)``, so modules that sample (dropout) are reproducible and the global RNG is
+    left alone.
     """
     card = pair.card
     inputs = card.inputs(shape, seed, edge)
@@ -216,12 +219,12 @@ def compare(
                 as_dtype(fixed, device, torch.float64),
                 inputs.x.to(device),
                 encode(inputs.keep, card.spec, device, torch.float64),
-                lambda out_shape: upstream_gradient(out_shape, seed),
+                (lambda out_shape: upstream_gradient(out_shape, seed)) if backward else None,
                 fix_call,
             )
         if not ref.ok:
             raise MeasurementError(f"{card.id}: the fixed module fails in float64: {ref.error}")
-        G = upstream_gradient(ref.output.shape, seed)
+        G = upstream_gradient(ref.output.shape, seed) if backward else None
         x = inputs.x.to(device, dtype)
         mask = encode(inputs.keep, card.spec, device, dtype)
         fix_module, bug_module = as_dtype(fixed, device, dtype), as_dtype(buggy, device, dtype)

@@ -1,5 +1,6 @@
 """The report command's work: measure the catalogue on the grid, each trap's extras and its
-learning probe, the doctor's tables on the other core, then write the folder (``write``).
+learning probe, and the doctor's tables, spread over the cores (``harness.report.workers``),
+then write the folder (``write``).
 
 The command line resolves the grid and calls ``build_report``; nothing here parses arguments.
 What a run measured is kept in the store (``harness.report.store``) by the content of what made
@@ -9,8 +10,7 @@ inputs reuses it and says so, and a changed pair file recomputes that trap alone
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,12 +20,11 @@ import torch
 from harness import interrupts
 from harness.catalogue import registry
 from harness.catalogue.card import Pair
-from harness.catalogue.judge import measure_grid
+from harness.catalogue.judge import measure
 from harness.catalogue.learn import learn as learn_pair
 from harness.catalogue.spread import Spread, output_spread
-from harness.devices import DEVICE_KINDS, available_devices
+from harness.devices import DEVICE_KINDS, available_devices, dtype_name
 from harness.files import TIMINGS, created_by, ensure_writable
-from harness.forked import forked
 from harness.learning import Learning
 from harness.progress import Progress
 from harness.report import store
@@ -33,7 +32,8 @@ from harness.report.doctor_tables import doctor_sections
 from harness.report.extras import generation_steps
 from harness.report.results import Grid, TrapResult
 from harness.report.store import Store
-from harness.report.write import write_report
+from harness.report.workers import Submit, here, pool
+from harness.report.write import drawn_bytes, write_report
 from harness.zoo.table import COMMITTED as COMMITTED_ZOO
 from harness.zoo.table import ZOO_FILE
 
@@ -49,6 +49,11 @@ class Kept:
     learning: Learning | None = None
     timing: pd.DataFrame | None = None
     spread: Spread | None = None
+
+    def result(self, pair: Pair, key: str = "", pictures: dict | None = None) -> TrapResult:
+        """What the report shows for ``pair``, from what was kept (under ``key``)."""
+        return TrapResult(pair, self.cells, self.extras, self.notes, self.learning,
+                          spread=self.spread, key=key, pictures=pictures)  # fmt: skip
 
 
 def trap_key(pair: Pair, grid: Grid, learn: bool) -> str:
@@ -69,90 +74,103 @@ def doctor_key(out: Path) -> str:
     return store.key("doctor", files=store.source_files(folder, "*") + zoo, root=Path("/"))
 
 
+def measure_trap(pair: Pair, grid: Grid, learn: bool) -> Kept:
+    """One trap's whole measurement: its cells on ``grid``, its output error over seeds, its
+    extras on the first device in float32 and (with ``learn``) its learning probe there."""
+    kept = Kept([measure(pair, device, dtype) for device, dtype in grid])
+    primary = TrapResult(pair, kept.cells).primary
+    kept.spread = output_spread(pair, primary)
+    device = grid[0][0]
+    if pair.card.how.cached and primary.outputs.get("ref") is not None:
+        kept.extras.append(generation_steps(primary, pair.card))
+    if pair.card.extra is not None:
+        extra = pair.card.extra(pair, device, torch.float32)
+        if extra.attrs.get("timing"):
+            kept.timing = extra
+            kept.notes.append(
+                f"Wall-clock timing, with a plot of the time ratio: `{TIMINGS}` beside the "
+                "report (uncommitted).\n"
+            )
+        else:
+            kept.extras.append(extra)
+    if learn:
+        kept.learning = learn_pair(pair, device=device)
+    return kept
+
+
+def measure_and_draw(pitfall_id: str, grid: Grid, learn: bool) -> tuple[Kept, dict[str, bytes]]:
+    """What a worker is sent: ``measure_trap`` for a trap of the catalogue, named by id, and its
+    pictures drawn."""
+    pair = registry.load(pitfall_id)
+    kept = measure_trap(pair, grid, learn)
+    return kept, drawn_bytes(kept.result(pair))
+
+
 def collect(
     pairs: list[Pair],
     grid: Grid,
     progress: Callable[[str], None] = lambda label: None,
-    learn: Callable[[Pair, torch.device], Learning] | None = None,
+    learn: bool = False,
     kept: Store | None = None,
+    submit: Submit = here,
 ) -> tuple[list[TrapResult], dict[str, pd.DataFrame]]:
-    """Measure everything, then each trap's extra on the first device in float32, and (with
-    ``learn``) its learning probe on that device; a trap the store ``kept`` holds for these
-    inputs is taken from it."""
+    """Every trap's measurement and pictures (``measure_and_draw``), each ``submit``-ted to the
+    report's workers (by id: pairs of the catalogue), by default made here in turn; a trap the
+    store ``kept`` holds for these inputs is taken from it."""
     kept = kept or Store(None)
-    keys = {p.card.id: trap_key(p, grid, learn is not None) for p in pairs}
+    keys = {p.card.id: trap_key(p, grid, learn) for p in pairs}
     found = {p.card.id: kept.get(keys[p.card.id]) for p in pairs}
-    found = {pid: k for pid, k in found.items() if isinstance(k, Kept)}
-    missing = [p for p in pairs if p.card.id not in found]
-    cells = measure_grid(missing, grid, progress) if missing else []
-    device = grid[0][0]
+    pending = {
+        p.card.id: submit(measure_and_draw, p.card.id, grid, learn)
+        for p in pairs
+        if not isinstance(found[p.card.id], Kept)
+    }
     results, timed = [], {}
     for pair in pairs:
         pid = pair.card.id
-        if pid in found:
-            k = found[pid]
-            for _ in range(len(grid) + 1 + (learn is not None)):
-                progress(f"{pid}: kept")
-            results.append(
-                TrapResult(
-                    pair, k.cells, k.extras, k.notes, k.learning, spread=k.spread, key=keys[pid]
-                )
-            )
-            if k.timing is not None:
-                timed[pid] = k.timing
-            continue
-        progress(f"{pid}: its own measurement")
-        r = TrapResult(pair, [m for m in cells if m.pitfall == pid], key=keys[pid])
-        r.spread = output_spread(pair, r.primary)
-        if pair.card.how.cached and r.primary.outputs.get("ref") is not None:
-            r.extras.append(generation_steps(r.primary, pair.card))
-        if pair.card.extra is not None:
-            extra = pair.card.extra(pair, device, torch.float32)
-            if extra.attrs.get("timing"):
-                timed[pid] = extra
-                r.notes.append(
-                    f"Wall-clock timing, with a plot of the time ratio: `{TIMINGS}` beside the "
-                    "report (uncommitted).\n"
-                )
-            else:
-                r.extras.append(extra)
-        if learn is not None:
-            progress(f"{pid}: training")
-            r.learning = learn(pair, device)
-        kept.put(keys[pid], Kept(r.cells, r.extras, r.notes, r.learning, timed.get(pid), r.spread))
-        results.append(r)
+        steps = [f"{pid} {device} {dtype_name(dtype)}" for device, dtype in grid]
+        steps += [f"{pid}: its own measurement"] + ([f"{pid}: training"] if learn else [])
+        pictures = None
+        if pid in pending:
+            k, pictures = pending[pid].get()
+            kept.put(keys[pid], k)
+        else:
+            k, steps = found[pid], [f"{pid}: kept"] * len(steps)
+        for label in steps:
+            progress(label)
+        results.append(k.result(pair, keys[pid], pictures))
+        if k.timing is not None:
+            timed[pid] = k.timing
     return results, timed
 
 
-def build_report(grid: Grid, out: Path, learn: bool = True, kept: Store | None = None) -> str:
+def build_report(
+    grid: Grid, out: Path, learn: bool = True, kept: Store | None = None, workers: int = 1
+) -> str:
     """Measure every trap on ``grid`` (with the learning probe unless ``learn`` is False) and
-    write the report into ``out``, reusing what the store ``kept`` holds for these inputs; what
-    happened, in one line."""
+    write the report into ``out``, reusing what the store ``kept`` holds for these inputs, with
+    the independent pieces (each trap, the doctor's tables) spread over ``workers`` processes;
+    what happened, in one line."""
     created = ensure_writable(out)
     kept = kept or Store(None)
     unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
     pairs = registry.load_all()
     learns = len(pairs) if learn else 0
     steps = len(pairs) * len(grid) + 2 * len(pairs) + learns + 3  # + doctor x2, writing
-    with created_by(created), Progress(steps) as bar:
+    with created_by(created), Progress(steps) as bar, pool(workers) as submit:
 
         def step(label: str) -> None:
             interrupts.ACTIVE.check()  # a Ctrl-C matplotlib's clean-up swallowed stops here
             bar.step(label)
 
-        train = (lambda pair, device: learn_pair(pair, device=device)) if learn else None
         tables_key = doctor_key(out)
         doctor = kept.get(tables_key)
-        # the doctor's tables on the second core, forked once the imports are done: each of
-        # their diagnoses is seeded, so the bytes are those of one process
-        with (
-            forked(doctor_sections, out)
-            if not isinstance(doctor, dict)
-            else _given(doctor) as tables
-        ):
-            results, timed = collect(pairs, grid, progress=step, learn=train, kept=kept)
-            step("the doctor on the catalogue")
-            doctor = tables()
+        # the doctor's tables first: the longest piece; each of its diagnoses is seeded
+        tables = submit(doctor_sections, out) if not isinstance(doctor, dict) else None
+        results, timed = collect(pairs, grid, progress=step, learn=learn, kept=kept,
+                                 submit=submit)  # fmt: skip
+        step("the doctor on the catalogue")
+        doctor = tables.get() if tables is not None else doctor
         kept.put(tables_key, doctor)
         step("the doctor on real modules")
         path, replaced = write_report(results, grid, out, unavailable, timed, doctor, progress=step,
@@ -164,9 +182,3 @@ def build_report(grid: Grid, out: Path, learn: bool = True, kept: Store | None =
         return (f"{path} is up to date: this run agrees with it within rounding noise (kept as "
                 f"is){reused}")  # fmt: skip
     return f"wrote {path}{reused}"
-
-
-@contextlib.contextmanager
-def _given(value: str) -> Iterator[Callable[[], str]]:
-    """``forked``'s shape for a value already at hand."""
-    yield lambda: value

@@ -27,6 +27,7 @@ class TrapResult:
     learning: Learning | None = None  # the learning probe, unless the report skips it
     spread: Spread | None = None  # the primary cell's output error over seeds
     key: str = ""  # what made it, in the store (harness.report.store): "" when not kept
+    pictures: dict[str, bytes] | None = None  # drawn already (by a worker), by name
 
     @property
     def primary(self) -> Measurement:

@@ -9,6 +9,7 @@ numbers go to ``timings.md`` beside it.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,12 +92,22 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
     return draw_pictures(r, folder)
 
 
+def drawn_bytes(r: TrapResult) -> dict[str, bytes]:
+    """The trap's pictures, drawn apart (by a worker), by name as ``draw`` gives them."""
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / IMAGES).mkdir()
+        return {name: (Path(folder) / name).read_bytes() for name in draw(r, Path(folder))}
+
+
 def drawn_or_kept(r: TrapResult, staged: Path, kept: Store) -> list[str]:
-    """``draw`` the trap's pictures into ``staged``, or write the ones the store keeps for the
-    same result (its key); their names, as ``draw`` gives them."""
+    """``draw`` the trap's pictures into ``staged``, or write the ones drawn already
+    (``r.pictures``) or the ones the store keeps for the same result (its key); their names, as
+    ``draw`` gives them."""
     key = store.key("pictures", r.key) if r.key else ""
-    pictures = kept.get(key) if key else None
+    pictures = r.pictures if r.pictures is not None else kept.get(key) if key else None
     if isinstance(pictures, dict):
+        if key and r.pictures is not None:
+            kept.put(key, pictures)
         for name, data in pictures.items():
             (staged / name).write_bytes(data)
         return list(pictures)
