@@ -204,6 +204,14 @@ def test_a_bug_form_matched_with_another_rotary_pairing_than_sdpas_nearest_says_
     assert "RoPE (pairs)" in found and "(1/d_k) with RoPE (half) (within" in found, found
 
 
+def test_an_unnamed_symptom_gives_way_to_the_next_failure_that_names_a_trap():
+    symptom = Finding("attention weights", FAIL, "weight 0.13 on a masked key")
+    cause = Finding("padding no-leak", FAIL, "reaches the queries (padding_on_queries)")
+    assert named_trap([symptom, cause]) == "padding_on_queries"
+    unnamed = Finding("causal no-leak", FAIL, "output 0 depends on input 7")
+    assert named_trap([unnamed, cause]) == ""  # a later name may be a consequence
+
+
 def test_attention_sinks_are_not_a_broken_softmax():
     diagnosis = diagnose_model(small(model_modules.SinkGPT))
     assert diagnosis.healthy, diagnosis.text()
@@ -644,10 +652,32 @@ def test_rotary_tables_that_ignore_the_position_ids_given_are_the_layers_own():
     assert "RoPE (half)" in _layer(diagnosis, "agrees with SDPA").message
 
 
+class CachedRestartLlama(transformers.LlamaForCausalLM):
+    """A fork's forward that numbers the tokens 0..T-1 whenever its cache holds some, whatever
+    position ids it is given."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None,
+                past_key_values=None, use_cache=None, **kwargs):  # fmt: skip
+        if past_key_values is not None and past_key_values.get_seq_length() > 0:
+            position_ids = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+        return super().forward(input_ids, attention_mask, position_ids, past_key_values,
+                               use_cache=use_cache, **kwargs)  # fmt: skip
+
+
+def test_position_ids_a_model_ignores_under_its_cache_are_not_taken_as_passed():
+    """Its full forward follows the positions it is given; under its cache it does not, so a
+    retry with them proves nothing: both causes stay, and none is said to be ruled out."""
+    found = _model(diagnose_model(small(CachedRestartLlama)), "cached generation")
+    assert found.status == FAIL and "under its cache it ignores the position ids" in found.message
+    assert "rope_cache_offset" in named_trap([found]), found.message
+    assert "counted on from it" not in found.message
+
+
 def test_position_ids_a_model_ignores_are_not_taken_as_passed():
     """Retrying with position ids proves nothing where the forward rebuilds them: its restart
     stays among the causes, and no message says its positions count on."""
     found = _model(diagnose_model(small(model_modules.OverriddenPositionsGPT)), "cached generation")
-    assert found.status == FAIL and "ignores the position ids it is given" in found.message
+    assert found.status == FAIL, found.message
+    assert "its forward ignores the position ids it is given" in found.message
     assert "rope_cache_offset" in named_trap([found]), found.message
     assert "counted on from it" not in found.message

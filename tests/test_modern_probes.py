@@ -196,6 +196,17 @@ def test_a_window_read_off_the_module_is_probed_exactly():
     assert narrower.status == FAIL, narrower
 
 
+def test_weight_only_on_the_key_before_the_window_names_the_window_off_by_one():
+    """The weights probe fails first in a layer's table: where its masked weight lies only on
+    key t - w, it names the window one key too wide itself; weight on keys further back is not
+    that trap."""
+    module, config = catalogue("sliding_window_off_by_one")
+    found = probe(module, config, "attention weights")
+    assert found.status == FAIL and "(sliding_window_off_by_one:" in found.message, found
+    wider = probe(module, replace(config, window=2), "attention weights")
+    assert wider.status == FAIL and "sliding_window_off_by_one" not in wider.message, wider
+
+
 def test_the_doctor_builds_grouped_heads_by_default_and_kv_heads_can_be_set():
     from harness.doctor.target import Sizes, value_for
 

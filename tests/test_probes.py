@@ -434,6 +434,16 @@ def test_masked_keys_sharing_one_weight_name_a_cap_after_the_mask(causal):
     assert dropped.status == FAIL and "softcap_after_mask" not in dropped.message, dropped
 
 
+def test_a_mask_one_diagonal_off_is_named_even_where_causal_is_not_declared():
+    """Without --causal a positional module skips the permutation probe that would point to
+    it; the one-ahead shape of tril(diagonal=1) is named all the same, and only that shape."""
+    leaky = probe(dm.gpt_leaky(32, 4), Config(), "causal no-leak")
+    assert leaky.status == FAIL and "(causal_leak: tril(diagonal=1)" in leaky.message, leaky
+    assert probe(dm.gpt_ok(32, 4), Config(), "causal no-leak").status == SKIP
+    both_ways = make(dm.MaskNeverUsed, 32, 4)
+    assert probe(both_ways, Config(mask="none"), "causal no-leak").status == SKIP
+
+
 def test_weight_on_a_later_key_names_the_causal_leak():
     """The weights probe fails first in the table: where its masked weight lies on later keys
     of a causal module, it names the leak itself (a mask never applied)."""

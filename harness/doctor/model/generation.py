@@ -49,10 +49,12 @@ def decode(
     cache: object = None,
     positions: bool = False,
     model: nn.Module | None = None,
+    gap: int = 0,
 ) -> tuple[Decoded, object]:
     """Feed ``ids`` in chunks of the given lengths through one cache (None: the model makes
-    it); ``positions``: pass each chunk's position ids explicitly. A model that keeps its cache
-    inside runs as a copy of ``model``, else of the patient as it was built."""
+    it); ``positions``: pass each chunk's position ids explicitly, those of the chunks after the
+    first moved on by ``gap``. A model that keeps its cache inside runs as a copy of ``model``,
+    else of the patient as it was built."""
     call, used = patient.call, model
     model = model or patient.model
     inside = call.cache is None  # a model that keeps its cache itself, in a copy made here
@@ -67,7 +69,8 @@ def decode(
         for size in chunks:
             piece = ids[:, start : start + size]
             wanted = positions or inside or call.needs_positions
-            kwargs = call.kwargs(piece, positions=positions_of(piece, start) if wanted else None)
+            moved = start + (gap if start else 0)
+            kwargs = call.kwargs(piece, positions=positions_of(piece, moved) if wanted else None)
             if not inside:
                 kwargs[call.cache] = cache
             if call.use_cache:
@@ -184,6 +187,11 @@ def cached_generation(patient: Patient) -> Outcome:
         if max_change(retried.logits, full) <= floor:
             return failed(f"{evidence}; with position ids passed it agrees: the model's own "
                           "positions restart under a cache (rope_cache_offset)")  # fmt: skip
+        fresh = new_cache() if new_cache is not None else None
+        moved, _ = decode(patient, ids, chunks, cache=fresh, positions=True, gap=PREFILL)
+        if max_change(moved.logits, retried.logits) <= floor:  # passing them proves nothing
+            evidence += "; under its cache it ignores the position ids it is given"
+            can_retry = False
     if lengths:
         return failed(f"{evidence}; {lengths[0]} (stale_cache: appended twice or never "
                       "cleared)")  # fmt: skip

@@ -201,12 +201,29 @@ def probe_weights(subject: Subject) -> Outcome:
         dead = w.masked_fill(allowed, 0).nan_to_num(0)
         leaked = dead[live].abs().max().item() if live.any() else 0.0
         if leaked > EXACT:
-            named = _flattened(w, allowed, live, subject.softcap) or _future(dead, cfg.causal)
+            flattened = _flattened(w, allowed, live, subject.softcap)
+            named = flattened or _window_edge(dead, subject.window) or _future(dead, cfg.causal)
             return failed(f"weight {leaked:.3g} on a masked key" + named)
     saturated = metrics.saturated_fraction(rows) if rows.numel() else 0.0
     if metrics.degenerate(saturated):
         return failed(_saturated(saturated))
     return passed("rows sum to 1, zero where masked, not saturated")
+
+
+def _window_edge(dead: torch.Tensor, window: int | None) -> str:
+    """sliding_window_off_by_one, when a windowed module's weight on masked keys lies only on
+    the key just before its window (key t - w for query t): it holds w + 1 keys. Else nothing."""
+    T = dead.shape[-1]
+    if window is None or dead.shape[-2] != T or window >= T:
+        return ""
+    ago = torch.arange(T)[:, None] - torch.arange(T)[None, :]  # (T, T): how far back
+    weighted = dead.abs().gt(EXACT)
+    if not bool((weighted & (ago == window)).any()) or bool((weighted & (ago != window)).any()):
+        return ""
+    return (
+        f", only on the key just before its window of {window}: it holds {window + 1} keys "
+        "(sliding_window_off_by_one: keep keys t - w < s <= t)"
+    )
 
 
 def _future(dead: torch.Tensor, causal: bool) -> str:

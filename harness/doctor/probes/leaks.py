@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from harness.dependency import MAX_SPLITS, Leak, Redraws, as_call, future_leak
+from harness.dependency import MAX_SPLITS, Leak, Redraws, as_call, future_leak, splits
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
@@ -171,11 +171,39 @@ def _on_queries(subject: Subject) -> str:
     )
 
 
+ONE_AHEAD = (
+    "each output t depends on input t + 1 and on none after it: a causal mask one diagonal "
+    "off, whatever else it was meant to be (causal_leak: tril(diagonal=1); keep key s for query "
+    "t only when s <= t)"
+)
+
+
+def one_ahead(subject: Subject) -> bool:
+    """Called with no mask, every output t moves with input t + 1 and with none after it: the
+    shape of a causal mask built one diagonal off, which no design gives on purpose."""
+    cfg = subject.config
+    x = subject.x(cfg.batch, cfg.seq_len, 3)
+    try:
+        redraws = Redraws(as_call(subject.bound(None), None), x)
+    except Exception:  # it needs its mask: the causal probe with one is the mask's own
+        return False
+    positions = torch.arange(cfg.seq_len)
+    for p in splits(cfg.seq_len):
+        change = redraws.change((positions >= p).expand(cfg.batch, cfg.seq_len))  # (B, T)
+        before, last = change[:, : p - 1], change[:, p - 1]
+        if (before.isnan() | (before > 0)).any() or not bool((last > 0).all()):
+            return False
+    return cfg.seq_len > 2
+
+
 @probe("causal no-leak")
 def probe_causal(subject: Subject) -> Outcome:
-    """Position t's output gives zero gradient to inputs after t, also with large logits."""
+    """Position t's output gives zero gradient to inputs after t, also with large logits; for a
+    module not declared causal, only the one-ahead shape of a mask one diagonal off."""
     cfg = subject.config
     if not cfg.causal and (not subject.takes_mask or cfg.mask_shape in KEY_LAYOUTS):
+        if one_ahead(subject):
+            return failed(ONE_AHEAD)
         return skipped("not causal (--causal) and takes no (B, T, T) mask")
     leak = _causal_leak(subject)
     if leak:

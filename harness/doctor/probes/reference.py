@@ -17,7 +17,7 @@ from harness.doctor.probes.inside import projection_input, submodule_name
 from harness.doctor.probes.registry import probe
 from harness.doctor.probes.scale import judged, measure
 from harness.doctor.subject import ROTARY_STYLE, Subject
-from harness.masks import causal_keep, live_queries
+from harness.masks import KEY_LAYOUTS, causal_keep, live_queries
 from harness.reference import (
     ROPE_BASE,
     ROTARY_STYLES,
@@ -364,7 +364,9 @@ def probe_sdpa(subject: Subject) -> Outcome:
     cfg = subject.config
     keep = subject.ordinary_keep(cfg.batch, cfg.seq_len)
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
-    undeclared = not cfg.causal and subject.masks_future
+    # under a (B, T, T) mask the ordinary one is the doctor's causal mask: not the module's own
+    ours = subject.takes_mask and cfg.mask_shape not in KEY_LAYOUTS
+    undeclared = not cfg.causal and not ours and subject.masks_future
     if undeclared:  # SDPA is causal too, so that it compares what the module computes
         causal = causal_keep(cfg.batch, cfg.seq_len)
         allowed = causal if allowed is None else allowed & causal
