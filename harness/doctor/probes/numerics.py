@@ -122,7 +122,10 @@ def probe_half(subject: Subject, dtype: torch.dtype) -> Outcome:
         return failed(f"non-finite output{first_nonfinite(low)} under autocast({name})")
     index = _reading(subject, exact_module, x, allowed, exact)
     if index is None:
-        verdict = passed(f"finite under autocast({name}) (projections not recognized: no floor)")
+        verdict = passed(
+            f"finite under autocast({name}) (no reading of its projections that SDPA runs on as "
+            "they are, other parameters or non-mask buffers beside them: no floor)"
+        )
     else:
         verdict = _two_x(subject, index, x, allowed, low, exact, dtype)
     if verdict.status == "pass" and dtype is torch.float16:
