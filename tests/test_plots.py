@@ -262,12 +262,12 @@ def test_no_learning_picture_for_a_bug_that_raises_before_training(tmp_path: Pat
     assert not [n for n in pictures.draw(r, tmp_path) if "learning" in n]
 
 
-def test_a_close_call_wrong_in_generation_is_drawn_by_generation(figures) -> None:
+def test_a_close_call_wrong_in_generation_is_drawn_by_generation(figures, tmp_path: Path) -> None:
     """A close call's label carries its count; its kind still says where the bug shows."""
     learned = learn(load("cache_causal_alignment"))
     assert learned.diagnosis.kind == "wrong in generation"
     label = learned.diagnosis.label + " (3 of 5 seeds)"
     learned.diagnosis = replace(learned.diagnosis, label=label, close=True)
-    pictures.learning_plot(Path("unused.png"), "cache_causal_alignment", learned)
+    pictures.learning_plot(tmp_path / "learning.png", "cache_causal_alignment", learned)
     titles = [ax.get_title() for ax in figures[-1].axes]
     assert any(title.endswith("by generation") for title in titles), titles

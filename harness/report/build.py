@@ -50,7 +50,9 @@ class Kept:
     timing: pd.DataFrame | None = None
     spread: Spread | None = None
 
-    def result(self, pair: Pair, key: str = "", pictures: dict | None = None) -> TrapResult:
+    def result(
+        self, pair: Pair, key: str = "", pictures: dict[str, bytes] | None = None
+    ) -> TrapResult:
         """What the report shows for ``pair``, from what was kept (under ``key``)."""
         return TrapResult(pair, self.cells, self.extras, self.notes, self.learning,
                           spread=self.spread, key=key, pictures=pictures)  # fmt: skip
@@ -78,7 +80,7 @@ def measure_trap(pair: Pair, grid: Grid, learn: bool) -> Kept:
     """One trap's whole measurement: its cells on ``grid``, its output error over seeds, its
     extras on the first device in float32 and (with ``learn``) its learning probe there."""
     kept = Kept([measure(pair, device, dtype) for device, dtype in grid])
-    primary = TrapResult(pair, kept.cells).primary
+    primary = kept.result(pair).primary
     kept.spread = output_spread(pair, primary)
     device = grid[0][0]
     if pair.card.how.cached and primary.outputs.get("ref") is not None:

@@ -60,8 +60,8 @@ def _started() -> None:
 @contextlib.contextmanager
 def pool(workers: int) -> Iterator[Submit]:
     """``submit(fn, *args)`` that runs ``fn(*args)`` in one of ``workers`` forked processes
-    (here, when deferred, with one worker or no fork). The pool ends with the block, finished or
-    not: a Ctrl-C does not wait for its pieces."""
+    (with one worker, or where processes cannot fork: here, when its result is asked for). The
+    pool ends with the block, finished or not: a Ctrl-C does not wait for its pieces."""
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         yield here
         return
