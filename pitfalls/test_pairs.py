@@ -27,7 +27,8 @@ def test_fixed_matches_sdpa(pitfall_id: str, device: torch.device, dtype: torch.
 
     @settings(max_examples=20)
     @given(shape=awkward_shapes(pair.card.has_heads), seed=st.integers(0, 2**16))
-    def check(shape: Shape, seed: int) -> None:
+    @example(shape=Shape(batch=2, seq_len=4, d_model=1, d_k=5, d_v=1, heads=1), seed=357)
+    def check(shape: Shape, seed: int) -> None:  # the example: eight outputs, no 0.3 noise
         assert_fixed_matches_sdpa(pair, device, dtype, shape, seed)
 
     check()
