@@ -59,10 +59,12 @@ def stop_signals() -> Iterator[Signals]:
     records them, even when the exception is swallowed on the way (Python drops one raised in a
     finalizer or weakref callback, as matplotlib's run during drawing). A signal that is
     ignored (nohup, a background job) or has a handler of someone else's is left alone; the
-    previous handlers are back when the block ends. Off the main thread it changes nothing.
+    previous handlers, and the signals recorded before the block, are back when it ends. Off the
+    main thread it changes nothing.
     """
     global ACTIVE
-    signals = ACTIVE = Signals()
+    outer, signals = ACTIVE, Signals()
+    ACTIVE = signals
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in STOP_SIGNALS:
@@ -73,6 +75,7 @@ def stop_signals() -> Iterator[Signals]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        ACTIVE = outer  # what this block received stops this command, not the next one
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import pandas as pd
 import torch
@@ -356,7 +357,7 @@ def train(
     torch.manual_seed(seed)
     rows = []
     for step in range(1, steps + 1):  # step s: the s-th batch, before its update
-        batch = on(task.draw(BATCH, generator(seed * 100_003 + step)), device)
+        batch = on(seeded_batch(task, BATCH, seed * 100_003 + step), device)
         answers_only = batch.targets.masked_fill(~batch.answers, IGNORE)  # what can be learned
         try:
             logits, _ = model(batch, attend)
@@ -370,6 +371,14 @@ def train(
         loss.backward()
         optimizer.step()
     return Run(pd.DataFrame(rows, columns=["step", "loss", "accuracy"]))
+
+
+@lru_cache(maxsize=2 * STEPS)
+def seeded_batch(task: Task, size: int, seed: int) -> Batch:
+    """``task``'s batch of ``size`` rows drawn with ``generator(seed)``; the last few hundred
+    kept, since the fixed and the buggy run (and the next trap's, on the same task) train on the
+    same batches. Not to be changed in place."""
+    return task.draw(size, generator(seed))
 
 
 def on(batch: Batch, device: torch.device) -> Batch:
@@ -394,7 +403,7 @@ def evaluate(
     if not run.trained or run.nonfinite_step is not None:
         return run  # a NaN model answers nothing: its accuracies stay NaN
     device = device or torch.device("cpu")
-    batch = on(task.draw(EVAL_BATCH, generator(seed * 100_003 + 99_991)), device)
+    batch = on(seeded_batch(task, EVAL_BATCH, seed * 100_003 + 99_991), device)
     model.eval()
     with torch.no_grad():
         try:

@@ -20,7 +20,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.patches import Rectangle
+from matplotlib.patches import PathPatch
+from matplotlib.path import Path as Outline
 
 from harness.drawn import rounded, significant
 
@@ -63,19 +64,30 @@ def draw_note(ax: Axes, note: str) -> None:
     ax.set_yticks([])
 
 
+def cells(where: np.ndarray) -> Outline:
+    """One path around every cell where ``where`` is True (unit squares at the image's pixels)."""
+    square = np.array([(-0.5, -0.5), (0.5, -0.5), (0.5, 0.5), (-0.5, 0.5), (-0.5, -0.5)])
+    rows, cols = np.nonzero(where)
+    vertices = square[None] + np.stack([cols, rows], axis=1)[:, None]  # (cells, 5, 2)
+    codes = [Outline.MOVETO] + [Outline.LINETO] * 3 + [Outline.CLOSEPOLY]
+    return Outline(vertices.reshape(-1, 2), codes * len(rows))
+
+
 def mark_cells(ax: Axes, blocked: np.ndarray | None, values: np.ndarray) -> None:
-    """Hatch the ``blocked`` cells (their colour shows through); paint NaN and Inf cells red."""
+    """Hatch the ``blocked`` cells (their colour shows through); paint NaN and Inf cells red.
+
+    Each kind of cell is one patch: a patch per cell made most of a picture's time."""
     nan = ~np.isfinite(values)
-    if blocked is not None and blocked.shape == nan.shape:
-        for i, j in zip(*np.nonzero(blocked), strict=True):
-            cell = Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", ec=HATCH, lw=0)
-            ax.add_patch(cell)
-    labelled = nan.shape[1] <= MAX_NAN_LABELS
+    if blocked is not None and blocked.shape == nan.shape and blocked.any():
+        ax.add_patch(PathPatch(cells(blocked), fill=False, hatch="///", ec=HATCH, lw=0))
+    if not nan.any():
+        return
+    ax.add_patch(PathPatch(cells(nan), color=NAN))
+    if nan.shape[1] > MAX_NAN_LABELS:
+        return
     for i, j in zip(*np.nonzero(nan), strict=True):
-        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=NAN))
-        if labelled:
-            text = f"{values[i, j]:g}".replace("nan", "NaN").replace("inf", "Inf")
-            ax.text(j, i, text, ha="center", va="center", color="white", fontsize=7)
+        text = f"{values[i, j]:g}".replace("nan", "NaN").replace("inf", "Inf")
+        ax.text(j, i, text, ha="center", va="center", color="white", fontsize=7)
 
 
 def legend(panels: list[Panel]) -> list[str]:

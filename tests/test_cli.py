@@ -411,6 +411,15 @@ def test_an_interrupt_swallowed_on_the_way_still_stops_the_command(capsys, comma
     assert run_cli(capsys, "list") == (130, "", f"{PROG}: interrupted\n")
 
 
+def test_a_signal_one_block_received_does_not_stop_what_runs_after_it(not_ignored):
+    not_ignored(signal.SIGINT)
+    step = interrupts.uninterrupted("a step")
+    with interrupts.stop_signals(), pytest.raises(KeyboardInterrupt), step:
+        signal.raise_signal(signal.SIGINT)  # held, then raised as the step ends
+    with interrupts.uninterrupted("a report written from Python, after the block"):
+        pass  # checks the signals received: none since the block ended
+
+
 def test_ctrl_c_while_starting_is_one_line():
     """Ctrl-C while ``python -m harness`` imports torch, before main runs."""
     process = subprocess.Popen(

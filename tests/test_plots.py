@@ -271,3 +271,19 @@ def test_a_close_call_wrong_in_generation_is_drawn_by_generation(figures, tmp_pa
     pictures.learning_plot(tmp_path / "learning.png", "cache_causal_alignment", learned)
     titles = [ax.get_title() for ax in figures[-1].axes]
     assert any(title.endswith("by generation") for title in titles), titles
+
+
+def test_hatched_and_red_cells_are_one_patch_each_over_exactly_their_cells(
+    figures, tmp_path: Path
+) -> None:
+    values = np.full((4, 5), 0.5)
+    values[2, 1:3] = np.nan
+    blocked = np.triu(np.ones((4, 5), dtype=bool), 1)
+    plots.heatmaps(tmp_path / "cells.png", "t", [plots.Panel("p", values, blocked=blocked)])
+    (fig,) = figures
+    hatched, red = fig.axes[0].patches
+    assert hatched.get_hatch() == "///" and not hatched.get_fill()
+    for patch, where in ((hatched, blocked), (red, ~np.isfinite(values))):
+        outline = patch.get_path()
+        inside = [[outline.contains_point((j, i)) for j in range(5)] for i in range(4)]
+        assert (np.array(inside) == where).all()

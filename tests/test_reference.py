@@ -66,6 +66,8 @@ def test_agreement_takes_the_larger_kernel_error_as_the_floor():
         spread.append(min(errors) / max(errors))
         eps = torch.finfo(dtype).eps
         assert eps / 4 <= tol <= 8 * eps  # atol taken in the dtype (outputs are of order 1)
+        ref = split_output(fixed.double()(x))[0]
+        assert tol == pytest.approx(max(metrics.atol(ref, dtype), eps * ref.abs().max().item()))
         assert err.max_abs <= metrics.threshold(floor, tol, metrics.OUTPUT_FACTOR)
     assert min(spread) < 0.95  # the two kernels disagree here, so the choice is tested
 

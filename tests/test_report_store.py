@@ -1,16 +1,22 @@
 """The report's use of its store: a second run reuses each trap's results, a changed pair file
-changes that trap's key alone, and reused results render the same report."""
+changes that trap's key alone, reused results render the same report, and pages and timing
+pictures made from the same inputs are reused."""
 
 from __future__ import annotations
 
 import types
 
+import pandas as pd
+import pytest
 import torch
 
 from harness.catalogue import registry
-from harness.report.build import Kept, collect, trap_key
+from harness.report import pictures, write
+from harness.report.build import Kept, collect, pages_key, trap_key
 from harness.report.store import Store
 from harness.report.summary_table import summary
+from harness.report.timings import draw_timings
+from harness.report.write import write_report
 
 GRID = [(torch.device("cpu"), torch.float32)]
 
@@ -52,3 +58,46 @@ def test_what_the_store_holds_is_not_taken_for_a_trap_when_it_is_something_else(
     kept.put(trap_key(pair, GRID, False), {"not": "a Kept"})  # another version's shape
     results, _ = collect([pair], GRID, kept=kept)
     assert results[0].cells and isinstance(Store(tmp_path).get(results[0].key), Kept)
+
+
+def test_the_pages_key_follows_every_trap_and_the_doctor_tables():
+    pairs = [registry.load("mask_bool"), registry.load("missing_scale")]
+    results = [Kept().result(p, key=f"key-{p.card.id}") for p in pairs]
+    key = pages_key(results, "doctor", GRID, [], {})
+    assert key == pages_key(results, "doctor", GRID, [], {})
+    changed = [results[0], Kept().result(pairs[1], key="another")]
+    others = [
+        pages_key(changed, "doctor", GRID, [], {}),
+        pages_key(results, "other tables", GRID, [], {}),
+        pages_key(results, "doctor", [(torch.device("cpu"), torch.float16)], [], {}),
+        pages_key(results, "doctor", GRID, ["cuda"], {}),
+        pages_key(results, "doctor", GRID, [], {"mask_bool": pd.DataFrame()}),
+    ]
+    assert key not in others and len(set(others)) == len(others)
+    assert pages_key([*results, Kept().result(pairs[0])], "doctor", GRID, [], {}) == ""
+
+
+def test_pages_kept_under_their_key_are_written_without_rendering(tmp_path, monkeypatch):
+    pairs = [registry.load("mask_bool")]
+    results, timed = collect(pairs, GRID)
+    kept = Store(tmp_path / "store")
+    first, _ = write_report(results, GRID, tmp_path / "one", [], timed, kept=kept, pages_key="k")
+    monkeypatch.setattr(write, "render", lambda *args: pytest.fail("rendered again"))
+    second, _ = write_report(results, GRID, tmp_path / "two", [], timed, kept=kept, pages_key="k")
+    assert second.read_text() == first.read_text()
+    with pytest.raises(pytest.fail.Exception, match="rendered again"):
+        write_report(results, GRID, tmp_path / "three", [], timed, kept=kept, pages_key="new")
+
+
+def test_a_timing_table_kept_reuses_its_pictures_and_a_new_one_is_drawn(tmp_path, monkeypatch):
+    table = pd.DataFrame({"heads": [1, 2], "ms": [1.0, 2.0]})
+    table.attrs["plots"] = [{"x": "heads", "y": ["ms"], "title": "time"}]
+    kept = Store(tmp_path / "store")
+    (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir(), (tmp_path / "three").mkdir()
+    names = draw_timings({"head_loop": table}, tmp_path / "one", kept)
+    monkeypatch.setattr(pictures, "plot", lambda *args: pytest.fail("drawn again"))
+    assert draw_timings({"head_loop": table}, tmp_path / "two", kept) == names
+    assert (tmp_path / "two" / names[0]).read_bytes() == (tmp_path / "one" / names[0]).read_bytes()
+    slower = table.assign(ms=[1.0, 3.0])
+    with pytest.raises(pytest.fail.Exception, match="drawn again"):
+        draw_timings({"head_loop": slower}, tmp_path / "three", kept)

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import torch
@@ -711,13 +711,20 @@ def code_names(module: nn.Module) -> list[str]:
     for cls in type(module).__mro__:
         if cls in (nn.Module, object) or cls.__module__.startswith("torch."):
             continue
-        try:
-            source = textwrap.dedent(inspect.getsource(cls))
-            tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-        except (OSError, TypeError, tokenize.TokenError, SyntaxError):
-            continue
-        names += [token.string for token in tokens if token.type == tokenize.NAME]
+        names += _class_names(cls)
     return names
+
+
+@lru_cache(maxsize=256)
+def _class_names(cls: type) -> tuple[str, ...]:
+    """The identifiers in the code of ``cls`` itself, read once per class (``getsource`` parses
+    the class's whole file)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (OSError, TypeError, tokenize.TokenError, SyntaxError):
+        return ()
+    return tuple(token.string for token in tokens if token.type == tokenize.NAME)
 
 
 @dataclass(frozen=True)

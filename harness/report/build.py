@@ -76,6 +76,21 @@ def doctor_key(out: Path) -> str:
     return store.key("doctor", files=store.source_files(folder, "*") + zoo, root=Path("/"))
 
 
+def pages_key(
+    results: list[TrapResult],
+    tables_key: str,
+    grid: Grid,
+    unavailable: list[str],
+    timed: dict[str, pd.DataFrame],
+) -> str:
+    """The key of the report's pages: every trap's key (its pictures' names follow from it),
+    the doctor tables', and what else they are rendered from; "" when a result has no key."""
+    if not all(r.key for r in results):
+        return ""
+    traps = [r.key for r in results]
+    return store.key("pages", traps, tables_key, grid, unavailable, sorted(timed))
+
+
 def measure_trap(pair: Pair, grid: Grid, learn: bool) -> Kept:
     """One trap's whole measurement: its cells on ``grid``, its output error over seeds, its
     extras on the first device in float32 and (with ``learn``) its learning probe there."""
@@ -175,8 +190,9 @@ def build_report(
         doctor = tables.get() if tables is not None else doctor
         kept.put(tables_key, doctor)
         step("the doctor on real modules")
+        pages = pages_key(results, tables_key, grid, unavailable, timed)
         path, replaced = write_report(results, grid, out, unavailable, timed, doctor, progress=step,
-                                      kept=kept)  # fmt: skip
+                                      kept=kept, pages_key=pages)  # fmt: skip
     kept.prune()
     reused = f" ({kept.hits} of {kept.hits + kept.misses} results reused from {kept.folder})" \
         if kept.hits else ""  # fmt: skip

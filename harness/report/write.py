@@ -126,6 +126,7 @@ def write_report(
     doctor: dict[str, object] | None = None,
     progress: Callable[[str], None] = lambda label: None,
     kept: Store | None = None,
+    pages_key: str = "",
 ) -> tuple[Path, bool]:
     """Write the report's pages (``out/report.md`` and its companions) with their pictures, and
     ``out/timings.md``, as one unit.
@@ -133,7 +134,9 @@ def write_report(
     When ``out`` already holds a report that agrees with this one within rounding noise (and
     every picture it links), it is kept as it is: a machine that differs only in its CPU leaves
     a committed report unchanged. Returns the report's path and whether it was replaced.
-    ``doctor`` is ``doctor_tables.doctor_sections``'s answer, when the doctor ran.
+    ``doctor`` is ``doctor_tables.doctor_sections``'s answer, when the doctor ran. The pages
+    are taken from the store ``kept`` under ``pages_key`` (a key of everything they are
+    rendered from) when it holds them.
     """
     ensure_writable(out)
     with publish.staging(out) as staged:
@@ -147,11 +150,15 @@ def write_report(
                 os.replace(staged / name, staged / new)
             images[r.pair.card.id] = hashed
         progress("writing")
-        pages = render(results, grid, unavailable, set(timed), images, doctor)
+        pages = (kept or Store(None)).get(pages_key) if pages_key else None
+        if not isinstance(pages, dict):
+            pages = render(results, grid, unavailable, set(timed), images, doctor)
+            if pages_key and kept is not None:
+                kept.put(pages_key, pages)
         for name, page in pages.items():
             (staged / name).write_text(page)
         (staged / TIMINGS).write_text(timings_text(timed))
-        timing_pictures = draw_timings(timed, staged)
+        timing_pictures = draw_timings(timed, staged, kept)
         pictures = [name for names in images.values() for name in names]
         with publish.locked(out):
             old = read_pages(out)
@@ -178,4 +185,5 @@ def is_current(out: Path, old_text: str | None, text: str) -> bool:
     if old_text is None:
         return False
     pictures = publish.linked_images(old_text)
-    return all((out / p).is_file() for p in pictures) and diff.equivalent(old_text, text)
+    present = all((out / p).is_file() for p in pictures)
+    return present and (old_text == text or diff.equivalent(old_text, text))
