@@ -22,8 +22,10 @@ from harness.catalogue.verdicts import Verdict
 from harness.report import TrapResult, build
 from harness.report import diff as report_diff
 from harness.report import write as report_write
+from harness.report.doctor_tables import assembled
 from harness.report.pages import joined, read_pages
 from harness.report.scorecard import scorecard_table
+from harness.report.workers import here
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "reports" / report.REPORT
@@ -36,7 +38,8 @@ class Run:
     """A report written by the command line, with the arguments it was written from."""
 
     out: Path
-    written: dict[str, Any]  # write_report's arguments by name: results, grid, timed, ...
+    written: dict[str, Any]  # write_report's arguments by name (results, grid, timed, ...) and
+    # the doctor's two pieces, by name, as build_report assembled them (doctor_pieces)
 
     @property
     def text(self) -> str:
@@ -57,17 +60,22 @@ def files(folder: Path) -> dict[Path, bytes]:
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The canonical CPU report, regenerated through the command line; measurements kept."""
     out = tmp_path_factory.mktemp("report")
-    calls = []
+    calls, pieces = [], []
 
     def keep(*args: Any, **kwargs: Any) -> Path:
         calls.append(inspect.signature(report.write_report).bind(*args, **kwargs).arguments)
         return report.write_report(*args, **kwargs)
 
+    def keep_pieces(catalogue: dict, libraries: str, out: Path) -> dict:
+        pieces.append({"catalogue": catalogue, "libraries": libraries})
+        return assembled(catalogue, libraries, out)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(build, "write_report", keep)
+        patch.setattr(build, "assembled", keep_pieces)
         assert cli.main([*CANONICAL, "--out", str(out)]) == 0
-    [written] = calls
-    return Run(out, dict(written))
+    [written], [doctor] = calls, pieces
+    return Run(out, dict(written, doctor_pieces=doctor))
 
 
 @pytest.mark.numbers
@@ -134,8 +142,9 @@ def measured_already(monkeypatch: pytest.MonkeyPatch, fresh: Run) -> list[str]:
     under test is writing, in this process (the arguments that say so)."""
     results = [replace(r, pictures=None) for r in fresh.results]
     monkeypatch.setattr(build, "collect", lambda *a, **k: (results, fresh.written["timed"]))
-    doctor = fresh.written["doctor"]
-    monkeypatch.setattr(build, "doctor_sections", lambda out: doctor)
+    made = fresh.written["doctor_pieces"]
+    monkeypatch.setattr(build, "doctor_pieces", lambda kept, submit: {
+        name: here(lambda piece: piece, piece) for name, piece in made.items()})  # fmt: skip
     return ["--workers", "1"]
 
 

@@ -12,10 +12,11 @@ import torch
 
 from harness.catalogue import registry
 from harness.report import pictures, write
-from harness.report.build import Kept, collect, pages_key, trap_key
+from harness.report.build import Kept, collect, doctor_keys, doctor_pieces, pages_key, trap_key
 from harness.report.store import Store
 from harness.report.summary_table import summary
 from harness.report.timings import draw_timings
+from harness.report.workers import here
 from harness.report.write import write_report
 
 GRID = [(torch.device("cpu"), torch.float32)]
@@ -101,3 +102,27 @@ def test_a_timing_table_kept_reuses_its_pictures_and_a_new_one_is_drawn(tmp_path
     slower = table.assign(ms=[1.0, 3.0])
     with pytest.raises(pytest.fail.Exception, match="drawn again"):
         draw_timings({"head_loop": slower}, tmp_path / "three", kept)
+
+
+def test_a_changed_pair_file_remakes_the_doctor_on_the_catalogue_not_on_libraries(
+    tmp_path, monkeypatch
+):
+    (tmp_path / "one").mkdir()
+    for file in ("buggy.py", "fixed.py"):
+        (tmp_path / "one" / file).write_text(f"# {file}\n")
+    monkeypatch.setattr(registry, "HOME", tmp_path)
+    before = doctor_keys()
+    (tmp_path / "one" / "fixed.py").write_text("# changed\n")
+    after = doctor_keys()
+    assert after["catalogue"] != before["catalogue"]
+    assert after["libraries"] == before["libraries"]
+
+
+def test_the_doctor_pieces_the_store_keeps_are_not_made_again(tmp_path):
+    kept, keys = Store(tmp_path), doctor_keys()
+    kept.put(keys["catalogue"], {"detection": "table", "tutorial": None})
+    kept.put(keys["libraries"], ["not", "a", "table"])  # another version's shape: made again
+    made = []
+    pieces = doctor_pieces(kept, lambda fn, *args: made.append(fn.__name__) or here(str, "new"))
+    assert pieces["catalogue"].get() == {"detection": "table", "tutorial": None}
+    assert made == ["on_libraries"] and pieces["libraries"].get() == "new"

@@ -28,14 +28,12 @@ from harness.files import TIMINGS, created_by, ensure_writable
 from harness.learning import Learning
 from harness.progress import Progress
 from harness.report import store
-from harness.report.doctor_tables import doctor_sections
+from harness.report.doctor_tables import TABLES, assembled, on_libraries, on_the_catalogue
 from harness.report.extras import generation_steps
 from harness.report.results import Grid, TrapResult
 from harness.report.store import Store
-from harness.report.workers import Submit, here, pool
+from harness.report.workers import Pending, Submit, here, pool
 from harness.report.write import drawn_bytes, write_report
-from harness.zoo.table import COMMITTED as COMMITTED_ZOO
-from harness.zoo.table import ZOO_FILE
 
 
 @dataclass
@@ -68,12 +66,27 @@ def trap_key(pair: Pair, grid: Grid, learn: bool) -> str:
     return store.key("trap", cells, learn, files=files, root=folder.parent)
 
 
-def doctor_key(out: Path) -> str:
-    """The doctor tables' key: every pair's files (the detection table), and the zoo table the
-    section quotes."""
+def doctor_keys() -> dict[str, str]:
+    """The keys of the doctor's two pieces: on the catalogue (every pair's files and the
+    tutorial's), and on real libraries (the harness and the libraries alone: a changed pair
+    file leaves it kept)."""
     folder = Path(registry.HOME)
-    zoo = [p.resolve() for p in (out / ZOO_FILE, COMMITTED_ZOO) if p.is_file()][:1]
-    return store.key("doctor", files=store.source_files(folder, "*") + zoo, root=Path("/"))
+    catalogue = store.key("doctor on the catalogue", files=store.source_files(folder, "*"),
+                          root=folder)  # fmt: skip
+    return {"catalogue": catalogue, "libraries": store.key("doctor on libraries")}
+
+
+def doctor_pieces(kept: Store, submit: Submit) -> dict[str, Pending]:
+    """The doctor's two pieces, each taken from the store or ``submit``-ted (made by a worker);
+    each of its diagnoses is seeded, so where it runs does not matter."""
+    made = {"catalogue": on_the_catalogue, "libraries": on_libraries}
+    pieces: dict[str, Pending] = {}
+    for name, key in doctor_keys().items():
+        found = kept.get(key)
+        expected = dict if name == "catalogue" else str
+        kept_piece = isinstance(found, expected)
+        pieces[name] = here(lambda value: value, found) if kept_piece else submit(made[name])
+    return pieces
 
 
 def pages_key(
@@ -180,16 +193,18 @@ def build_report(
             interrupts.ACTIVE.check()  # a Ctrl-C matplotlib's clean-up swallowed stops here
             bar.step(label)
 
-        tables_key = doctor_key(out)
-        doctor = kept.get(tables_key)
-        # the doctor's tables first: the longest piece; each of its diagnoses is seeded
-        tables = submit(doctor_sections, out) if not isinstance(doctor, dict) else None
+        # the doctor's pieces first: the longest ones
+        pieces = doctor_pieces(kept, submit)
         results, timed = collect(pairs, grid, progress=step, learn=learn, kept=kept,
                                  submit=submit)  # fmt: skip
-        step("the doctor on the catalogue")
-        doctor = tables.get() if tables is not None else doctor
-        kept.put(tables_key, doctor)
-        step("the doctor on real modules")
+        keys, made = doctor_keys(), {}
+        for name, label in (("catalogue", "the doctor on the catalogue"),
+                            ("libraries", "the doctor on real modules")):  # fmt: skip
+            made[name] = pieces[name].get()
+            kept.put(keys[name], made[name])
+            step(label)
+        doctor = assembled(made["catalogue"], made["libraries"], out)
+        tables_key = store.key("doctor", keys, doctor[TABLES])  # the zoo's summary included
         pages = pages_key(results, tables_key, grid, unavailable, timed)
         path, replaced = write_report(results, grid, out, unavailable, timed, doctor, progress=step,
                                       kept=kept, pages_key=pages)  # fmt: skip

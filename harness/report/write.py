@@ -134,7 +134,7 @@ def write_report(
     When ``out`` already holds a report that agrees with this one within rounding noise (and
     every picture it links), it is kept as it is: a machine that differs only in its CPU leaves
     a committed report unchanged. Returns the report's path and whether it was replaced.
-    ``doctor`` is ``doctor_tables.doctor_sections``'s answer, when the doctor ran. The pages
+    ``doctor`` is ``doctor_tables.assembled``'s answer, when the doctor ran. The pages
     are taken from the store ``kept`` under ``pages_key`` (a key of everything they are
     rendered from) when it holds them.
     """
