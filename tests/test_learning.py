@@ -4,6 +4,7 @@ import math
 import re
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,7 @@ from harness.inputs import generator
 from harness.learning import (
     IGNORE,
     Diagnosis,
+    Learning,
     Run,
     Task,
     TinyModel,
@@ -196,10 +198,16 @@ KINDS = [
 ]
 
 
+@cache
+def learned(trap: str) -> Learning:
+    """The learning probe on a trap of the catalogue at its defaults, made once per module (two
+    tests read cache_causal_alignment's)."""
+    return learn(registry.load(trap))
+
+
 @pytest.mark.parametrize("trap", KINDS)
 def test_fixed_modules_reach_the_threshold(trap):
-    pair = registry.load(trap)
-    result = learn(pair)
+    result = learned(trap)
     assert result.fix.steps_to_threshold is not None, result.fix.curve.tail()
     assert result.fix.eval_accuracy >= learning.THRESHOLD
     if result.task.causal:
@@ -231,7 +239,7 @@ def test_the_task_follows_the_card():
     ],
 )
 def test_catalogue_traps_get_their_symptom(trap, label):
-    assert learn(registry.load(trap)).diagnosis.label.startswith(label)
+    assert learned(trap).diagnosis.label.startswith(label)
 
 
 def test_numeric_and_conditional_traps_say_what_the_probe_cannot_show():
