@@ -143,7 +143,7 @@ def measured_already(monkeypatch: pytest.MonkeyPatch, fresh: Run) -> list[str]:
     results = [replace(r, pictures=None) for r in fresh.results]
     monkeypatch.setattr(build, "collect", lambda *a, **k: (results, fresh.written["timed"]))
     made = fresh.written["doctor_pieces"]
-    monkeypatch.setattr(build, "doctor_pieces", lambda kept, submit: {
+    monkeypatch.setattr(build, "doctor_pieces", lambda kept, submit, keys: {
         name: here(lambda piece: piece, piece) for name, piece in made.items()})  # fmt: skip
     return ["--workers", "1"]
 

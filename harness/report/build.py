@@ -76,16 +76,21 @@ def doctor_keys() -> dict[str, str]:
     return {"catalogue": catalogue, "libraries": store.key("doctor on libraries")}
 
 
-def doctor_pieces(kept: Store, submit: Submit) -> dict[str, Pending]:
-    """The doctor's two pieces, each taken from the store or ``submit``-ted (made by a worker);
-    each of its diagnoses is seeded, so where it runs does not matter."""
-    made = {"catalogue": on_the_catalogue, "libraries": on_libraries}
+# The doctor's two pieces by name: what makes each, what it is, and its line in the progress.
+DOCTOR_PIECES = {
+    "catalogue": (on_the_catalogue, dict, "the doctor on the catalogue"),
+    "libraries": (on_libraries, str, "the doctor on real modules"),
+}
+
+
+def doctor_pieces(kept: Store, submit: Submit, keys: dict[str, str]) -> dict[str, Pending]:
+    """The doctor's two pieces, each taken from the store (under ``keys``) or ``submit``-ted
+    (made by a worker); each of its diagnoses is seeded, so where it runs does not matter."""
     pieces: dict[str, Pending] = {}
-    for name, key in doctor_keys().items():
-        found = kept.get(key)
-        expected = dict if name == "catalogue" else str
-        kept_piece = isinstance(found, expected)
-        pieces[name] = here(lambda value: value, found) if kept_piece else submit(made[name])
+    for name, (make, kind, _) in DOCTOR_PIECES.items():
+        found = kept.get(keys[name])
+        pieces[name] = here(lambda value: value, found) if isinstance(found, kind) \
+            else submit(make)  # fmt: skip
     return pieces
 
 
@@ -194,12 +199,12 @@ def build_report(
             bar.step(label)
 
         # the doctor's pieces first: the longest ones
-        pieces = doctor_pieces(kept, submit)
+        keys = doctor_keys()
+        pieces = doctor_pieces(kept, submit, keys)
         results, timed = collect(pairs, grid, progress=step, learn=learn, kept=kept,
                                  submit=submit)  # fmt: skip
-        keys, made = doctor_keys(), {}
-        for name, label in (("catalogue", "the doctor on the catalogue"),
-                            ("libraries", "the doctor on real modules")):  # fmt: skip
+        made = {}
+        for name, (_, _, label) in DOCTOR_PIECES.items():
             made[name] = pieces[name].get()
             kept.put(keys[name], made[name])
             step(label)
