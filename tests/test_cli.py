@@ -420,6 +420,12 @@ def test_a_signal_one_block_received_does_not_stop_what_runs_after_it(not_ignore
         pass  # checks the signals received: none since the block ended
 
 
+def loading_torch(pid: int) -> bool:
+    """Whether process ``pid`` has torch's native library mapped: it is importing torch."""
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads /proc: Linux only")
 def test_ctrl_c_while_starting_is_one_line():
     """Ctrl-C while ``python -m harness`` imports torch, before main runs."""
     process = subprocess.Popen(
@@ -429,7 +435,9 @@ def test_ctrl_c_while_starting_is_one_line():
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not ignored
     )
-    time.sleep(0.3)
+    deadline = time.monotonic() + 60
+    while not loading_torch(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.005)  # a fixed wait lands before the interpreter has started, when slow
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert (process.returncode, out, err) == (130, "", f"{PROG}: interrupted\n")
