@@ -71,6 +71,14 @@ def atol(ref: Tensor, dtype: torch.dtype) -> float:
     return 2.0 * noise.max().item() if noise.numel() else 0.0
 
 
+def one_ulp(ref: Tensor, dtype: torch.dtype) -> float:
+    """One unit in the last place of ``ref``'s largest finite value in ``dtype`` (``eps *
+    max|ref|``; 0 when it has none): what storing a result in ``dtype`` may cost twice over."""
+    finite = ref[torch.isfinite(ref)]
+    scale = finite.abs().max().item() if finite.numel() else 0.0
+    return torch.finfo(dtype).eps * scale
+
+
 def rounding(scale: float, dtype: torch.dtype = torch.float32) -> float:
     """How far rounding alone may move values of size ``scale`` (at least 1) in ``dtype``:
     ``ROUNDING_ULPS`` units of its machine epsilon at that scale."""

@@ -631,5 +631,4 @@ def agreement(
         err = metrics.error(out.double().cpu(), ref.cpu())
     # a handful of outputs (a (2, 4, 1) one) can all come through atol's round trip exact, an
     # atol of 0 while storing a result in dtype alone costs up to half a unit in the last place
-    last_place = torch.finfo(dtype).eps * ref.abs().max().item()
-    return err, floor, max(metrics.atol(ref.cpu(), dtype), last_place)
+    return err, floor, max(metrics.atol(ref.cpu(), dtype), metrics.one_ulp(ref, dtype))
