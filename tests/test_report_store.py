@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.catalogue import registry
-from harness.report import pictures, write
+from harness.report import build, pictures, write
 from harness.report.build import Kept, collect, doctor_keys, doctor_pieces, pages_key, trap_key
 from harness.report.store import Store
 from harness.report.summary_table import summary
@@ -124,6 +124,24 @@ def test_the_doctor_pieces_the_store_keeps_are_not_made_again(tmp_path):
     kept.put(keys["libraries"], ["not", "a", "table"])  # another version's shape: made again
     made = []
     submit = lambda fn, *args: made.append(fn.__name__) or here(str, "new")  # noqa: E731
-    pieces = doctor_pieces(kept, submit, keys)
-    assert pieces["catalogue"].get() == {"detection": "table", "tutorial": None}
-    assert made == ["on_libraries"] and pieces["libraries"].get() == "new"
+    found, pending = doctor_pieces(kept, submit, keys)
+    assert found == {"catalogue": {"detection": "table", "tutorial": None}}
+    assert made == ["on_libraries"] and pending["libraries"].get() == "new"
+
+
+def test_a_run_keeps_the_doctor_pieces_it_made_and_rewrites_none_it_found(tmp_path, monkeypatch):
+    results, timed = collect([registry.load("mask_bool")], GRID)
+    monkeypatch.setattr(build, "collect", lambda *args, **kwargs: (results, timed))
+    monkeypatch.setattr(build, "DOCTOR_PIECES", {
+        "catalogue": (lambda: {"detection": "## detected", "tutorial": None}, dict, "catalogue"),
+        "libraries": (lambda: "## libraries", str, "libraries"),
+    })  # fmt: skip
+    kept, keys = Store(tmp_path / "store"), doctor_keys()
+    build.build_report(GRID, tmp_path / "one", learn=False, kept=kept)
+    assert kept.get(keys["catalogue"]) == {"detection": "## detected", "tutorial": None}
+    assert kept.get(keys["libraries"]) == "## libraries"
+    written = []
+    monkeypatch.setattr(Store, "put", lambda self, key, value: written.append(key))
+    build.build_report(GRID, tmp_path / "two", learn=False, kept=kept)
+    assert not set(written) & set(keys.values())
+    assert "## libraries" in (tmp_path / "two" / "doctor.md").read_text()

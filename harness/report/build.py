@@ -83,15 +83,20 @@ DOCTOR_PIECES = {
 }
 
 
-def doctor_pieces(kept: Store, submit: Submit, keys: dict[str, str]) -> dict[str, Pending]:
-    """The doctor's two pieces, each taken from the store (under ``keys``) or ``submit``-ted
-    (made by a worker); each of its diagnoses is seeded, so where it runs does not matter."""
-    pieces: dict[str, Pending] = {}
+def doctor_pieces(
+    kept: Store, submit: Submit, keys: dict[str, str]
+) -> tuple[dict[str, object], dict[str, Pending]]:
+    """The doctor's two pieces: those the store holds (under ``keys``), and the others
+    ``submit``-ted (made by a worker); each of its diagnoses is seeded, so where it runs does
+    not matter."""
+    found, pending = {}, {}
     for name, (make, kind, _) in DOCTOR_PIECES.items():
-        found = kept.get(keys[name])
-        pieces[name] = here(lambda value: value, found) if isinstance(found, kind) \
-            else submit(make)  # fmt: skip
-    return pieces
+        piece = kept.get(keys[name])
+        if isinstance(piece, kind):
+            found[name] = piece
+        else:
+            pending[name] = submit(make)
+    return found, pending
 
 
 def pages_key(
@@ -200,15 +205,15 @@ def build_report(
 
         # the doctor's pieces first: the longest ones
         keys = doctor_keys()
-        pieces = doctor_pieces(kept, submit, keys)
+        pieces, pending = doctor_pieces(kept, submit, keys)
         results, timed = collect(pairs, grid, progress=step, learn=learn, kept=kept,
                                  submit=submit)  # fmt: skip
-        made = {}
         for name, (_, _, label) in DOCTOR_PIECES.items():
-            made[name] = pieces[name].get()
-            kept.put(keys[name], made[name])
+            if name in pending:
+                pieces[name] = pending[name].get()
+                kept.put(keys[name], pieces[name])
             step(label)
-        doctor = assembled(made["catalogue"], made["libraries"], out)
+        doctor = assembled(pieces["catalogue"], pieces["libraries"], out)
         tables_key = store.key("doctor", keys, doctor[TABLES])  # the zoo's summary included
         pages = pages_key(results, tables_key, grid, unavailable, timed)
         path, replaced = write_report(results, grid, out, unavailable, timed, doctor, progress=step,

@@ -139,21 +139,22 @@ def write_report(
     rendered from) when it holds them.
     """
     ensure_writable(out)
+    kept = kept or Store(None)
     with publish.staging(out) as staged:
         (staged / IMAGES).mkdir()
         images = {}
         for r in results:
             progress(f"drawing {r.pair.card.id}")
-            drawn = drawn_or_kept(r, staged, kept or Store(None))
+            drawn = drawn_or_kept(r, staged, kept)
             hashed = [publish.hashed_name(staged / name) for name in drawn]
             for name, new in zip(drawn, hashed, strict=True):
                 os.replace(staged / name, staged / new)
             images[r.pair.card.id] = hashed
         progress("writing")
-        pages = (kept or Store(None)).get(pages_key) if pages_key else None
+        pages = kept.get(pages_key) if pages_key else None
         if not isinstance(pages, dict):
             pages = render(results, grid, unavailable, set(timed), images, doctor)
-            if pages_key and kept is not None:
+            if pages_key:
                 kept.put(pages_key, pages)
         for name, page in pages.items():
             (staged / name).write_text(page)
