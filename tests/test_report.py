@@ -38,7 +38,7 @@ class Run:
 
     out: Path
     written: dict[str, Any]  # write_report's arguments by name (results, grid, timed, ...) and
-    # the doctor's two pieces, by name, as build_report assembled them (doctor_pieces)
+    # the doctor's pieces, by name, as build_report assembled them (doctor_pieces)
 
     @property
     def text(self) -> str:
@@ -65,9 +65,9 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Run:
         calls.append(inspect.signature(report.write_report).bind(*args, **kwargs).arguments)
         return report.write_report(*args, **kwargs)
 
-    def keep_pieces(catalogue: dict, libraries: str, out: Path) -> dict:
-        pieces.append({"catalogue": catalogue, "libraries": libraries})
-        return assembled(catalogue, libraries, out)
+    def keep_pieces(detection: list, made: dict, out: Path) -> dict:
+        pieces.append(made)
+        return assembled(detection, made, out)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(build, "write_report", keep)

@@ -32,6 +32,18 @@ def test_a_second_run_reuses_every_trap_and_renders_the_same(tmp_path):
     assert (again.hits, again.misses) == (2, 0)
     assert [r.key for r in second] == [r.key for r in first] and all(r.key for r in first)
     assert summary(second) == summary(first)
+    modules = [row["module"] for r in first for row in r.detection]  # the doctor, with the trap
+    assert modules == [f"{p.card.id}/{side}.py" for p in pairs for side in ("buggy", "fixed")]
+    assert [r.detection for r in second] == [r.detection for r in first]
+
+
+def test_a_trap_learns_in_a_piece_of_its_own_and_keeps_what_it_learned(tmp_path, monkeypatch):
+    pair = registry.load("missing_scale")
+    monkeypatch.setattr(build, "learned", lambda pid, device: (f"{pid} trained on {device}", {}))
+    made, _ = collect([pair], GRID, learn=True, kept=Store(tmp_path))
+    again, _ = collect([pair], GRID, learn=True, kept=Store(tmp_path))
+    assert made[0].learning == again[0].learning == "missing_scale trained on cpu"
+    assert made[0].cells and not collect([pair], GRID, learn=False)[0][0].learning
 
 
 def test_a_changed_pair_file_changes_its_key_and_no_other(tmp_path):
@@ -104,28 +116,35 @@ def test_a_timing_table_kept_reuses_its_pictures_and_a_new_one_is_drawn(tmp_path
         draw_timings({"head_loop": slower}, tmp_path / "three", kept)
 
 
-def test_a_changed_pair_file_remakes_the_doctor_on_the_catalogue_not_on_libraries(
+def test_a_changed_pair_file_keeps_every_doctor_piece_and_the_tutorial_remakes_its_own(
     tmp_path, monkeypatch
 ):
     (tmp_path / "one").mkdir()
-    for file in ("buggy.py", "fixed.py"):
-        (tmp_path / "one" / file).write_text(f"# {file}\n")
+    for file in ("buggy.py", "fixed.py", "tutorial.py"):
+        (tmp_path / ("one" if file != "tutorial.py" else "") / file).write_text(f"# {file}\n")
     monkeypatch.setattr(registry, "HOME", tmp_path)
+    monkeypatch.setattr(build, "TUTORIAL", tmp_path / "tutorial.py")
     before = doctor_keys()
-    (tmp_path / "one" / "fixed.py").write_text("# changed\n")
+    (tmp_path / "one" / "fixed.py").write_text("# changed\n")  # its trap's key alone changes
+    assert doctor_keys() == before
+    (tmp_path / "tutorial.py").write_text("# changed\n")
     after = doctor_keys()
-    assert after["catalogue"] != before["catalogue"]
-    assert after["libraries"] == before["libraries"]
+    assert after["tutorial"] != before["tutorial"]
+    assert {k: v for k, v in after.items() if k != "tutorial"} == {
+        k: v for k, v in before.items() if k != "tutorial"
+    }
 
 
 def test_the_doctor_pieces_the_store_keeps_are_not_made_again(tmp_path):
     kept, keys = Store(tmp_path), doctor_keys()
-    kept.put(keys["catalogue"], {"detection": "table", "tutorial": None})
+    kept.put(keys["references"], [{"module": "a reference"}])
+    kept.put(keys["tutorial"], pd.DataFrame({"module": ["tutorial"]}))
     kept.put(keys["libraries"], ["not", "a", "table"])  # another version's shape: made again
     made = []
     submit = lambda fn, *args: made.append(fn.__name__) or here(str, "new")  # noqa: E731
     found, pending = doctor_pieces(kept, submit, keys)
-    assert found == {"catalogue": {"detection": "table", "tutorial": None}}
+    assert set(found) == {"references", "tutorial"}
+    assert found["references"] == [{"module": "a reference"}]
     assert made == ["on_libraries"] and pending["libraries"].get() == "new"
 
 
@@ -133,15 +152,17 @@ def test_a_run_keeps_the_doctor_pieces_it_made_and_rewrites_none_it_found(tmp_pa
     results, timed = collect([registry.load("mask_bool")], GRID)
     monkeypatch.setattr(build, "collect", lambda *args, **kwargs: (results, timed))
     monkeypatch.setattr(build, "DOCTOR_PIECES", {
-        "catalogue": (lambda: {"detection": "## detected", "tutorial": None}, dict, "catalogue"),
+        **build.DOCTOR_PIECES,  # the tutorial's, as made
         "libraries": (lambda: "## libraries", str, "libraries"),
+        "references": (lambda: [], list, "references"),
     })  # fmt: skip
     kept, keys = Store(tmp_path / "store"), doctor_keys()
     build.build_report(GRID, tmp_path / "one", learn=False, kept=kept)
-    assert kept.get(keys["catalogue"]) == {"detection": "## detected", "tutorial": None}
-    assert kept.get(keys["libraries"]) == "## libraries"
+    assert kept.get(keys["libraries"]) == "## libraries" and kept.get(keys["references"]) == []
+    assert isinstance(kept.get(keys["tutorial"]), pd.DataFrame)
     written = []
     monkeypatch.setattr(Store, "put", lambda self, key, value: written.append(key))
     build.build_report(GRID, tmp_path / "two", learn=False, kept=kept)
     assert not set(written) & set(keys.values())
-    assert "## libraries" in (tmp_path / "two" / "doctor.md").read_text()
+    doctor = (tmp_path / "two" / "doctor.md").read_text()
+    assert "## libraries" in doctor and "| mask_bool/buggy.py " in doctor  # the trap's rows

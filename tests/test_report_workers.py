@@ -13,7 +13,7 @@ import torch
 from harness.catalogue import registry
 from harness.files import IMAGES
 from harness.report import write
-from harness.report.build import measure_and_draw
+from harness.report.build import learned, measured
 from harness.report.store import Store
 from harness.report.workers import pool
 
@@ -38,16 +38,17 @@ def test_one_worker_is_this_process():
 
 
 def test_a_trap_measured_and_drawn_by_a_worker_is_the_one_made_here():
-    here, drawn_here = measure_and_draw("mask_bool", GRID, False)
+    here, drawn_here = measured("mask_bool", GRID)
     with pool(2) as submit:
-        there, drawn_there = submit(measure_and_draw, "mask_bool", GRID, False).get()
+        there, drawn_there = submit(measured, "mask_bool", GRID).get()
     assert drawn_here and drawn_there == drawn_here
+    assert there.detection == here.detection
     assert there.cells[0].output.equals(here.cells[0].output)
     assert there.spread == here.spread
 
 
 def test_pictures_a_worker_drew_are_written_not_drawn_again(tmp_path, monkeypatch):
-    kept, pictures = measure_and_draw("mask_bool", GRID, False)
+    kept, pictures = measured("mask_bool", GRID)
     result = kept.result(registry.load("mask_bool"), pictures=pictures)
     monkeypatch.setattr(write, "draw", lambda *args: pytest.fail("drawn again"))
     (tmp_path / IMAGES).mkdir()
@@ -63,3 +64,11 @@ def test_leaving_the_block_early_ends_the_workers():
         raise KeyboardInterrupt
     with pytest.raises(ProcessLookupError):
         os.kill(worker, 0)  # ended and reaped, not left running
+
+
+def test_pictures_drawn_in_two_pieces_are_the_ones_drawn_in_one():
+    """A trap's measurement and its learning probe are drawn by the pieces that made them."""
+    kept, measurement = measured("mask_bool", GRID)
+    kept.learning, learning = learned("mask_bool", GRID[0][0])
+    whole = write.drawn_bytes(kept.result(registry.load("mask_bool")))
+    assert measurement and learning and {**measurement, **learning} == whole

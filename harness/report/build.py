@@ -28,18 +28,27 @@ from harness.files import TIMINGS, created_by, ensure_writable
 from harness.learning import Learning
 from harness.progress import Progress
 from harness.report import store
-from harness.report.doctor_tables import TABLES, assembled, on_libraries, on_the_catalogue
+from harness.report.doctor_tables import (
+    TABLES,
+    assembled,
+    on_libraries,
+    on_references,
+    on_the_tutorial,
+)
 from harness.report.extras import generation_steps
 from harness.report.results import Grid, TrapResult
 from harness.report.store import Store
 from harness.report.workers import Pending, Submit, here, pool
 from harness.report.write import drawn_bytes, write_report
+from harness.tutorial.own_code import TUTORIAL
+from harness.validation import detection_rows
 
 
 @dataclass
 class Kept:
-    """What the store keeps of one trap: its measurement, extras and learning, and its timing
-    table (wall-clock: kept with the rest, so a reused timing is the run's that measured it)."""
+    """What the store keeps of one trap: its measurement, extras and learning, its rows of the
+    doctor's detection table, and its timing table (wall-clock: kept with the rest, so a reused
+    timing is the run's that measured it)."""
 
     cells: list = field(default_factory=list)
     extras: list[pd.DataFrame] = field(default_factory=list)
@@ -47,13 +56,15 @@ class Kept:
     learning: Learning | None = None
     timing: pd.DataFrame | None = None
     spread: Spread | None = None
+    detection: list[dict[str, object]] = field(default_factory=list)
 
     def result(
         self, pair: Pair, key: str = "", pictures: dict[str, bytes] | None = None
     ) -> TrapResult:
         """What the report shows for ``pair``, from what was kept (under ``key``)."""
         return TrapResult(pair, self.cells, self.extras, self.notes, self.learning,
-                          spread=self.spread, key=key, pictures=pictures)  # fmt: skip
+                          spread=self.spread, key=key, pictures=pictures,
+                          detection=self.detection)  # fmt: skip
 
 
 def trap_key(pair: Pair, grid: Grid, learn: bool) -> str:
@@ -67,26 +78,29 @@ def trap_key(pair: Pair, grid: Grid, learn: bool) -> str:
 
 
 def doctor_keys() -> dict[str, str]:
-    """The keys of the doctor's two pieces: on the catalogue (every pair's files and the
-    tutorial's), and on real libraries (the harness and the libraries alone: a changed pair
-    file leaves it kept)."""
-    folder = Path(registry.HOME)
-    catalogue = store.key("doctor on the catalogue", files=store.source_files(folder, "*"),
-                          root=folder)  # fmt: skip
-    return {"catalogue": catalogue, "libraries": store.key("doctor on libraries")}
+    """The keys of the doctor's pieces besides the traps' own rows: on the tutorial's modules
+    (its file), on the reference modules and on real libraries (the harness and the libraries
+    alone: a changed pair file leaves them kept)."""
+    tutorial = Path(TUTORIAL)
+    return {
+        "tutorial": store.key("doctor on the tutorial", files=[tutorial], root=tutorial.parent),
+        "references": store.key("doctor on reference modules"),
+        "libraries": store.key("doctor on libraries"),
+    }
 
 
-# The doctor's two pieces by name: what makes each, what it is, and its line in the progress.
+# The doctor's pieces by name: what makes each, what it is, and its line in the progress.
 DOCTOR_PIECES = {
-    "catalogue": (on_the_catalogue, dict, "the doctor on the catalogue"),
-    "libraries": (on_libraries, str, "the doctor on real modules"),
+    "libraries": (on_libraries, str, "the doctor on real modules"),  # the longest first
+    "references": (on_references, list, "the doctor on reference modules"),
+    "tutorial": (on_the_tutorial, pd.DataFrame, "the doctor on the tutorial's modules"),
 }
 
 
 def doctor_pieces(
     kept: Store, submit: Submit, keys: dict[str, str]
 ) -> tuple[dict[str, object], dict[str, Pending]]:
-    """The doctor's two pieces: those the store holds (under ``keys``), and the others
+    """The doctor's pieces: those the store holds (under ``keys``), and the others
     ``submit``-ted (made by a worker); each of its diagnoses is seeded, so where it runs does
     not matter."""
     found, pending = {}, {}
@@ -114,17 +128,17 @@ def pages_key(
     return store.key("pages", traps, tables_key, grid, unavailable, sorted(timed))
 
 
-def measure_trap(pair: Pair, grid: Grid, learn: bool) -> Kept:
-    """One trap's whole measurement: its cells on ``grid``, its output error over seeds, its
-    extras on the first device in float32 and (with ``learn``) its learning probe there."""
+def measure_trap(pair: Pair, grid: Grid) -> Kept:
+    """One trap's measurement: its cells on ``grid``, its output error over seeds, its extras
+    on the first device in float32, and the doctor on its two modules (its rows of the
+    detection table); its learning probe is a piece of its own (``learned``)."""
     kept = Kept([measure(pair, device, dtype) for device, dtype in grid])
     primary = kept.result(pair).primary
     kept.spread = output_spread(pair, primary)
-    device = grid[0][0]
     if pair.card.how.cached and primary.outputs.get("ref") is not None:
         kept.extras.append(generation_steps(primary, pair.card))
     if pair.card.extra is not None:
-        extra = pair.card.extra(pair, device, torch.float32)
+        extra = pair.card.extra(pair, grid[0][0], torch.float32)
         if extra.attrs.get("timing"):
             kept.timing = extra
             kept.notes.append(
@@ -133,17 +147,27 @@ def measure_trap(pair: Pair, grid: Grid, learn: bool) -> Kept:
             )
         else:
             kept.extras.append(extra)
-    if learn:
-        kept.learning = learn_pair(pair, device=device)
+    kept.detection = detection_rows(pair)
     return kept
 
 
-def measure_and_draw(pitfall_id: str, grid: Grid, learn: bool) -> tuple[Kept, dict[str, bytes]]:
-    """What a worker is sent: ``measure_trap`` for a trap of the catalogue, named by id, and its
-    pictures drawn."""
+# What a worker is sent for a trap of the catalogue, named by id: its measurement and its
+# learning probe, two pieces (so that one trap keeps two cores busy), each with its pictures.
+Pictures = dict[str, bytes]  # drawn, by name
+
+
+def measured(pitfall_id: str, grid: Grid) -> tuple[Kept, Pictures]:
+    """``measure_trap`` of the trap ``pitfall_id``, and the pictures drawn from it."""
     pair = registry.load(pitfall_id)
-    kept = measure_trap(pair, grid, learn)
-    return kept, drawn_bytes(kept.result(pair))
+    kept = measure_trap(pair, grid)
+    return kept, drawn_bytes(kept.result(pair))  # no learning yet: its own piece draws it
+
+
+def learned(pitfall_id: str, device: torch.device) -> tuple[Learning, Pictures]:
+    """The learning probe of the trap ``pitfall_id`` on ``device``, and its picture."""
+    pair = registry.load(pitfall_id)
+    learning = learn_pair(pair, device=device)
+    return learning, drawn_bytes(Kept(learning=learning).result(pair))  # no cells: curves only
 
 
 def collect(
@@ -154,25 +178,27 @@ def collect(
     kept: Store | None = None,
     submit: Submit = here,
 ) -> tuple[list[TrapResult], dict[str, pd.DataFrame]]:
-    """Every trap's measurement and pictures (``measure_and_draw``), each ``submit``-ted to the
-    report's workers (by id: pairs of the catalogue), by default made here in turn; a trap the
-    store ``kept`` holds for these inputs is taken from it."""
+    """Every trap's measurement, learning probe (with ``learn``) and pictures, each
+    ``submit``-ted to the report's workers (by id: pairs of the catalogue), by default made
+    here in turn; a trap the store ``kept`` holds for these inputs is taken from it."""
     kept = kept or Store(None)
     keys = {p.card.id: trap_key(p, grid, learn) for p in pairs}
     found = {p.card.id: kept.get(keys[p.card.id]) for p in pairs}
-    pending = {
-        p.card.id: submit(measure_and_draw, p.card.id, grid, learn)
-        for p in pairs
-        if not isinstance(found[p.card.id], Kept)
-    }
+    made = [p.card.id for p in pairs if not isinstance(found[p.card.id], Kept)]
+    device = grid[0][0]
+    pending = {pid: submit(measured, pid, grid) for pid in made}
+    training = {pid: submit(learned, pid, device) for pid in made if learn}
     results, timed = [], {}
     for pair in pairs:
         pid = pair.card.id
-        steps = [f"{pid} {device} {dtype_name(dtype)}" for device, dtype in grid]
+        steps = [f"{pid} {where} {dtype_name(dtype)}" for where, dtype in grid]
         steps += [f"{pid}: its own measurement"] + ([f"{pid}: training"] if learn else [])
         pictures = None
         if pid in pending:
             k, pictures = pending[pid].get()
+            if pid in training:
+                k.learning, learning_pictures = training[pid].get()
+                pictures |= learning_pictures
             kept.put(keys[pid], k)
         else:
             k, steps = found[pid], [f"{pid}: kept"] * len(steps)
@@ -196,7 +222,7 @@ def build_report(
     unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
     pairs = registry.load_all()
     learns = len(pairs) if learn else 0
-    steps = len(pairs) * len(grid) + 2 * len(pairs) + learns + 3  # + doctor x2, writing
+    steps = len(pairs) * len(grid) + 2 * len(pairs) + learns + len(DOCTOR_PIECES) + 1  # writing
     with created_by(created), Progress(steps) as bar, pool(workers) as submit:
 
         def step(label: str) -> None:
@@ -213,7 +239,7 @@ def build_report(
                 pieces[name] = pending[name].get()
                 kept.put(keys[name], pieces[name])
             step(label)
-        doctor = assembled(pieces["catalogue"], pieces["libraries"], out)
+        doctor = assembled([row for r in results for row in r.detection], pieces, out)
         tables_key = store.key("doctor", keys, doctor[TABLES])  # the zoo's summary included
         pages = pages_key(results, tables_key, grid, unavailable, timed)
         path, replaced = write_report(results, grid, out, unavailable, timed, doctor, progress=step,

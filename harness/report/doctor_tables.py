@@ -1,24 +1,35 @@
 """report.md's doctor tables, before the appendix: the doctor on the catalogue (what it detects
-of each trap), on real libraries' attention modules, and the zoo's summary; and the doctor on the
-tutorial's own modules, which the report shows near its top."""
+of each trap, and of two reference modules), on real libraries' attention modules, and the zoo's
+summary; and the doctor on the tutorial's own modules, which the report shows near its top.
+
+A trap's rows of the detection table are measured with the trap (``detection_rows``, kept in
+its store entry), so a changed pair file re-diagnoses that pair alone; the pieces below are the
+rest, each with what it depends on."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from harness.realmodules import real_markdown, real_table
 from harness.tutorial.own_code import diagnoses
-from harness.validation import detection_markdown, detection_table
+from harness.validation import detection_markdown, reference_rows
 from harness.zoo.table import report_section as zoo_section
 
 TABLES, TUTORIAL = "tables", "tutorial"  # the keys of assembled's answer
-DETECTION = "detection"  # on_the_catalogue's table, beside TUTORIAL
+Row = dict[str, object]  # a row of the detection table (harness.validation)
 
 
-def on_the_catalogue() -> dict[str, object]:
-    """What changes with the catalogue's files: the doctor on every pair (``DETECTION``, its
-    markdown table) and on the tutorial's modules (``TUTORIAL``, a table)."""
-    return {DETECTION: detection_markdown(detection_table()), TUTORIAL: diagnoses()}
+def on_the_tutorial() -> pd.DataFrame:
+    """What changes with the tutorial's file: the doctor on its modules, a table."""
+    return diagnoses()
+
+
+def on_references() -> list[Row]:
+    """What changes with the harness and torch only: the doctor on the two reference modules,
+    the last rows of the detection table."""
+    return reference_rows()
 
 
 def on_libraries() -> str:
@@ -27,9 +38,14 @@ def on_libraries() -> str:
     return real_markdown(real_table())
 
 
-def assembled(catalogue: dict[str, object], libraries: str, out: Path) -> dict[str, object]:
-    """The report's doctor sections from their two pieces: the tables (``TABLES``: detection,
-    real modules, and the zoo's summary, read from ``out``, else the committed one) and the
-    tutorial's table (``TUTORIAL``)."""
-    tables = [catalogue[DETECTION], libraries, zoo_section(out)]
-    return {TABLES: "\n\n".join(map(str, tables)), TUTORIAL: catalogue[TUTORIAL]}
+def assembled(detection: list[Row], pieces: dict[str, object], out: Path) -> dict[str, object]:
+    """The report's doctor sections: the tables (``TABLES``: detection, from every trap's rows
+    (``detection``, in the catalogue's order) and the references', real modules, and the zoo's
+    summary, read from ``out``, else the committed one) and the tutorial's table
+    (``TUTORIAL``). ``pieces`` holds the answers of ``on_the_tutorial``, ``on_references`` and
+    ``on_libraries`` under "tutorial", "references" and "libraries"."""
+    references = pieces["references"]
+    assert isinstance(references, list)
+    table = pd.DataFrame([*detection, *references])
+    tables = [detection_markdown(table), pieces["libraries"], zoo_section(out)]
+    return {TABLES: "\n\n".join(map(str, tables)), TUTORIAL: pieces["tutorial"]}

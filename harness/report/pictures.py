@@ -104,30 +104,32 @@ def output_panels(choice: Choice) -> list[Panel]:
 
 
 def draw(r: TrapResult, folder: Path) -> list[str]:
-    """Write a trap's pictures under ``folder/img``; their paths relative to ``folder``.
+    """Write a trap's pictures under ``folder/img``; their paths relative to ``folder``. Those
+    of its measurement, then those of its learning probe: of what ``r`` has (a result with no
+    cells, or no learning, is a part that a worker draws apart).
 
     ``img/<id>.png``: the heatmap ``choose`` picks (none when neither module returns weights
-    or an output, or when the two modules' look the same); ``img/<id>-learning.png``: its
-    learning curves, when it was trained and buggy.py did not raise before its first step;
-    ``img/<id>-<n>.png``: the plots its extra tables ask for (``plot``).
+    or an output, or when the two modules' look the same); ``img/<id>-<n>.png``: the plots its
+    extra tables ask for (``plot``); ``img/<id>-learning.png``: its learning curves, when it was
+    trained and buggy.py did not raise before its first step.
     """
     card = r.pair.card
     names = []
-    choice = choose(r)
+    choice = choose(r) if r.cells else None
     if choice is not None and not choice.same:
         panels = weight_panels(choice) if choice.kind == WEIGHTS else output_panels(choice)
         name = f"{IMAGES}/{card.id}.png"
         heatmaps(folder / name, title(choice, card, r.primary, panels), panels)
-        names.append(name)
-    if r.learning is not None and r.learning.bug.trained:
-        name = f"{IMAGES}/{card.id}-learning.png"
-        learning_plot(folder / name, card.id, r.learning)
         names.append(name)
     specs = [(extra, spec) for extra in r.extras for spec in extra.attrs.get("plots", [])]
     for i, (extra, spec) in enumerate(specs, start=1):
         plot_name = f"{IMAGES}/{card.id}-{i}.png"
         plot(folder / plot_name, extra, spec)
         names.append(plot_name)
+    if r.learning is not None and r.learning.bug.trained:
+        name = f"{IMAGES}/{card.id}-learning.png"
+        learning_plot(folder / name, card.id, r.learning)
+        names.append(name)
     return names
 
 

@@ -28,6 +28,8 @@ class TrapResult:
     spread: Spread | None = None  # the primary cell's output error over seeds
     key: str = ""  # what made it, in the store (harness.report.store): "" when not kept
     pictures: dict[str, bytes] | None = None  # drawn already (by a worker), by name
+    detection: list[dict[str, object]] = field(default_factory=list)  # the doctor's rows on its
+    # buggy and fixed modules (harness.validation.detection_rows)
 
     @property
     def primary(self) -> Measurement:

@@ -94,9 +94,10 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
 
 def drawn_bytes(r: TrapResult) -> dict[str, bytes]:
     """The trap's pictures, drawn apart (by a worker), by name as ``draw`` gives them."""
-    with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / IMAGES).mkdir()
-        return {name: (Path(folder) / name).read_bytes() for name in draw(r, Path(folder))}
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        (folder / IMAGES).mkdir()
+        return {p: (folder / p).read_bytes() for p in draw(r, folder)}
 
 
 def drawn_or_kept(r: TrapResult, staged: Path, kept: Store) -> list[str]:
