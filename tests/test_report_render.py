@@ -22,14 +22,15 @@ from harness import interrupts, report
 from harness.catalogue.judge import Measurement, measure
 from harness.catalogue.registry import load
 from harness.catalogue.spread import SEEDS, Spread, output_spread
-from harness.catalogue.verdicts import Verdict
+from harness.catalogue.verdicts import MEANING, Verdict
 from harness.files import DOCTOR
 from harness.report import TrapResult, publish
 from harness.report import write as report_write
 from harness.report.doctor_tables import TABLES
 from harness.report.format import OUTPUT_COLUMN, over_seeds, seeds_column
-from harness.report.opening import HOW_TO_READ
+from harness.report.opening import how_to_read
 from harness.report.pages import trap_pages
+from harness.report.scorecard import verdict_words
 
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -110,7 +111,7 @@ def test_the_summary_quotes_the_range_and_says_what_it_is():
     r.spread = Spread(SEEDS, 0, 0.0646, 0.212)
     (row,) = rows(report.summary([r]))
     assert row[seeds_column(SEEDS)] == "0.0646–0.212"
-    assert f"*{seeds_column(SEEDS)}*" in HOW_TO_READ.replace("\n  ", " ")
+    assert f"*{seeds_column(SEEDS)}*" in how_to_read(learned=False).replace("\n  ", " ")
     assert "- cpu float32, seeds 0–9: output error 0.0646–0.212\n" in report.trap_section(r, [])
 
 
@@ -511,3 +512,12 @@ def test_the_learning_cell_names_the_task():
 
     learned = learn(load("mask_rank"), steps=3)
     assert learns_cell(learned).startswith(f"{learned.task.name}: ")
+
+
+def test_every_verdict_is_explained_once_in_the_legend_and_the_scorecard_uses_its_words():
+    legend = how_to_read(learned=False)
+    assert set(MEANING) == set(Verdict)
+    for verdict, meaning in MEANING.items():
+        assert legend.count(f"| {verdict} | {meaning} |") == 1
+        if verdict is not Verdict.INCONCLUSIVE:  # no trap's combined verdict
+            assert f"{verdict}, {meaning}" in " ".join(verdict_words().split())

@@ -19,6 +19,20 @@ class Verdict(str, Enum):
         return self.value
 
 
+# What each verdict means, in the words the report prints (its legend and its scorecard).
+MEANING = {
+    Verdict.SILENT: "runs without error and gives a wrong result: the dangerous kind",
+    Verdict.LOUD: "raises an error, so you find it at once",
+    Verdict.CONDITIONAL: "raises on most shapes, runs silently on some (trigger shapes, found by "
+    "search)",
+    Verdict.NUMERIC: "right in float32, broken (NaN, Inf or an error) only in low precision or "
+    "on edge inputs",
+    Verdict.BENIGN: "within rounding noise of fixed.py (or only slower): the claimed trap does "
+    "not hold",
+    Verdict.INCONCLUSIVE: "this dtype cannot tell: even fixed.py overflows on the inputs that "
+    "would show it",
+}
+
 FULL_PRECISION = ("float32", "float64")
 
 

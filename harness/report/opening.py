@@ -9,6 +9,7 @@ import torch
 
 from harness import __version__
 from harness.catalogue.card import Card
+from harness.catalogue.verdicts import MEANING
 from harness.devices import cpu_kernels, cpu_name, device_description, dtype_name
 from harness.files import REPORT, TIMINGS
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
@@ -57,17 +58,9 @@ HOW_TO_READ = """\
 
 Each trap's section gives the tutorial's claim, the trap, what is true, what was measured, the
 diff of the two files, a picture, what it does to learning, why it matters and how to avoid it;
-its full tables are in [tables.md](tables.md).
+its full tables are in [tables.md](tables.md)."""
 
-| verdict | meaning |
-|:--|:--|
-| SILENT | runs without error and gives a wrong result: the dangerous kind |
-| LOUD | raises an error, so you find it at once |
-| CONDITIONAL | raises on most shapes, runs silently on some (trigger shapes, found by search) |
-| NUMERIC | right in float32; NaN, Inf or an error only in low precision or on edge inputs |
-| BENIGN | within rounding noise of fixed.py (or only slower): the claimed trap does not hold |
-| INCONCLUSIVE | this dtype cannot tell: even fixed.py overflows on the inputs that would show it |
-
+TERMS = """\
 "SILENT, NaN": wrong without an error, and some of buggy.py's outputs or gradients are NaN where
 fixed.py's are not — often a few rows only, so a loss that averages the other positions or skips
 padding may not show it at once. It agrees with an expected SILENT; ", NaN" says how it shows.
@@ -106,7 +99,9 @@ def opening() -> str:
 
 def how_to_read(learned: bool) -> str:
     """The verdicts and the summary's columns, and the learning probe's method."""
-    return HOW_TO_READ + (f"\n\n{learning.INTRO}" if learned else "")
+    legend = ["| verdict | meaning |", "|:--|:--|", *(f"| {v} | {m} |" for v, m in MEANING.items())]
+    parts = [HOW_TO_READ, "\n".join(legend), TERMS] + ([learning.INTRO] if learned else [])
+    return "\n\n".join(parts)
 
 
 def reproduce(grid: Grid, unavailable: list[str], cards: list[Card], learned: bool) -> str:

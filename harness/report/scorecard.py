@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.catalogue.verdicts import Verdict
+from harness.catalogue.verdicts import MEANING, Verdict
 from harness.report.format import anchor, link, num, prose, table
 from harness.report.results import TrapResult
 from harness.tutorial import claims
@@ -265,20 +265,22 @@ def scorecard_table(results: list[TrapResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-VERDICT_WORDS = prose(
-    "The verdicts in *the number that decides it* are the measurement's, buggy.py against "
-    "fixed.py: SILENT, it runs and gives a wrong result; LOUD, it raises; CONDITIONAL, it raises "
-    "on most shapes and runs silently on others; NUMERIC, right in float32, broken only in low "
-    "precision or on edge inputs; BENIGN, within rounding noise of fixed.py (the floor: fixed.py's "
-    "own error against float64, in the same dtype), so the claimed trap does not hold. An *output "
-    "error* is the largest |difference| from fixed.py run in float64, in the output's own units."
-)
+def verdict_words() -> str:
+    """What the scorecard's verdicts mean (the legend's words, less INCONCLUSIVE, which no
+    pair's combined verdict is here)."""
+    meanings = "; ".join(f"{v}, {m}" for v, m in MEANING.items() if v is not Verdict.INCONCLUSIVE)
+    return prose(
+        "The verdicts in *the number that decides it* are the measurement's, buggy.py against "
+        f"fixed.py: {meanings}. Rounding noise is the floor, fixed.py's own error against "
+        "float64 in the same dtype. An *output error* is the largest |difference| from fixed.py "
+        "run in float64, in the output's own units."
+    )
 
 
 def scorecard(results: list[TrapResult]) -> str:
     """The scorecard section: the table, what its verdict words mean, how the rows no pair
     measures were measured."""
-    parts = [SCORECARD, "", table(scorecard_table(results)), "", VERDICT_WORDS, ""]
+    parts = [SCORECARD, "", table(scorecard_table(results)), "", verdict_words(), ""]
     return "\n".join([*parts, claims_measured_here()])
 
 
