@@ -51,6 +51,9 @@ class SDPAAttention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(B, T, C))
 
 
+DetectionRow = dict[str, object]  # a row of the detection table: one module, what the doctor said
+
+
 def outcome(d: Diagnosis) -> str:
     statuses = {f.status for f in d.findings}
     return "flagged" if FAIL in statuses else "warned" if WARN in statuses else "passed"
@@ -126,7 +129,7 @@ def detection_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def detection_rows(pair: Pair) -> list[dict[str, object]]:
+def detection_rows(pair: Pair) -> list[DetectionRow]:
     """What the doctor said of one pair's modules: a row for its buggy.py, then its fixed.py."""
     rows = []
     for side in ("buggy", "fixed"):
@@ -148,7 +151,7 @@ def detection_rows(pair: Pair) -> list[dict[str, object]]:
     return rows
 
 
-def reference_rows() -> list[dict[str, object]]:
+def reference_rows() -> list[DetectionRow]:
     """What the doctor said of the two reference modules, which must pass."""
     torch.manual_seed(0)
     references = [

@@ -28,20 +28,14 @@ from harness.files import TIMINGS, created_by, ensure_writable
 from harness.learning import Learning
 from harness.progress import Progress
 from harness.report import store
-from harness.report.doctor_tables import (
-    TABLES,
-    assembled,
-    on_libraries,
-    on_references,
-    on_the_tutorial,
-)
+from harness.report.doctor_tables import TABLES, assembled, on_libraries
 from harness.report.extras import generation_steps
 from harness.report.results import Grid, TrapResult
 from harness.report.store import Store
 from harness.report.workers import Pending, Submit, here, pool
 from harness.report.write import drawn_bytes, write_report
-from harness.tutorial.own_code import TUTORIAL
-from harness.validation import detection_rows
+from harness.tutorial.own_code import TUTORIAL, diagnoses
+from harness.validation import DetectionRow, detection_rows, reference_rows
 
 
 @dataclass
@@ -56,7 +50,7 @@ class Kept:
     learning: Learning | None = None
     timing: pd.DataFrame | None = None
     spread: Spread | None = None
-    detection: list[dict[str, object]] = field(default_factory=list)
+    detection: list[DetectionRow] = field(default_factory=list)
 
     def result(
         self, pair: Pair, key: str = "", pictures: dict[str, bytes] | None = None
@@ -89,11 +83,12 @@ def doctor_keys() -> dict[str, str]:
     }
 
 
-# The doctor's pieces by name: what makes each, what it is, and its line in the progress.
+# The doctor's pieces by name (keyed by doctor_keys): what makes each, what it is, and its line
+# in the progress.
 DOCTOR_PIECES = {
     "libraries": (on_libraries, str, "the doctor on real modules"),  # the longest first
-    "references": (on_references, list, "the doctor on reference modules"),
-    "tutorial": (on_the_tutorial, pd.DataFrame, "the doctor on the tutorial's modules"),
+    "references": (reference_rows, list, "the doctor on reference modules"),
+    "tutorial": (diagnoses, pd.DataFrame, "the doctor on the tutorial's modules"),
 }
 
 

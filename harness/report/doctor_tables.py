@@ -3,8 +3,9 @@ of each trap, and of two reference modules), on real libraries' attention module
 summary; and the doctor on the tutorial's own modules, which the report shows near its top.
 
 A trap's rows of the detection table are measured with the trap (``detection_rows``, kept in
-its store entry), so a changed pair file re-diagnoses that pair alone; the pieces below are the
-rest, each with what it depends on."""
+its store entry), so a changed pair file re-diagnoses that pair alone; the rest are pieces of
+their own (``harness.report.build.DOCTOR_PIECES``): the reference modules' rows
+(``reference_rows``), the tutorial's table (``diagnoses``) and real libraries' (below)."""
 
 from __future__ import annotations
 
@@ -13,23 +14,10 @@ from pathlib import Path
 import pandas as pd
 
 from harness.realmodules import real_markdown, real_table
-from harness.tutorial.own_code import diagnoses
-from harness.validation import detection_markdown, reference_rows
+from harness.validation import DetectionRow, detection_markdown
 from harness.zoo.table import report_section as zoo_section
 
 TABLES, TUTORIAL = "tables", "tutorial"  # the keys of assembled's answer
-Row = dict[str, object]  # a row of the detection table (harness.validation)
-
-
-def on_the_tutorial() -> pd.DataFrame:
-    """What changes with the tutorial's file: the doctor on its modules, a table."""
-    return diagnoses()
-
-
-def on_references() -> list[Row]:
-    """What changes with the harness and torch only: the doctor on the two reference modules,
-    the last rows of the detection table."""
-    return reference_rows()
 
 
 def on_libraries() -> str:
@@ -38,11 +26,13 @@ def on_libraries() -> str:
     return real_markdown(real_table())
 
 
-def assembled(detection: list[Row], pieces: dict[str, object], out: Path) -> dict[str, object]:
+def assembled(
+    detection: list[DetectionRow], pieces: dict[str, object], out: Path
+) -> dict[str, object]:
     """The report's doctor sections: the tables (``TABLES``: detection, from every trap's rows
     (``detection``, in the catalogue's order) and the references', real modules, and the zoo's
     summary, read from ``out``, else the committed one) and the tutorial's table
-    (``TUTORIAL``). ``pieces`` holds the answers of ``on_the_tutorial``, ``on_references`` and
+    (``TUTORIAL``). ``pieces`` holds the answers of ``diagnoses``, ``reference_rows`` and
     ``on_libraries`` under "tutorial", "references" and "libraries"."""
     references = pieces["references"]
     assert isinstance(references, list)
