@@ -6,9 +6,10 @@ import platform
 
 import torch
 
+from harness.defaults import DTYPE_NAMES
 from harness.errors import UsageError, did_you_mean, shorten
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # float32, bfloat16, float16
 DEVICE_KINDS = ("cpu", "cuda")
 GPU_WORDS = ("gpu", "nvidia", "rocm", "hip")  # what people type for torch's "cuda"
 

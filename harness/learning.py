@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.defaults import LEARN_STEPS
 from harness.inputs import generator
 from harness.runner import describe, split_output
 from harness.scenarios import lay_out
@@ -52,7 +53,7 @@ SEQ_LEN = 16
 D_MODEL = 32
 BATCH = 32
 EVAL_BATCH = 256  # the fixed batch a trained model is evaluated on
-STEPS = 120
+STEPS = LEARN_STEPS  # named in harness.defaults: the command line shows it
 LR = 2e-2
 THRESHOLD = 0.9  # answer accuracy that counts as "learned"
 SMOOTH = 10  # steps to threshold: the first step whose mean accuracy over this many reaches it

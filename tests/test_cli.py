@@ -18,6 +18,8 @@ import torch
 import harness
 from harness import cli, devices, interrupts
 from harness.catalogue import registry
+from harness.cli import catalogue as catalogue_commands
+from harness.cli import doctor as doctor_commands
 from harness.doctor import guard
 from harness.doctor.target import load_object
 from harness.progress import Progress
@@ -294,7 +296,9 @@ def test_a_long_target_name_in_a_file_that_exists_is_one_short_line(capsys):
 
 
 def test_one_device_is_measured_once_whatever_its_name():
-    grid = cli.resolve_grid(argparse.Namespace(device=["cpu", "cpu:0", "cpu"], dtype=["float32"]))
+    grid = catalogue_commands.resolve_grid(
+        argparse.Namespace(device=["cpu", "cpu:0", "cpu"], dtype=["float32"])
+    )
     assert grid == [(torch.device("cpu"), torch.float32)]
 
 
@@ -341,7 +345,7 @@ def command(monkeypatch):
     """``list`` replaced by the function given: a command that does what a test needs."""
 
     def install(function):
-        monkeypatch.setitem(cli.COMMANDS, "list", function)
+        monkeypatch.setattr(catalogue_commands, "cmd_list", function)
 
     return install
 
@@ -585,22 +589,26 @@ def test_make_cache_comes_from_the_file_call_names_not_where_call_is_defined(tmp
         "from model_file import call  # noqa: E402\n\n\n"
         "def make_cache():\n    return 'the adapter file'\n"
     )
-    loaded = cli.load_adapter(f"{adapter}:call")
+    loaded = doctor_commands.load_adapter(f"{adapter}:call")
     assert loaded.make_cache() == "the adapter file"
-    own = cli.load_adapter("harness.doctor.adapters:x_transformers")  # its own make_cache stands
+    own = doctor_commands.load_adapter(
+        "harness.doctor.adapters:x_transformers"
+    )  # its own make_cache stands
     assert own.make_cache.__name__ == "XCache"
 
 
 def test_the_doctor_runs_on_every_core_and_gives_the_thread_count_back(capsys, monkeypatch):
     seen = []
-    real = cli.diagnose
+    real = doctor_commands.diagnose
 
     def counting(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(cli, "diagnose", counting)
-    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(doctor_commands, "diagnose", counting)
+    monkeypatch.setattr(
+        doctor_commands.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False
+    )
     code, _, _ = run_doctor(capsys, "Plain")
     assert code == 0 and seen == [3]
     assert torch.get_num_threads() == 1  # what main set for every other command

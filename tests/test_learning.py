@@ -15,6 +15,7 @@ from torch import nn
 from harness import cli, learning
 from harness.catalogue import registry
 from harness.catalogue.learn import learn, task_for
+from harness.cli import catalogue as catalogue_commands
 from harness.inputs import generator
 from harness.learning import (
     IGNORE,
@@ -415,7 +416,7 @@ def no_training(monkeypatch):
     def learn(*args, **kwargs):
         raise AssertionError("trained before the destinations were checked")
 
-    monkeypatch.setattr(cli, "learn", learn)
+    monkeypatch.setattr(catalogue_commands, "learn", learn)
 
 
 @pytest.mark.parametrize("name", ["mask_bool.png", "mask_bool.csv"])
@@ -461,7 +462,7 @@ def test_learn_interrupted_while_training_leaves_no_folder_behind(capsys, tmp_pa
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "learn", interrupted)
+    monkeypatch.setattr(catalogue_commands, "learn", interrupted)
     out = tmp_path / "new" / "out"
     assert cli.main(["learn", "mask_bool", "--out", str(out)]) == 130
     assert list(tmp_path.iterdir()) == []

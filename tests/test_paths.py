@@ -17,6 +17,7 @@ from hypothesis import configuration, settings
 
 from harness import cli, files
 from harness.catalogue import search
+from harness.cli import doctor as doctor_commands
 from harness.doctor import target
 from harness.errors import UsageError
 
@@ -48,7 +49,7 @@ def no_probe(monkeypatch):
     def load_object(name):
         raise AssertionError("the --report check came after the doctor started")
 
-    monkeypatch.setattr(cli, "load_object", load_object)
+    monkeypatch.setattr(doctor_commands, "load_object", load_object)
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -162,7 +163,7 @@ def test_a_report_that_cannot_be_written_after_all_is_one_line(capsys, here, mon
     def full(path, text):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(cli, "write_atomically", full)
+    monkeypatch.setattr(doctor_commands, "write_atomically", full)
     argv = ["doctor", f"{MODULES}:einsum_ok", "--mask", "keep", "--report", "r.md"]
     assert one_error_line(capsys, *argv) == "cannot write --report 'r.md': No space left on device"
 

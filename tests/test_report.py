@@ -94,6 +94,23 @@ def test_committed_report_agrees_with_a_fresh_run(fresh: Run) -> None:
     assert not problems, "\n".join(["stale report: " + REGENERATE, *problems])
 
 
+def test_the_same_command_again_is_answered_from_the_receipt(
+    fresh: Run, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fresh run kept a receipt of the folder it wrote: run again, it measures nothing
+    and changes nothing."""
+
+    def measured(*args: Any, **kwargs: Any) -> str:
+        raise AssertionError("measured again with nothing changed")
+
+    monkeypatch.setattr(build, "build_report", measured)
+    before = files(fresh.out)
+    capsys.readouterr()
+    assert cli.main([*CANONICAL, "--out", str(fresh.out)]) == 0
+    assert "nothing it is made from changed since the last run" in capsys.readouterr().out
+    assert files(fresh.out) == before
+
+
 def test_report_has_every_trap_and_its_picture(fresh: Run) -> None:
     text = fresh.text
     for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):

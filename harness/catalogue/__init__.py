@@ -4,3 +4,9 @@ card (Card, Pair) -> registry (discovers ``pitfalls/<id>/``) -> compare (three r
 -> judge (verdict: ordinary, trigger search, edge inputs, one head, over seeds).
 Kept import-light: every trap's card imports ``harness.catalogue.card``.
 """
+
+from pathlib import Path
+
+PACKAGE = "pitfalls"
+# Where the catalogue is installed: beside the harness package, in a clone or in site-packages.
+HOME = Path(__file__).resolve().parents[2] / PACKAGE

@@ -17,12 +17,9 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+from harness.catalogue import HOME, PACKAGE
 from harness.catalogue.card import Pair
 from harness.errors import UsageError, did_you_mean, shorten
-
-PACKAGE = "pitfalls"
-# Where the catalogue is installed: beside the harness package, in a clone or in site-packages.
-HOME = Path(__file__).resolve().parents[2] / PACKAGE
 
 
 class UnknownPitfall(LookupError):

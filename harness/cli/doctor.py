@@ -1,0 +1,115 @@
+"""The doctor's commands: ``doctor`` on anyone's attention module or model, and ``zoo`` over a
+library's architectures."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from harness.devices import resolve_device
+from harness.doctor import OPTIONS, STEPS, TIMEOUT, Config, UserCodeError, diagnose, guarded, shield
+from harness.doctor.model.call import takes_token_ids
+from harness.doctor.model.examine import diagnose_model
+from harness.doctor.target import Sizes, load_object, parse_init
+from harness.doctor.target import build as build_target
+from harness.errors import UsageError, shorten
+from harness.files import check_file_destination, write_atomically
+from harness.progress import Progress
+
+
+@contextlib.contextmanager
+def every_core() -> Iterator[None]:
+    """torch on every core this process may use, then back to what it was: a diagnosis at long
+    sequences multiplies large tensors (the other commands keep one thread, so that their
+    numbers never depend on the core count; the doctor's verdicts hold within its floors)."""
+    before = torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch.set_num_threads(max(1, cores or 1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
+    device = resolve_device(args.device)
+    sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init), kv_heads=args.kv_heads,
+                  layers=args.layers)  # fmt: skip
+    if args.report is not None:  # before any probe runs
+        check_file_destination(args.report, "--report")
+    if not args.timeout >= 0:  # NaN too
+        raise UsageError("--timeout must be a number of seconds >= 0 (0: no limit)")
+    values = {o.name: getattr(args, o.name) for o in OPTIONS if o.config}
+    values["call"] = load_adapter(args.call, args.timeout) if args.call else None
+    config = Config(**{**values, "device": str(device)})
+    try:  # importing and building run the user's code too
+        with guarded(args.timeout):
+            module = build_target(load_object(args.target), sizes, args.seed)
+    except UserCodeError as exc:
+        raise UsageError(f"building {shorten(args.target)} stopped: it {exc}") from None
+    whole = args.model or takes_token_ids(module)
+    with Progress(len(STEPS)) as bar, every_core():  # progress on stderr, on a terminal
+
+        def progress(step: str) -> None:
+            bar.step(step)
+            shield.note(step)  # for the parent process, when a crash ends this one
+
+        examine = diagnose_model if whole else diagnose
+        diagnosis = examine(module, config, args.target, args.timeout, progress=progress,
+                            crashed=shield.crashed())  # fmt: skip
+    if args.report is not None:
+        try:
+            write_atomically(Path(args.report), diagnosis.markdown())
+        except OSError as exc:  # checked up front; this is what changed since (a full disk)
+            raise UsageError(
+                f"cannot write --report {shorten(args.report, quote=True)}: {exc.strerror or exc}"
+            ) from None
+    return (diagnosis.to_json() if args.json else diagnosis.text()), diagnosis.exit_code
+
+
+def cmd_zoo(args: argparse.Namespace) -> str:
+    check_file_destination(args.out, "--out")
+    from harness.zoo.run import run_zoo  # imports transformers: only for this command
+
+    return run_zoo(args.out, args.workers, args.select)
+
+
+def load_adapter(target: str, timeout: float = TIMEOUT) -> Callable[..., object]:
+    """The --call adapter: a function (module, x, *, positions, mask, cache), imported within
+    ``timeout`` seconds (--timeout, as building the module)."""
+    try:
+        with guarded(timeout):
+            adapter = load_object(target)
+    except UserCodeError as exc:
+        raise UsageError(f"loading --call {shorten(target)} stopped: it {exc}") from None
+    if not callable(adapter) or isinstance(adapter, type):
+        raise UsageError(f"--call {shorten(target)} is not a function")
+    return with_make_cache(adapter, target)
+
+
+def with_make_cache(adapter: Callable[..., object], target: str) -> Callable[..., object]:
+    """The adapter with the ``make_cache`` of the file --call names, unless it has its own: a
+    function imported there from elsewhere (``from model import call``) gets the named file's
+    cache, not the cache of the file that defines it."""
+    if getattr(adapter, "make_cache", None) is not None:
+        return adapter  # its own (x_transformers.make_cache = XCache) stands
+    where = target.rpartition(":")[0]
+    try:
+        make = load_object(f"{where}:make_cache")
+    except UsageError:
+        return adapter  # the named file has none
+    if not callable(make):
+        return adapter
+
+    @functools.wraps(adapter)
+    def called(*args: object, **kwargs: object) -> object:
+        return adapter(*args, **kwargs)
+
+    called.make_cache = make  # type: ignore[attr-defined]
+    return called
