@@ -226,6 +226,26 @@ def test_version_from_the_command_line():
     )
 
 
+def test_every_command_the_parser_knows_is_dispatched_to_a_function():
+    parser = cli.build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(commands.choices) == set(cli.COMMANDS)
+    assert all(callable(cli.command(name)) for name in cli.COMMANDS)
+
+
+def test_parsing_imports_no_torch():
+    """Understood, or refused in one line, before torch is imported: bad input costs
+    milliseconds, and so does a report with nothing to do (``tests/test_report_receipt.py``)."""
+    script = (
+        "import sys\n"
+        "from harness.cli import main\n"
+        "code = main(['run', '--dtype', 'float8'])\n"
+        "print('torch' in sys.modules, code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.stdout == "False 2\n" and "invalid choice: 'float8'" in result.stderr
+
+
 LONG = "a" * 100_000
 SHORT_LONG = f"'{'a' * 60}'… (100000 characters)"  # what an error message echoes of LONG
 EXACT_ERRORS = {
