@@ -70,6 +70,16 @@ class CausalSelfAttention(nn.Module):
         return self.c_proj(y)
 
 
+class SelfAttention(CausalSelfAttention):
+    """nanoGPT's layer under a name that does not say it is causal (and no causal flag)."""
+
+
+class EncoderSelfAttention(CausalSelfAttention):
+    """nanoGPT's layer as an encoder's: it says it is not causal, but masks the future (a bug)."""
+
+    is_causal = False
+
+
 def gpt_ok(n_embd, n_head):
     return CausalSelfAttention(n_embd, n_head)
 

@@ -96,12 +96,12 @@ def _permutation_message(module, config):
 
 
 def test_a_causal_module_run_without_causal_is_pointed_to_causal_not_positional():
-    message = _permutation_message(dm.gpt_ok(32, 4), Config())
+    message = _permutation_message(dm.SelfAttention(32, 4), Config())  # its name says nothing
     assert "pass --causal" in message and "--positional" not in message
 
 
 def test_a_module_that_looks_ahead_is_shown_the_leak_before_positional_is_offered():
-    message = _permutation_message(dm.gpt_leaky(32, 4), Config())
+    message = _permutation_message(dm.SelfAttention(32, 4, diagonal=1), Config())
     assert "output at position 0 depends on input 1" in message
     assert message.index("depends on input") < message.index("--positional")
 

@@ -556,7 +556,7 @@ def test_a_rotary_base_read_off_the_inv_freq_of_its_rotary_embedding():
 
 
 def test_a_module_that_masks_the_future_undeclared_is_compared_with_causal_sdpa():
-    d, sdpa = _sdpa_finding(dm.CausalSelfAttention(32, 4), Config())
+    d, sdpa = _sdpa_finding(dm.SelfAttention(32, 4), Config())
     assert sdpa.status == PASS and "it masks the future by itself" in sdpa.message, d.text()
     # a module handed the doctor's causal (B, T, T) mask does not mask the future by itself
     mha = torch.nn.MultiheadAttention(32, 4, batch_first=True)

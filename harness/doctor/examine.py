@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from torch import nn
 
 from harness.devices import resolve_device
+from harness.doctor.causality import causal_as_said
 from harness.doctor.causes import explain
 from harness.doctor.convention import NAME as CONVENTION
 from harness.doctor.convention import detect
@@ -84,12 +85,15 @@ def diagnose(
         report(step)
         with guarded(timeout):
             subject = Subject(module, config)
+            said = causal_as_said(subject)  # causal in its own words
+            if said is not None:
+                subject = Subject(module, said[0])
     except UsageError:
         raise
     except Exception as exc:  # the module exits, hangs or breaks before any probe can run
         return Diagnosis(name, config, [Finding(step, FAIL, evidence(exc))])
     diagnosis = Diagnosis(name, subject.config)  # as probed (a context may shorten seq_len)
-    diagnosis.findings.extend([detected] if detected else [])
+    diagnosis.findings.extend(f for f in (detected, said and said[1]) if f)
     for probe_name, probe in PROBES.items():
         report(probe_name)
         if crashed and probe_name in crashed:
@@ -99,7 +103,7 @@ def diagnose(
             diagnosis.findings.append(Finding(probe_name, SKIP, skip[probe_name]))
             continue
         diagnosis.findings.append(examine(probe_name, probe, subject, timeout))
-    diagnosis.causes = explain(diagnosis.findings, config)
+    diagnosis.causes = explain(diagnosis.findings, subject.config)
     return diagnosis
 
 

@@ -443,6 +443,13 @@ class Subject:
         x = self.x(cfg.batch, cfg.seq_len, 3)
         return future_leak(self.bound(keep), x, None) is None
 
+    @cached_property
+    def masks_future_by_itself(self) -> bool:
+        """Called with no mask, no output depends on a later input: the module masks the future
+        itself (what --causal declares), not through a mask its caller passes."""
+        cfg = self.config
+        return future_leak(self.bound(None), self.x(cfg.batch, cfg.seq_len, 3), None) is None
+
     @property
     def deterministic(self) -> bool:
         """Two identical calls agree (or their outputs cannot be compared: not finite)."""

@@ -11,6 +11,7 @@ import torch
 
 from harness import metrics
 from harness.dependency import future_leak
+from harness.doctor.causality import declared
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject, float32_rounding
@@ -157,6 +158,13 @@ def _order_hint(subject: Subject) -> str:
     except Exception:
         return "if it uses positions on purpose, pass --positional; if it is causal, --causal"
     if leak is None:
+        said = declared(subject.module)
+        if said is not None and not said[0]:  # an encoder's layer, in its own words
+            return (
+                f"no output depends on a later input, though {said[1]}: a bidirectional layer "
+                "that masks the future; drop its causal mask (if it is meant to be causal, its "
+                "flag should say so, or pass --causal)"
+            )
         return "no output depends on a later input: if it masks the future, pass --causal"
     return (
         f"{leak}: if it is meant to be causal, that is a future leak (pass --causal to probe "

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness import metrics
+from harness.doctor.causality import declared
 from harness.doctor.findings import Outcome, failed, passed, skipped
 from harness.doctor.probes.inside import projection_input, submodule_name
 from harness.doctor.probes.registry import probe
@@ -385,7 +386,10 @@ def probe_sdpa(subject: Subject) -> Outcome:
     turned = f" on {subject.rotary_dims} dims a head" if subject.rotary_dims else ""
     capped = f", scores capped at {subject.softcap:g}" if subject.softcap else ""
     described = readings[best[0]][3] + (f", RoPE ({best[1]}{turned})" if rotary else "") + capped
-    described += ", causal (it masks the future by itself; --causal says so)" if undeclared else ""
+    if undeclared:
+        said = declared(subject.module)
+        against = f", though {said[1]}" if said and not said[0] else "; --causal says so"
+        described += f", causal (it masks the future by itself{against})"
     if out.shape != ref.shape:
         return failed(f"output {tuple(out.shape)} vs SDPA's {tuple(ref.shape)} on {described}")
     error = _error(out, ref, live)

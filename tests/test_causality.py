@@ -1,0 +1,141 @@
+"""A module that says it is causal is probed as causal without --causal, unless its caller can
+hand it a causal mask and it does not mask the future by itself; one that says nothing is left
+to the probes, and one that says it is not causal but masks the future is told so."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.doctor import FAIL, PASS, SKIP, Config, diagnose
+from harness.doctor.causality import NAME, declared
+from tests import doctor_modules as dm
+
+
+def found(module: nn.Module, config: Config | None = None) -> tuple[dict[str, object], str]:
+    d = diagnose(module, config or Config())
+    return {f.probe: f for f in d.findings}, d.text()
+
+
+class Attention(dm.CausalSelfAttention):
+    """nanoGPT's layer under a plain name, with transformers' flag."""
+
+    is_causal = True
+
+
+class NeedsItsMask(nn.Module):
+    """Says it is causal, but masks only through the mask its caller passes (it cannot run
+    without one), as transformers' eager layers do."""
+
+    is_causal = True
+
+    def __init__(self, d_model: int = 32) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        scores = x @ x.transpose(-2, -1) / x.size(-1) ** 0.5 + mask  # (B, T, T) additive
+        return self.proj(F.softmax(scores, dim=-1) @ x)
+
+
+def test_nanogpt_layer_is_healthy_without_causal_and_says_why():
+    findings, text = found(dm.CausalSelfAttention(32, 4))
+    said = findings[NAME]
+    assert said.status == PASS and "its class is named CausalSelfAttention" in said.message, text
+    assert "probed as causal, as with --causal" in said.message
+    assert findings["permutation equivariance"].status == SKIP, text
+    assert findings["causal no-leak"].status == PASS, text
+    assert "1 problem" not in text and text.rstrip().endswith("healthy"), text
+
+
+def test_a_causal_flag_on_the_module_is_its_word():
+    findings, text = found(Attention(32, 4))
+    assert "it sets is_causal = True" in findings[NAME].message, text
+    assert findings["causal no-leak"].status == PASS, text
+
+
+class KeyPaddingOnly(nn.Module):
+    """Says it is causal, takes a key padding mask (B, T), and forgot the causal part."""
+
+    is_causal = True
+
+    def __init__(self, d_model: int = 32) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        scores = x @ x.transpose(-2, -1) / x.size(-1) ** 0.5  # (B, T, T)
+        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))  # padding keys only
+        return self.proj(F.softmax(scores, dim=-1) @ x)
+
+
+def test_an_encoder_that_masks_the_future_fails_permutation_and_is_told_so():
+    findings, text = found(dm.EncoderSelfAttention(32, 4))  # is_causal = False
+    assert NAME not in findings, text
+    permutation = findings["permutation equivariance"]
+    assert permutation.status == FAIL, text
+    assert "though it sets is_causal = False" in permutation.message
+    assert "drop its causal mask" in permutation.message
+    sdpa = findings["agrees with SDPA"].message  # compared as what it computes, and said
+    assert "masks the future by itself, though it sets is_causal = False" in sdpa, text
+
+
+def test_a_causal_name_does_not_excuse_a_future_leak():
+    findings, text = found(dm.CausalSelfAttention(32, 4, diagonal=1))  # sees the next token
+    assert findings[NAME].status == PASS, text
+    leak = findings["causal no-leak"]
+    assert leak.status == FAIL and "causal_leak" in leak.message, text
+
+
+def test_a_layer_that_says_it_is_causal_and_forgot_the_mask_fails():
+    findings, text = found(dm.CausalSelfAttention(32, 4, diagonal=128))  # no mask left at all
+    assert findings[NAME].status == PASS, text
+    assert findings["causal no-leak"].status == FAIL, text
+
+
+def test_a_padding_mask_cannot_make_it_causal_so_it_is_probed_as_causal():
+    config = Config(mask="keep", mask_shape="bk")
+    findings, text = found(KeyPaddingOnly(), config)
+    assert "it sets is_causal = True" in findings[NAME].message, text
+    assert findings["causal no-leak"].status == FAIL, text
+
+
+def test_a_module_that_cannot_run_without_its_mask_is_masked_by_its_caller():
+    findings, text = found(NeedsItsMask(), Config(mask="additive"))
+    assert NAME not in findings and "calling the module" not in findings, text
+    assert findings["agrees with SDPA"].status != FAIL, text
+
+
+class MaskByKeyword(nn.Module):
+    """Says it is causal; its model hands it the mask by keyword (``**kwargs``)."""
+
+    is_causal = True
+
+    def __init__(self, d_model: int = 32) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+        scores = x @ x.transpose(-2, -1) / x.size(-1) ** 0.5  # (B, T, T)
+        if "attention_mask" in kwargs:
+            scores = scores + kwargs["attention_mask"]
+        return self.proj(F.softmax(scores, dim=-1) @ x)
+
+
+def test_a_module_that_may_be_handed_its_mask_by_keyword_is_left_to_its_caller():
+    findings, text = found(MaskByKeyword())
+    assert NAME not in findings, text
+    assert findings["permutation equivariance"].status == PASS, text
+
+
+def test_what_counts_as_saying_causal():
+    assert declared(nn.Linear(2, 2)) is None
+    assert declared(type("NonCausalAttention", (nn.Module,), {})()) is None
+    said = declared(type("CausalAttention", (nn.Module,), {"is_causal": False})())
+    assert said == (False, "it sets is_causal = False")  # the flag outranks the name
+    buffer = type("CausalSelfAttention", (nn.Module,), {})()
+    buffer.register_buffer("causal", torch.ones(2, 2).tril())  # a mask, not a word
+    assert declared(buffer) == (True, "its class is named CausalSelfAttention")
+    flagged = type("Attention", (nn.Module,), {"causal": True})()
+    assert declared(flagged) == (True, "it sets causal = True")
