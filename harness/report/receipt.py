@@ -4,11 +4,12 @@ was made from, so that a run with nothing to do says so before it imports torch.
 The key (``run_key``) holds everything a report is made from: the catalogue's files, the
 harness's code and the libraries' versions (``store.environment``), the CPU, the devices torch
 offers here, and the command's options as given. The receipt is the folder as the run left it:
-the hash of each of its own files (``report.md``, its companion pages, ``timings.md``, the
-pictures in ``img/``) and the names of its hidden entries (a run's staging folder, an install's
-journal). A later run with the same key whose folder is exactly that has nothing to do: measuring
-again would reuse every stored result and keep the report as it is. Any other change (a page
-edited by hand, a picture removed, another run's leftovers) takes the whole path.
+the hash of each file at its top (``report.md``, its companion pages, ``timings.md``, and
+whatever else lies there, as another command's ``zoo.md``) and in ``img/``, and the names of its
+hidden entries (a run's staging folder, an install's journal); its other folders are not read.
+A later run with the same key whose folder is exactly that has nothing to do: measuring again
+would reuse every stored result and keep the report as it is. Any other change (a page edited
+by hand, a picture removed, another run's leftovers) takes the whole path.
 """
 
 from __future__ import annotations
