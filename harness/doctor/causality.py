@@ -46,7 +46,7 @@ def _masks_future_by_itself(subject: Subject) -> bool:
     """Called with no mask, no output depends on a later input (False: it cannot even be
     called without one)."""
     try:
-        return subject.masks_future_by_itself
+        return subject.leak_by_itself is None
     except UsageError:
         raise
     except Exception:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.dependency import Repeats, future_leak, repeat_calls
+from harness.dependency import Leak, Repeats, future_leak, repeat_calls
 from harness.doctor.options import BY_NAME
 from harness.errors import UsageError, shorten
 from harness.inputs import generator
@@ -444,11 +444,12 @@ class Subject:
         return future_leak(self.bound(keep), x, None) is None
 
     @cached_property
-    def masks_future_by_itself(self) -> bool:
-        """Called with no mask, no output depends on a later input: the module masks the future
-        itself (what --causal declares), not through a mask its caller passes."""
+    def leak_by_itself(self) -> Leak | None:
+        """Called with no mask, the earliest output that depends on a later input; None: the
+        module masks the future itself (what --causal declares), not through a mask its caller
+        passes."""
         cfg = self.config
-        return future_leak(self.bound(None), self.x(cfg.batch, cfg.seq_len, 3), None) is None
+        return future_leak(self.bound(None), self.x(cfg.batch, cfg.seq_len, 3), None)
 
     @property
     def deterministic(self) -> bool:

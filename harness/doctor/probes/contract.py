@@ -10,7 +10,6 @@ from dataclasses import replace
 import torch
 
 from harness import metrics
-from harness.dependency import future_leak
 from harness.doctor.causality import declared
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
@@ -152,9 +151,8 @@ def _order_hint(subject: Subject) -> str:
     """Why a module may not be permutation equivariant, without pointing to a flag that would
     hide a failure: a module that never looks ahead is told about --causal (which runs the
     causal probes), one that does is shown the evidence before --positional is offered."""
-    cfg = subject.config
     try:  # with no mask passed: does the module itself keep outputs from looking ahead?
-        leak = future_leak(subject.bound(None), subject.x(cfg.batch, cfg.seq_len, 3), None)
+        leak = subject.leak_by_itself
     except Exception:
         return "if it uses positions on purpose, pass --positional; if it is causal, --causal"
     if leak is None:
