@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import platform
-
 import torch
 
 from harness.defaults import DTYPE_NAMES
@@ -69,18 +67,6 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"dtype {name} does not run on {device}: {reason}") from None
     return dtype
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows of it."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def cpu_kernels() -> str:

@@ -32,7 +32,6 @@ gives the same numbers on the same machine.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -47,12 +46,14 @@ from harness.defaults import LEARN_STEPS
 from harness.inputs import generator
 from harness.runner import describe, split_output
 from harness.scenarios import lay_out
+from harness.tally import Tally, agreed
 
 VOCAB = 16  # token ids 0..15
 SEQ_LEN = 16
 D_MODEL = 32
 BATCH = 32
 EVAL_BATCH = 256  # the fixed batch a trained model is evaluated on
+EVAL_STEP = 99_991  # its batch is drawn as this step's (step_seed)
 STEPS = LEARN_STEPS  # named in harness.defaults: the command line shows it
 LR = 2e-2
 THRESHOLD = 0.9  # answer accuracy that counts as "learned"
@@ -67,8 +68,6 @@ GAP = 0.1  # teacher-forced accuracy this far above generation accuracy: it read
 WORSE = 0.03  # eval mode loses this much more accuracy (against training's) than fixed.py's
 EMBED_STD = 0.5**0.5
 IGNORE = -100  # target of a position that is not scored
-NEAR = 0.1  # a measure within this fraction of a threshold it is judged by: a close call
-CLOSE_SEEDS = 5  # seeds a close call is trained on before its label is stated
 
 # recall: keys 0..7, values 8..14, 15 marks a query (and pads)
 KEYS, VALUES, MARK = 8, 7, 15
@@ -325,9 +324,17 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def answer_loss(logits: Tensor, batch: Batch) -> Tensor:
+    """Cross-entropy on the answers only: what can be learned (a copy's prompt cannot)."""
+    answers_only = batch.targets.masked_fill(~batch.answers, IGNORE)  # what can be learned
+    return F.cross_entropy(logits.flatten(0, 1), answers_only.flatten(), ignore_index=IGNORE)
+
+
 def accuracy(logits: Tensor, targets: Tensor, where: Tensor) -> float:
-    """Fraction of the positions ``where`` whose most likely token is the target."""
-    return float((logits.argmax(-1)[where] == targets[where]).float().mean())
+    """Fraction of the positions ``where`` whose most likely token is the target (counted, so
+    exact)."""
+    hits = int((logits.argmax(-1)[where] == targets[where]).sum())
+    return hits / int(where.sum()) if bool(where.any()) else math.nan
 
 
 def head_mean(weights: Tensor | None, row: int = 0) -> Tensor | None:
@@ -358,13 +365,12 @@ def train(
     torch.manual_seed(seed)
     rows = []
     for step in range(1, steps + 1):  # step s: the s-th batch, before its update
-        batch = on(seeded_batch(task, BATCH, seed * 100_003 + step), device)
-        answers_only = batch.targets.masked_fill(~batch.answers, IGNORE)  # what can be learned
+        batch = on(seeded_batch(task, BATCH, step_seed(seed, step)), device)
         try:
             logits, _ = model(batch, attend)
         except Exception as error:  # the buggy module may raise: that is the finding
             return Run(pd.DataFrame(rows, columns=["step", "loss", "accuracy"]), describe(error))
-        loss = F.cross_entropy(logits.flatten(0, 1), answers_only.flatten(), ignore_index=IGNORE)
+        loss = answer_loss(logits, batch)
         rows.append((step, loss.item(), accuracy(logits, batch.targets, batch.answers)))
         if not math.isfinite(rows[-1][1]):
             break
@@ -372,6 +378,11 @@ def train(
         loss.backward()
         optimizer.step()
     return Run(pd.DataFrame(rows, columns=["step", "loss", "accuracy"]))
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The generator seed of run ``seed``'s batch at ``step`` (the evaluation's: ``EVAL_STEP``)."""
+    return seed * 100_003 + step
 
 
 @lru_cache(maxsize=2 * STEPS)
@@ -404,7 +415,7 @@ def evaluate(
     if not run.trained or run.nonfinite_step is not None:
         return run  # a NaN model answers nothing: its accuracies stay NaN
     device = device or torch.device("cpu")
-    batch = on(seeded_batch(task, EVAL_BATCH, seed * 100_003 + 99_991), device)
+    batch = on(seeded_batch(task, EVAL_BATCH, step_seed(seed, EVAL_STEP)), device)
     model.eval()
     with torch.no_grad():
         try:
@@ -463,13 +474,12 @@ SAME_RUN = 1e-6  # loss curves this close (relative) are one run: the bug never 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What the bug does to learning: a label and the numbers behind it."""
+    """What the bug does to learning on one seed: a label and the numbers behind it."""
 
     label: str
     evidence: str
     ratio: float | None = None  # steps to threshold, buggy / fixed
     identical: bool = False  # both modules trained alike to the last digit
-    close: bool = False  # a measure that decided the label lay within NEAR of its threshold
 
     @property
     def kind(self) -> str:
@@ -477,24 +487,56 @@ class Diagnosis:
         return self.label.split(" (")[0]
 
 
-class Judge:
-    """Threshold comparisons that remember whether any of them was a close call."""
-
-    def __init__(self) -> None:
-        self.close = False
-
-    def reached(self, value: float, threshold: float) -> bool:
-        """``value >= threshold``; a close call when ``value`` lies within NEAR of it."""
-        self.close = self.close or abs(value - threshold) <= NEAR * abs(threshold)
-        return value >= threshold
-
-    def at_most(self, value: float, threshold: float) -> bool:
-        """``value <= threshold``; a close call when ``value`` lies within NEAR of it."""
-        return self.reached(-value, -threshold)
+IDENTICAL = "identical training"
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+@dataclass(frozen=True)
+class Claim:
+    """What the bug does to learning over a fixed set of seeds: each seed's outcome tallied,
+    the outcome claimed when enough agree (``harness.tally``), and one seed's numbers as
+    evidence (the first seed that gives the claim)."""
+
+    seeds: tuple[Diagnosis, ...]
+    first_seed: int
+
+    @property
+    def tally(self) -> Tally:
+        return Tally.of(d.kind for d in self.seeds)
+
+    @property
+    def shown(self) -> int:
+        """The index of the seed whose numbers are shown: the first that gives the claim."""
+        claim = self.tally.claim
+        return next((i for i, d in enumerate(self.seeds) if d.kind == claim), 0)
+
+    @property
+    def label(self) -> str:
+        """The tally, claim first: ``does not learn 5/5``, ``mixed: ...``."""
+        return self.tally.text()
+
+    @property
+    def kind(self) -> str:
+        """The claimed kind ("learns slower", ...), or ``MIXED``."""
+        return self.tally.claim
+
+    @property
+    def identical(self) -> bool:
+        """Whether every seed trained both modules alike: the bug never fired."""
+        return all(d.identical for d in self.seeds)
+
+    @property
+    def evidence(self) -> str:
+        """The shown seed's label and evidence."""
+        d = self.seeds[self.shown]
+        return f"seed {self.first_seed + self.shown}: {d.label}; {d.evidence}"
+
+    @property
+    def ratio(self) -> float | None:
+        return self.seeds[self.shown].ratio
+
+    def supports(self, kinds: tuple[str, ...]) -> bool:
+        """Whether enough seeds (as for a claim) give one of ``kinds``."""
+        return agreed(sum(d.kind in kinds for d in self.seeds), len(self.seeds))
 
 
 def diagnose(fix: Run, bug: Run) -> Diagnosis:
@@ -505,16 +547,8 @@ def diagnose(fix: Run, bug: Run) -> Diagnosis:
     good to be true); one right teacher-forced and wrong by generation; one that never reaches
     the threshold (flat when its accuracy rose by less than FLAT_GAIN); one that loses more in
     eval mode than fixed.py does; then the ratio of steps to threshold (slower, too, when it
-    ends ENDS_BELOW under fixed.py's accuracy). ``close`` says whether a measure compared on the
-    way lay within NEAR of its threshold, so that another seed could give another label.
+    ends ENDS_BELOW under fixed.py's accuracy).
     """
-    judge = Judge()
-    found = _diagnose(fix, bug, judge)
-    return replace(found, close=judge.close)
-
-
-def _diagnose(fix: Run, bug: Run, judge: Judge) -> Diagnosis:
-    """``diagnose``'s decisions, each threshold compared through ``judge``."""
     if not bug.trained:
         return Diagnosis(RAISES, bug.error or "no step ran")
     if (step := bug.nonfinite_step) is not None:
@@ -527,15 +561,15 @@ def _diagnose(fix: Run, bug: Run, judge: Judge) -> Diagnosis:
         return Diagnosis(NO_BASELINE, fix.error or fix.eval_error or reached)
     fixed_steps, steps = fix.steps_to_threshold, bug.steps_to_threshold
     ratio = None if steps is None else steps / fixed_steps
-    if leak := reads_the_future(bug, fix, judge):
+    if leak := reads_the_future(bug, fix):
         return Diagnosis(TOO_GOOD, leak, ratio)
-    if gap := generation_gap(bug, fix, judge):
+    if gap := generation_gap(bug, fix):
         return Diagnosis(GENERATION, gap, ratio)
     fixed = f"fixed.py: {plural(fixed_steps, 'step')} to {THRESHOLD:.0%}"
     if steps is None:
         first, last = bug.accuracy_at(start=True), bug.accuracy_at(start=False)
         moved = f"accuracy {first:.2f} → {last:.2f} over {plural(len(bug.curve), 'step')}"
-        if not judge.reached(last - first, FLAT_GAIN):
+        if last - first < FLAT_GAIN:
             return Diagnosis(FLAT_LABEL, f"{moved}, a rise under {FLAT_GAIN:g} ({fixed})")
         bound = len(bug.curve) / fixed_steps
         never = f"{moved}, never {THRESHOLD:.0%} ({fixed})"
@@ -544,18 +578,18 @@ def _diagnose(fix: Run, bug: Run, judge: Judge) -> Diagnosis:
     versus = f"{plural(steps, 'step')} to {THRESHOLD:.0%} against {fixed_steps}; " + (
         f"accuracy over the last {SMOOTH} steps {final[0]:.3f} against {final[1]:.3f}"
     )
-    if judge.reached(eval_loss(bug) - eval_loss(fix), WORSE):
+    if eval_loss(bug) - eval_loss(fix) >= WORSE:
         evaluated = (
             f"in eval mode {bug.eval_accuracy:.3f} against fixed.py's {fix.eval_accuracy:.3f}, "
             f"where its last training steps had {final[0]:.3f} against {final[1]:.3f}"
         )
         return Diagnosis(EVALUATION, f"{evaluated}; {plural(steps, 'step')} to 90%", ratio)
-    if judge.reached(ratio, SLOWER):
+    if ratio >= SLOWER:
         return Diagnosis(f"{SLOWER_LABEL} (×{ratio:.3g})", versus, ratio)
-    if judge.reached(final[1] - final[0], ENDS_BELOW):
+    if final[1] - final[0] >= ENDS_BELOW:
         below = f"{SLOWER_LABEL} (×{ratio:.3g}, ends {final[1] - final[0]:.2f} lower)"
         return Diagnosis(below, versus, ratio)
-    if judge.at_most(ratio, FASTER):
+    if ratio <= FASTER:
         return Diagnosis(f"{FASTER_LABEL} (×{ratio:.3g})", versus, ratio)
     if same_run(fix, bug):
         same = "identical training: the bug does not touch a full forward on this task"
@@ -564,26 +598,12 @@ def _diagnose(fix: Run, bug: Run, judge: Judge) -> Diagnosis:
                 f"; by generation {bug.generation_accuracy:.1%} of the answers against "
                 f"{fix.generation_accuracy:.1%}"
             )
-        return Diagnosis(f"{LEARNS} (identical training)", same, 1.0, True)
+        return Diagnosis(f"{LEARNS} ({IDENTICAL})", same, 1.0, True)
     return Diagnosis(f"{LEARNS} (×{ratio:.3g})", versus, ratio)
 
 
-def over_seeds(first: Diagnosis, others: list[Diagnosis], seed: int) -> Diagnosis:
-    """A close call's label as most of its seeds give it (a tie goes to the first seed's), from
-    ``first`` (seed ``seed``) and ``others`` (the seeds after it); the tally in the evidence."""
-    found = [first, *others]
-    kinds = Counter(d.kind for d in found)
-    top = max(kinds, key=lambda kind: (kinds[kind], kind == first.kind))
-    at = next(i for i, d in enumerate(found) if d.kind == top)
-    rep = found[at]
-    seeds = f"{kinds[top]} of {len(found)} seeds"
-    label = f"{rep.label[:-1]}; {seeds})" if rep.label.endswith(")") else f"{rep.label} ({seeds})"
-    tally = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
-    evidence = rep.evidence + (
-        "" if at == 0 else f" (seed {seed + at}; the curves are seed {seed}'s)"
-    )
-    evidence += f"; a close call, so measured over seeds {seed}–{seed + len(others)}: {tally}"
-    return replace(rep, label=label, evidence=evidence, close=True)
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def eval_loss(run: Run) -> float:
@@ -603,15 +623,15 @@ def same_run(fix: Run, bug: Run) -> bool:
     return True
 
 
-def reads_the_future(bug: Run, fix: Run, judge: Judge) -> str | None:
+def reads_the_future(bug: Run, fix: Run) -> str | None:
     """Evidence that the bug predicts, teacher-forced, tokens no causal model can know, and
     loses them by generation."""
     if bug.unknowable_accuracy is None or fix.unknowable_accuracy is None:
         return None
     assert bug.unknowable_by_generation is not None
-    if not judge.reached(bug.unknowable_accuracy - fix.unknowable_accuracy, GAP):
+    if bug.unknowable_accuracy - fix.unknowable_accuracy < GAP:
         return None
-    if not judge.reached(bug.unknowable_accuracy - bug.unknowable_by_generation, GAP):
+    if bug.unknowable_accuracy - bug.unknowable_by_generation < GAP:
         return None
     answers = (
         f"its answers: {bug.eval_accuracy:.0%} teacher-forced, {bug.generation_accuracy:.0%} by "
@@ -627,14 +647,14 @@ def reads_the_future(bug: Run, fix: Run, judge: Judge) -> str | None:
     )
 
 
-def generation_gap(bug: Run, fix: Run, judge: Judge) -> str | None:
+def generation_gap(bug: Run, fix: Run) -> str | None:
     """Evidence that the bug answers right teacher-forced and wrong by generation, where the
     fixed module answers alike both ways."""
     if bug.generation_accuracy is None or fix.generation_accuracy is None:
         return None
     bug_gap = bug.eval_accuracy - bug.generation_accuracy
     fix_gap = fix.eval_accuracy - fix.generation_accuracy
-    if not judge.reached(bug_gap, GAP) or judge.reached(fix_gap, GAP):
+    if bug_gap < GAP or fix_gap >= GAP:
         return None
     return (
         f"answers {bug.eval_accuracy:.0%} right teacher-forced, {bug.generation_accuracy:.0%} "
@@ -644,12 +664,13 @@ def generation_gap(bug: Run, fix: Run, judge: Judge) -> str | None:
 
 @dataclass
 class Learning:
-    """A pair's learning probe: the task, both runs, and what the bug does."""
+    """A pair's learning probe: the task, what the bug does over the seeds, and both runs of
+    the seed shown (the first that gives the claim: ``diagnosis.shown``)."""
 
     task: Task
     fix: Run
     bug: Run
-    diagnosis: Diagnosis
+    diagnosis: Claim
     note: str = ""  # what the probe cannot show for this trap (a numeric or shape-only harm)
 
     def curves(self) -> pd.DataFrame:

@@ -262,15 +262,21 @@ def test_no_learning_picture_for_a_bug_that_raises_before_training(tmp_path: Pat
     assert not [n for n in pictures.draw(r, tmp_path) if "learning" in n]
 
 
-def test_a_close_call_wrong_in_generation_is_drawn_by_generation(figures, tmp_path: Path) -> None:
-    """A close call's label carries its count; its kind still says where the bug shows."""
+def test_the_shown_seed_wrong_in_generation_is_drawn_by_generation(figures, tmp_path: Path) -> None:
+    """A mixed tally shows its first seed: where that seed's bug shows decides the picture."""
     learned = learn(load("cache_causal_alignment"))
-    assert learned.diagnosis.kind == "wrong in generation"
-    label = learned.diagnosis.label + " (3 of 5 seeds)"
-    learned.diagnosis = replace(learned.diagnosis, label=label, close=True)
+    wrong = learned.diagnosis.seeds[0]
+    assert wrong.kind == "wrong in generation"
+    normal = replace(wrong, label="learns normally (×1)")
+    learned.diagnosis = replace(learned.diagnosis, seeds=(wrong, normal, wrong, normal, normal))
+    assert learned.diagnosis.kind == "mixed" and learned.diagnosis.shown == 0
     pictures.learning_plot(tmp_path / "learning.png", "cache_causal_alignment", learned)
     titles = [ax.get_title() for ax in figures[-1].axes]
     assert any(title.endswith("by generation") for title in titles), titles
+    learned.diagnosis = replace(learned.diagnosis, seeds=(normal, wrong, wrong, normal, normal))
+    pictures.learning_plot(tmp_path / "learning.png", "cache_causal_alignment", learned)
+    titles = [ax.get_title() for ax in figures[-1].axes]
+    assert not any(title.endswith("by generation") for title in titles), titles
 
 
 def test_hatched_and_red_cells_are_one_patch_each_over_exactly_their_cells(

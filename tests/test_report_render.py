@@ -496,14 +496,23 @@ def test_a_trap_the_tutorial_names_is_on_the_students_page_with_or_without_a_cla
     assert pages == {"named_only": report.REPORT, "not_named": "traps.md"}
 
 
-def test_the_cpu_line_names_the_kernels_the_learning_probe_ran_on():
-    """The same CPU with ATEN_CPU_CAPABILITY=default rounds otherwise: its learning is another's."""
-    from harness.devices import cpu_kernels, cpu_name
+def test_the_cpu_line_names_the_kernels_and_settings_the_learning_probe_ran_on(monkeypatch):
+    """The same CPU with ATEN_CPU_CAPABILITY=default or MKL_CBWR=COMPATIBLE rounds otherwise:
+    its learning is another machine's."""
+    from harness.arithmetic import cpu_name
+    from harness.devices import cpu_kernels
     from harness.report.opening import reproduce
 
-    text = reproduce(GRID, [], [load("mask_bool").card], True)
-    assert f"- CPU: {cpu_name()}, {cpu_kernels()} kernels (" in text
+    def line():
+        text = reproduce(GRID, [], [load("mask_bool").card], True)
+        return next(x for x in text.splitlines() if x.startswith("- CPU: "))
+
+    plain = line()
+    assert plain.startswith(f"- CPU: {cpu_name()} (")
+    assert f"ATen {cpu_kernels()} kernels" in plain
     assert cpu_kernels() == torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    assert "set: MKL_CBWR=COMPATIBLE" in line() and line() != plain
 
 
 def test_the_learning_cell_names_the_task():

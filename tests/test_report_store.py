@@ -39,11 +39,32 @@ def test_a_second_run_reuses_every_trap_and_renders_the_same(tmp_path):
 
 def test_a_trap_learns_in_a_piece_of_its_own_and_keeps_what_it_learned(tmp_path, monkeypatch):
     pair = registry.load("missing_scale")
-    monkeypatch.setattr(build, "learned", lambda pid, device: (f"{pid} trained on {device}", {}))
+
+    def learned(pids, device):
+        return [(f"{pid} trained on {device}", {}) for pid in pids]
+
+    monkeypatch.setattr(build, "learned", learned)
     made, _ = collect([pair], GRID, learn=True, kept=Store(tmp_path))
     again, _ = collect([pair], GRID, learn=True, kept=Store(tmp_path))
     assert made[0].learning == again[0].learning == "missing_scale trained on cpu"
     assert made[0].cells and not collect([pair], GRID, learn=False)[0][0].learning
+
+
+def test_traps_whose_fixed_py_trains_alike_learn_in_one_piece_and_each_gets_its_own(monkeypatch):
+    """causal_leak's and mask_rank's fixed.py differ only in comments and docstrings: one
+    piece trains it once for both; each trap gets its own learning back."""
+    pairs = [registry.load(pid) for pid in ("causal_leak", "mask_rank", "missing_scale")]
+    pieces = []
+
+    def learned(pids, device):
+        pieces.append(pids)
+        return [(f"{pid} trained", {}) for pid in pids]
+
+    monkeypatch.setattr(build, "learned", learned)
+    monkeypatch.setattr(build, "measured", lambda pid, grid: (build.Kept(), {}))
+    results, _ = collect(pairs, GRID, learn=True)
+    assert sorted(pieces) == [("causal_leak", "mask_rank"), ("missing_scale",)]
+    assert [r.learning for r in results] == [f"{p.card.id} trained" for p in pairs]
 
 
 def test_a_changed_pair_file_changes_its_key_and_no_other(tmp_path):

@@ -69,6 +69,6 @@ def test_leaving_the_block_early_ends_the_workers():
 def test_pictures_drawn_in_two_pieces_are_the_ones_drawn_in_one():
     """A trap's measurement and its learning probe are drawn by the pieces that made them."""
     kept, measurement = measured("mask_bool", GRID)
-    kept.learning, learning = learned("mask_bool", GRID[0][0])
+    [(kept.learning, learning)] = learned(("mask_bool",), GRID[0][0])
     whole = write.drawn_bytes(kept.result(registry.load("mask_bool")))
     assert measurement and learning and {**measurement, **learning} == whole

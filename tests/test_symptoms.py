@@ -130,7 +130,8 @@ def trained_listing(pitfall: str) -> dict[str, str]:
 
 def test_training_symptoms_come_from_the_learning_probe():
     stalled = trained_listing("head_split_view")[FLAT]
-    assert stalled.startswith("training: learns slower (never 90%: ×>")
+    assert stalled.startswith("training: learns slower"), stalled
+    assert "seed 0: learns slower (never 90%: ×>" in stalled
     leak = trained_listing("causal_leak")["Great in training, wrong in generation or at inference"]
     assert leak.startswith("training: too good to be true")
     cache = trained_listing("cache_causal_alignment")

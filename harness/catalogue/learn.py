@@ -7,10 +7,17 @@ documents per row, or a prompt short enough for a sliding window where the card 
 Causal modules are also evaluated by generation: through the file's own ``KVCache`` in the
 card's cached scenario (decoding, when the card measures the full forward), or, for a module
 without a cache, by calling it on each prefix.
+
+Every trap is trained on the same ``SEEDS`` seeds (all at once where ``harness.vectorized`` can)
+and what the bug does is stated as their tally (``harness.tally``): a single run's label is a
+property of one CPU's rounding, not of the trap.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import inspect
 import sys
 
 import torch
@@ -21,27 +28,28 @@ from harness.catalogue.compare import build_pair
 from harness.catalogue.verdicts import Verdict
 from harness.learning import (
     BATCH,
-    CLOSE_SEEDS,
     D_MODEL,
     SEQ_LEN,
     STEPS,
     Attend,
     Batch,
+    Claim,
     Generate,
     Learning,
+    Run,
     Task,
     TinyModel,
     diagnose,
     evaluate,
     one_thread,
-    over_seeds,
     prefix_generation,
-    train,
 )
 from harness.masks import CAUSAL_KINDS
 from harness.runner import seeded, split_output
 from harness.scenarios import SCENARIOS, make_call
 from harness.shapes import Shape
+from harness.tally import SEEDS
+from harness.vectorized import train_seeds
 
 SINGLE_HEAD_WIDTH = 8  # d_k = d_v of a single-head module (not T, which would trigger v_layout)
 PACKED_PERIOD = 3  # room for two documents of two copies each in SEQ_LEN tokens
@@ -121,40 +129,104 @@ def output_width(module: nn.Module, task: Task, attend: Attend) -> int:
     return out.size(-1)
 
 
+# fixed.py's trained and evaluated runs, one per seed, by ``fixed_key``: shared by the pairs
+# whose fixed.py trains alike
+FixedRuns = dict[str, list[Run]]
+
+
 def learn(
-    pair: Pair, seed: int = 0, device: torch.device | None = None, steps: int = STEPS
+    pair: Pair,
+    seed: int = 0,
+    device: torch.device | None = None,
+    steps: int = STEPS,
+    trained: FixedRuns | None = None,
 ) -> Learning:
-    """Train both modules of ``pair`` (same initial weights, same batches) and diagnose; a close
-    call is diagnosed over CLOSE_SEEDS seeds from ``seed`` on before its label is stated."""
+    """Train both modules of ``pair`` (same initial weights, same batches) on each of the
+    ``SEEDS`` seeds from ``seed`` on, and tally what the bug does over them. fixed.py's runs
+    are taken from ``trained`` where a pair whose fixed.py trains alike left them, and left
+    there for the next."""
     device = device or torch.device("cpu")
-    learning = learn_once(pair, seed, device, steps)
-    if learning.diagnosis.close:
-        later = range(seed + 1, seed + CLOSE_SEEDS)
-        others = [learn_once(pair, s, device, steps).diagnosis for s in later]
-        learning.diagnosis = over_seeds(learning.diagnosis, others, seed)
-    learning.note = note_for(pair.card, learning)
+    card = pair.card
+    attend = attend_for(card)
+    seeds = range(seed, seed + SEEDS)
+    with one_thread():
+        built = [models_for(pair, s, attend) for s in seeds]
+        task = built[0][0]
+        key = fixed_key(pair, seed, steps, device)
+        fixed = (trained or {}).get(key)
+        if fixed is None:
+            fixed = train_side(card, task, [b[1] for b in built], seeds, steps, device)
+        if trained is not None:
+            trained[key] = fixed
+        buggy = train_side(card, task, [b[2] for b in built], seeds, steps, device)
+    claim = Claim(tuple(diagnose(f, b) for f, b in zip(fixed, buggy, strict=True)), seed)
+    learning = Learning(task, fixed[claim.shown], buggy[claim.shown], claim)
+    learning.note = note_for(card, learning)
     return learning
 
 
-def learn_once(pair: Pair, seed: int, device: torch.device, steps: int) -> Learning:
-    """One seed's training of both modules and its diagnosis."""
-    card = pair.card
+def learn_all(
+    pairs: list[Pair], seed: int = 0, device: torch.device | None = None, steps: int = STEPS
+) -> list[Learning]:
+    """``learn`` each pair, fixed.py trained once for the pairs whose fixed.py trains alike."""
+    trained: FixedRuns = {}
+    return [learn(pair, seed, device, steps, trained) for pair in pairs]
+
+
+def train_side(
+    card: Card,
+    task: Task,
+    models: list[TinyModel],
+    seeds: range,
+    steps: int,
+    device: torch.device,
+) -> list[Run]:
+    """One side's models (``models[i]`` on seed ``seeds[i]``) trained together, then each
+    evaluated (by generation, too, on a causal task)."""
     attend = attend_for(card)
-    generate = generate_for(card, attend)
-    with one_thread():
-        fixed, buggy = build_pair(pair, learning_shape(card), seed)
-        task = task_for(card, fixed)
-        with seeded(seed + 1):
-            fix_model = TinyModel(fixed, output_width(fixed, task, attend))
-            bug_model = TinyModel(buggy, fix_model.readout.in_features)
-        bug_model.load_state_dict(shared(fix_model), strict=False)
-        runs = []
-        for model in (fix_model, bug_model):
-            with torch.random.fork_rng():
-                run = train(model, task, attend, seed, steps, device)
-                causal = generate if task.causal else None
-                runs.append(evaluate(run, model, task, attend, causal, seed, device))
-    return Learning(task, runs[0], runs[1], diagnose(runs[0], runs[1]))
+    generate = generate_for(card, attend) if task.causal else None
+    runs = train_seeds(models, task, attend, seeds, steps, device)
+    return [
+        evaluate(run, model, task, attend, generate, seed, device)
+        for run, model, seed in zip(runs, models, seeds, strict=True)
+    ]
+
+
+def fixed_key(pair: Pair, seed: int, steps: int, device: torch.device) -> str:
+    """What fixed.py's training depends on: its code, with comments and docstrings aside (two
+    traps' fixed.py files often differ in nothing else), how the card builds it (the builder,
+    the heads) and calls it (mask, convention, scenario), the seeds, steps and device."""
+    tree = ast.parse(inspect.getsource(pair.fixed))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and is_docstring(body[0]):
+            node.body = body[1:] or [ast.Pass()]
+    card = pair.card
+    build = f"{card.build.__module__}.{card.build.__qualname__}"  # a card's own: its trap's
+    setup = (build, card.shape.heads, card.mask, card.convention, card.scenario)
+    text = "\n".join([ast.dump(tree), repr(setup), repr((seed, steps, str(device)))])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def is_docstring(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def models_for(pair: Pair, seed: int, attend: Attend) -> tuple[Task, TinyModel, TinyModel]:
+    """Seed ``seed``'s task and tiny models: fixed.py's and buggy.py's modules built from the
+    seed, the embeddings and read-out from seed + 1, shared by both."""
+    card = pair.card
+    fixed, buggy = build_pair(pair, learning_shape(card), seed)
+    task = task_for(card, fixed)
+    with seeded(seed + 1):
+        fix_model = TinyModel(fixed, output_width(fixed, task, attend))
+        bug_model = TinyModel(buggy, fix_model.readout.in_features)
+    bug_model.load_state_dict(shared(fix_model), strict=False)
+    return task, fix_model, bug_model
 
 
 def shared(model: TinyModel) -> dict[str, Tensor]:

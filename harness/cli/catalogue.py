@@ -140,11 +140,13 @@ def cmd_run(args: argparse.Namespace) -> str:
     return table.to_markdown(index=False, floatfmt=".3g")
 
 
-def learning_text(pair: Pair, learning: Learning, steps: int, seed: int) -> str:
+def learning_text(pair: Pair, learning: Learning, steps: int) -> str:
     """One trap's learning probe: the task, the table, what the bug does, and any caveat."""
     d = learning.diagnosis
+    seeds = f"seeds {d.first_seed}–{d.first_seed + len(d.seeds) - 1}"
     lines = [
-        f"{pair.card.id}: {learning.task.describe()}; {steps} steps, seed {seed}",
+        f"{pair.card.id}: {learning.task.describe()}; {steps} steps, {seeds} (the table: seed "
+        f"{d.first_seed + d.shown})",
         "",
         learning.table().to_markdown(index=False, floatfmt=".3g", missingval="n/a"),
         "",
@@ -164,7 +166,7 @@ def cmd_learn(args: argparse.Namespace) -> str:
             for pair in pairs:
                 bar.step(f"training {pair.card.id}")
                 learning = learn(pair, seed=args.seed, device=device, steps=args.steps)
-                texts.append(learning_text(pair, learning, args.steps, args.seed))
+                texts.append(learning_text(pair, learning, args.steps))
                 write_curves(staged, pair.card.id, learning)
         interrupts.ACTIVE.check()  # a Ctrl-C that matplotlib's clean-up swallowed stops here
         written = [args.out / name for name in names]

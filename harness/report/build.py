@@ -21,11 +21,11 @@ from harness import interrupts
 from harness.catalogue import registry
 from harness.catalogue.card import Pair
 from harness.catalogue.judge import measure
-from harness.catalogue.learn import learn as learn_pair
+from harness.catalogue.learn import fixed_key, learn_all
 from harness.catalogue.spread import Spread, output_spread
 from harness.devices import DEVICE_KINDS, available_devices, dtype_name
 from harness.files import TIMINGS, created_by, ensure_writable
-from harness.learning import Learning
+from harness.learning import STEPS, Learning
 from harness.progress import Progress
 from harness.report import store
 from harness.report.doctor_tables import TABLES, assembled, on_libraries
@@ -158,11 +158,24 @@ def measured(pitfall_id: str, grid: Grid) -> tuple[Kept, Pictures]:
     return kept, drawn_bytes(kept.result(pair))  # no learning yet: its own piece draws it
 
 
-def learned(pitfall_id: str, device: torch.device) -> tuple[Learning, Pictures]:
-    """The learning probe of the trap ``pitfall_id`` on ``device``, and its picture."""
-    pair = registry.load(pitfall_id)
-    learning = learn_pair(pair, device=device)
-    return learning, drawn_bytes(Kept(learning=learning).result(pair))  # no cells: curves only
+def learned(pitfall_ids: tuple[str, ...], device: torch.device) -> list[tuple[Learning, Pictures]]:
+    """The learning probe of the traps ``pitfall_ids`` on ``device`` (fixed.py trained once
+    where theirs trains alike: ``learn_all``), each with its picture."""
+    pairs = [registry.load(pid) for pid in pitfall_ids]
+    learnings = learn_all(pairs, device=device)
+    return [
+        (learning, drawn_bytes(Kept(learning=learning).result(pair)))  # no cells: curves only
+        for pair, learning in zip(pairs, learnings, strict=True)
+    ]
+
+
+def by_fixed_side(pairs: list[Pair], device: torch.device) -> list[tuple[str, ...]]:
+    """The ids of ``pairs`` grouped by how their fixed.py trains (``fixed_key``), in order of
+    each group's first pair: a group's fixed.py is trained once."""
+    groups: dict[str, list[str]] = {}
+    for pair in pairs:
+        groups.setdefault(fixed_key(pair, 0, STEPS, device), []).append(pair.card.id)
+    return [tuple(ids) for ids in groups.values()]
 
 
 def collect(
@@ -182,7 +195,11 @@ def collect(
     made = [p.card.id for p in pairs if not isinstance(found[p.card.id], Kept)]
     device = grid[0][0]
     pending = {pid: submit(measured, pid, grid) for pid in made}
-    training = {pid: submit(learned, pid, device) for pid in made if learn}
+    training: dict[str, tuple[Pending, int]] = {}  # a trap's group's piece, and its place there
+    groups = by_fixed_side([p for p in pairs if p.card.id in made], device) if learn else []
+    for group in groups:
+        piece = submit(learned, group, device)
+        training |= {pid: (piece, i) for i, pid in enumerate(group)}
     results, timed = [], {}
     for pair in pairs:
         pid = pair.card.id
@@ -192,7 +209,8 @@ def collect(
         if pid in pending:
             k, pictures = pending[pid].get()
             if pid in training:
-                k.learning, learning_pictures = training[pid].get()
+                piece, at = training[pid]
+                k.learning, learning_pictures = piece.get()[at]
                 pictures |= learning_pictures
             kept.put(keys[pid], k)
         else:

@@ -36,6 +36,7 @@ from harness.report.parse import (
     summary_rows,
     versions,
 )
+from harness.tally import ALPHA, Tally, differ
 
 INTEGER = re.compile(r"[-+]?\d+")
 NUMERIC_COLUMNS = {OUTPUT_COLUMN, seeds_column(SEEDS), "entropy fix → bug", "grad cosine"}
@@ -97,15 +98,18 @@ def compare_sections(committed: str, fresh: str) -> list[str]:
 
 def compare_summary(committed: str, fresh: str, same_cpu: bool = True) -> list[str]:
     """The summary's words (trap, §, every verdict, expected, trigger; the learning column with
-    its numbers masked, between reports of the same CPU) must match exactly."""
+    its numbers masked, between reports of the same machine) must match exactly; the learning
+    probe's tallies as ``compare_tallies`` says."""
     problems = []
     old, new = summary_rows(committed), summary_rows(fresh)
     skipped = NUMERIC_COLUMNS | (set() if same_cpu else {LEARNED_COLUMN})
     for a, b in zip_longest(old, new, fillvalue={}):
+        trap = a.get("trap") or b.get("trap")
         keys = [k for k in dict.fromkeys([*a, *b]) if k not in skipped]
         for k in (k for k in keys if words_of(k, a.get(k)) != words_of(k, b.get(k))):
-            trap = a.get("trap") or b.get("trap")
             problems.append(f"summary, {trap}, {k}: committed {a.get(k)!r}, fresh {b.get(k)!r}")
+        said = compare_tallies(a.get(LEARNED_COLUMN), b.get(LEARNED_COLUMN), same_cpu)
+        problems += [f"summary, {trap}, {LEARNED_COLUMN}: {text}" for text in said]
     return problems
 
 
@@ -114,6 +118,31 @@ def words_of(column: str, cell: str | None) -> str | None:
     if cell is None or column != LEARNED_COLUMN:
         return cell
     return NUMBERS.sub(MASK, cell)
+
+
+def tally_of(cell: str) -> Tally | None:
+    """The bug's tally over seeds in a learning cell (``copy: yes (36) / learns slower 4/5 ·
+    learns normally 1/5``); None when it holds none."""
+    _, _, said = cell.partition(" / ")
+    return Tally.parse(said)
+
+
+def compare_tallies(committed: str | None, fresh: str | None, same_machine: bool) -> list[str]:
+    """What the learning probe claims, compared by the rule of ``harness.tally``: on the same
+    machine the tallies are equal (training repeats itself there); elsewhere they differ only
+    where Fisher's exact test says so, whatever the claims their counts give."""
+    if committed is None and fresh is None:
+        return []  # neither report ran the learning probe
+    old, new = tally_of(committed or ""), tally_of(fresh or "")
+    if old is None or new is None:
+        return [f"no tally to compare: committed {committed!r}, fresh {fresh!r}"]
+    if same_machine:
+        return [] if old == new else [f"committed {old.text()!r}, fresh {new.text()!r}"]
+    return [
+        f"{outcome}: committed {old.text()!r}, fresh {new.text()!r} (Fisher's exact test, "
+        f"p < {ALPHA:g})"
+        for outcome in differ(old, new)
+    ]
 
 
 def compare_words(old: list[Line], new: list[Line]) -> list[str]:

@@ -15,14 +15,12 @@ from harness.catalogue.card import Card
 from harness.catalogue.verdicts import Verdict
 from harness.learning import (
     BATCH,
-    CLOSE_SEEDS,
     D_MODEL,
     ENDS_BELOW,
     EVAL_BATCH,
     FLAT_GAIN,
     LEARNS,
     LR,
-    NEAR,
     NO_BASELINE,
     RAISES,
     SEQ_LEN,
@@ -41,6 +39,7 @@ from harness.report.format import (
     LEARNING_START,
     prose,
 )
+from harness.tally import AGREE, ALPHA, MIXED, SEEDS
 
 INTRO = prose(
     f"**The learning probe** (the summary's *learns? task: fix / bug* and each trap's \"What it "
@@ -71,15 +70,18 @@ INTRO = prose(
     f"(it predicts the unknowable teacher-forced and loses it by generation); *wrong in "
     f"generation* (right teacher-forced, wrong by generation); *worse in evaluation* (in eval "
     f"mode it falls at least {WORSE:g} further behind fixed.py's accuracy than over its last "
-    f"training steps); *raises*; *no conclusion* when fixed.py itself does not learn. A close "
-    f"call (a number that decided the label within {NEAR:.0%} of its threshold) is trained on "
-    f"{CLOSE_SEEDS} seeds and given as most of them say, with the count. Each "
-    f"picture shows both loss curves on a log axis, then the attention each module gives the "
-    f"first evaluation row after training (heads averaged, blocked keys hatched; by generation "
-    f"where the bug is wrong only there). These "
-    f"numbers come from training, which amplifies rounding: they are the same on this machine "
-    f"run after run, and drift on another CPU (or with other kernels on this one), where a "
-    f"label near its threshold can fall on the other side."
+    f"training steps); *raises*; *no conclusion* when fixed.py itself does not learn. Training "
+    f"amplifies rounding, so no single run is the claim: every trap is trained on the same "
+    f'{SEEDS} seeds, and what the bug does is their tally, claim first ("learns slower 4/5 · '
+    f'learns normally 1/5"): an outcome is claimed when at least {AGREE} of {SEEDS} seeds give '
+    f"it, else the tally is *mixed*. Another CPU gives other numbers and may move a seed across "
+    f"a threshold; two tallies differ only where Fisher's exact test says so (p < {ALPHA:g}: "
+    f"with {SEEDS} seeds a side, all against none). The numbers, table and picture are those of "
+    f"the first seed that gives the claim (named in the text). Each picture shows both loss "
+    f"curves on a log axis, then the attention each module gives the first evaluation row "
+    f"after training (heads averaged, blocked keys hatched; by generation where the bug is "
+    f"wrong only there). These numbers are the same on this machine run after run, and drift "
+    f"on another CPU (or with other kernels on this one)."
 )
 
 
@@ -100,7 +102,7 @@ def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:
     d = learning.diagnosis
     if d.kind == NO_BASELINE:
         return None
-    harmless = d.label.startswith(LEARNS)
+    harmless = d.kind == LEARNS
     if verdict is Verdict.SILENT and harmless and d.identical:
         return (
             "**A finding.** One pass measures this trap as SILENT, yet on this task both modules "
@@ -111,13 +113,14 @@ def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:
     if verdict is Verdict.SILENT and harmless:
         return (
             f"**A finding.** One pass measures this trap as SILENT, yet on this task buggy.py "
-            f"learns within this report's thresholds (×{d.ratio:.3g} the steps to 90%, less than "
+            f"learns within this report's thresholds (seed {d.first_seed + d.shown}: "
+            f"×{d.ratio:.3g} the steps to 90%, less than "
             f"×{SLOWER:g}, and ending within {ENDS_BELOW:g} of fixed.py's accuracy): trained "
             "from scratch, the model largely adapts to the bug. The harm the section measures "
             "needs what training from scratch on this task does not have: weights made for the "
             "correct code, or other inputs."
         )
-    if verdict is Verdict.BENIGN and not harmless and d.kind != RAISES:
+    if verdict is Verdict.BENIGN and not harmless and d.kind not in (RAISES, MIXED):
         return (
             f"**A finding.** One pass measures this trap as BENIGN, yet in training buggy.py "
             f"{d.label}."
@@ -130,15 +133,18 @@ def learning_block(
 ) -> list[str]:
     """A trap's paragraph on learning, its table and its curves, between the block markers."""
     d = learning.diagnosis
+    shown = d.seeds[d.shown]
     text = (
         f"**What it does to learning.** Trained on {learning.task.describe()} (a loss of "
-        f"ln {VOCAB} = {math.log(VOCAB):.2f} is chance). fixed.py "
+        f"ln {VOCAB} = {math.log(VOCAB):.2f} is chance), over seeds {d.first_seed}–"
+        f"{d.first_seed + len(d.seeds) - 1}: buggy.py **{d.label}**. Seed "
+        f"{d.first_seed + d.shown}, in the table and picture: fixed.py "
         + (
             f"reaches {THRESHOLD:.0%} in {learning.fix.steps_to_threshold} steps; "
             if learning.fix.steps_to_threshold is not None
             else f"does not reach {THRESHOLD:.0%}; "
         )
-        + f"buggy.py **{d.label}**: {d.evidence.rstrip('.')}."
+        + f"buggy.py {shown.label}: {shown.evidence.rstrip('.')}."
     )
     lines = [LEARNING_START, prose(text), ""]
     if learning.note:
@@ -155,11 +161,11 @@ def learning_block(
 def findings_note(rows: list[tuple[Card, Verdict, Learning]]) -> str:
     """Under the summary: the traps whose learning and one-pass verdict disagree."""
     normal = [(c.id, lr.diagnosis) for c, v, lr in rows if v is Verdict.SILENT]
-    idle = [t for t, d in normal if d.label.startswith(LEARNS) and d.identical]
-    silent = [t for t, d in normal if d.label.startswith(LEARNS) and not d.identical]
+    idle = [t for t, d in normal if d.kind == LEARNS and d.identical]
+    silent = [t for t, d in normal if d.kind == LEARNS and not d.identical]
     benign = [
         c.id for c, v, lr in rows
-        if v is Verdict.BENIGN and not lr.diagnosis.label.startswith((LEARNS, NO_BASELINE))
+        if v is Verdict.BENIGN and lr.diagnosis.kind not in (LEARNS, NO_BASELINE, MIXED)
     ]  # fmt: skip
     untrained = [c.id for c, _, lr in rows if lr.diagnosis.kind == NO_BASELINE]
     parts = []

@@ -8,9 +8,10 @@ import platform
 import torch
 
 from harness import __version__
+from harness.arithmetic import describe
 from harness.catalogue.card import Card
 from harness.catalogue.verdicts import MEANING
-from harness.devices import cpu_kernels, cpu_name, device_description, dtype_name
+from harness.devices import cpu_kernels, device_description, dtype_name
 from harness.files import REPORT, TIMINGS
 from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
 from harness.report import learning
@@ -123,8 +124,7 @@ def reproduce(grid: Grid, unavailable: list[str], cards: list[Card], learned: bo
         "",
         f"{VERSIONS} attention-pitfalls {__version__}, torch {torch.__version__}, "
         f"Python {platform.python_version()}, {platform.machine()}.",
-        f"{CPU} {cpu_name()}, {cpu_kernels()} kernels (the learning probe's numbers are this "
-        "CPU's)."
+        f"{CPU} {describe(cpu_kernels())}: the learning probe's numbers are this machine's."
         if learned
         else None,
         f"{DEVICES} {', '.join(device_description(d) for d in devices)}."

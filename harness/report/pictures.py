@@ -161,8 +161,12 @@ def learning_plot(path: Path, trap: str, learning: Learning) -> None:
     """Both modules' training loss per step on one log axis, beside the attention each returns
     after training on the first evaluation row (heads averaged; blocked cells hatched): by
     generation where the bug is wrong only there, else teacher-forced."""
-    title = f"{trap}: training on {learning.task.describe()}\nbuggy.py: {learning.diagnosis.label}"
-    by_generation = learning.diagnosis.kind == GENERATION  # where the bug shows (a close call too)
+    d = learning.diagnosis
+    title = (
+        f"{trap}: training on {learning.task.describe()}\nbuggy.py: {d.label} "
+        f"(seed {d.first_seed + d.shown} shown)"
+    )
+    by_generation = d.seeds[d.shown].kind == GENERATION  # where the shown seed's bug shows
     panels = [
         Panel(
             f"{name} after training" + (", by generation" if by_generation else ""),

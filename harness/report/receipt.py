@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
+from harness.arithmetic import identity
 from harness.catalogue import HOME
 from harness.files import IMAGES
 from harness.report import store
@@ -29,17 +29,6 @@ from harness.report.store import Store
 
 Receipt = dict[str, str]  # a folder's own files by name (img/ ones as img/NAME): sha256; hidden
 # entries as .NAME: ""
-
-
-def cpu() -> str:
-    """What identifies this CPU's arithmetic: its model name and feature flags
-    (``/proc/cpuinfo``), else what ``platform`` knows of it."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            lines = [line for line in info if line.startswith(("model name", "flags"))]
-        return "".join(sorted(set(lines)))
-    except OSError:
-        return platform.processor()
 
 
 def devices_without_torch() -> list[str] | None:
@@ -63,7 +52,7 @@ def run_key(
     """The key of a report run with these options (as the command line gives them: None for the
     default) into ``out``, on a machine whose torch offers ``available``."""
     files = store.source_files(HOME, "*")
-    options = [devices, dtypes, learn, str(out.resolve()), list(available), cpu()]
+    options = [devices, dtypes, learn, str(out.resolve()), list(available), identity()]
     return store.key("report run", *options, files=files, root=HOME)
 
 

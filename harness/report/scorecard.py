@@ -127,8 +127,8 @@ def _mask_bool(r: TrapResult) -> Judged:
     if not _is_trap(r):
         return _as_measured(r, FALSE)
     return TRUE, (
-        f"{_verdict(r)}: output error {num(s['err_bug'])} against a float32 floor of "
-        f"{num(s['floor'])}: each query attends only to the keys it must not see"
+        f"{_verdict(r)}: output error {num(s['err_bug'])}, where fixed.py's is within float32 "
+        "rounding: each query attends only to the keys it must not see"
     )
 
 

@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import os
 import pickle
-import platform
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -26,6 +25,8 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from harness.arithmetic import identity
 
 ENV = "ATTENTION_PITFALLS_CACHE"
 LIMIT = 512 * 2**20  # bytes the store may hold
@@ -68,12 +69,11 @@ def _version(name: str) -> str:
 @cache
 def environment() -> str:
     """A hash of what computes a result besides the files: the harness's code, Python and the
-    libraries' versions, the machine, and the CPU kernels torch may choose among."""
+    libraries' versions, and what decides how this machine rounds float32 (``arithmetic``)."""
     parts = [
         digest_files(source_files(HARNESS), HARNESS),
         sys.version,
-        platform.machine(),
-        os.environ.get("ATEN_CPU_CAPABILITY", ""),
+        identity(),  # the CPU and the settings that move its float32 kernels
         *(f"{name}={_version(name)}" for name in LIBRARIES),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

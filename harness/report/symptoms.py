@@ -32,8 +32,9 @@ ROW_SUM = 1e-3  # rows that miss summing to 1 by more than this are not distribu
 
 
 def trained(r: TrapResult, labels: tuple[str, ...]) -> str | None:
-    """The learning probe's evidence when its diagnosis starts with one of ``labels``."""
-    if r.learning is None or not r.learning.diagnosis.label.startswith(labels):
+    """The learning probe's evidence when enough of its seeds (as for a claim) give one of
+    ``labels``."""
+    if r.learning is None or not r.learning.diagnosis.supports(labels):
         return None
     d = r.learning.diagnosis
     return f"{TRAINED}{d.label}: {d.evidence}"

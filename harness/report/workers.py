@@ -25,13 +25,16 @@ class Pending(Protocol):
 
 
 class _Done:
-    """A piece run here when it was submitted."""
+    """A piece run here, the first time its result is asked for (and kept for the next)."""
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self._fn, self._args = fn, args
+        self._result: tuple[Any] | None = None
 
     def get(self) -> Any:
-        return self._fn(*self._args)
+        if self._result is None:
+            self._result = (self._fn(*self._args),)
+        return self._result[0]
 
 
 Submit = Callable[..., Pending]  # submit(fn, *args): a module-level fn, picklable args
