@@ -4,8 +4,9 @@
 ``dtype`` fixtures parametrize over them, and hypothesis loads its ``ci`` profile when ``CI`` is
 set and a ``dev`` profile (no deadline) otherwise. Every test of the catalogue (``pitfalls/``)
 is marked ``numbers``: it compares measured numbers with the ones its card states, so CI runs
-``-m numbers`` a second time with torch's portable CPU kernels (``ATEN_CPU_CAPABILITY=default``),
-where a number that only one CPU's kernels give fails.
+``-m numbers`` again under settings that make this CPU round float32 as others do
+(``ATEN_CPU_CAPABILITY=default``, ``MKL_CBWR=COMPATIBLE``, both), where a number that only one
+CPU's kernels give fails; ``--keep-report`` keeps each run's generated report for comparing.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=["cpu", "cuda"],
         default=None,
         help="device to test on; repeat for several (default: every available device)",
+    )
+    group.addoption(
+        "--keep-report",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="copy the report that tests/test_report.py generates into DIR (CI compares the "
+        "reports made under two arithmetic settings: python -m harness compare)",
     )
 
 

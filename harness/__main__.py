@@ -28,9 +28,14 @@ def run() -> int:
         except KeyboardInterrupt:
             print(INTERRUPTED, file=sys.stderr)
             return 130
-        if shield.available():
+        if shield.available():  # the child ends with os._exit: no thread of the user's waits
             return shield.run(command, [*PROBES, *MODEL_PROBES])
-    return command()
+    status = command()
+    if left_running():  # said by command(); Python would wait for them forever
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 def command() -> int:
@@ -52,9 +57,6 @@ def command() -> int:
             f"and left running ({names})",
             file=sys.stderr,
         )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
     return status
 
 

@@ -141,6 +141,8 @@ def ensure_writable(
     then fails.
     """
     shown = shorten(out, quote=True)
+    if out.resolve() == Path(out.resolve().anchor):
+        raise UsageError(f"{option} {shown} is the file system's root: name a folder of its own")
     try:
         if out.is_symlink() and not out.exists():
             raise UsageError(

@@ -46,8 +46,12 @@ class Run:
 
 
 def describe(exc: BaseException) -> str:
-    """``TypeName: first line of the message``."""
-    lines = str(exc).strip().splitlines()
+    """``TypeName: first line of the message`` (a message that cannot be made says so)."""
+    try:
+        text = str(exc)
+    except Exception:  # a user's exception whose __str__ raises
+        text = "(its message raised an exception)"
+    lines = text.strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 

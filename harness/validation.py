@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.catalogue import registry
 from harness.catalogue.card import Card, Pair
 from harness.catalogue.verdicts import Verdict
 from harness.doctor import FAIL, WARN, Config, Diagnosis, diagnose
@@ -177,9 +176,3 @@ def reference_rows() -> list[DetectionRow]:
             )
         )
     return rows
-
-
-def detection_table() -> pd.DataFrame:
-    """One row per catalogue module and reference module: what the doctor said."""
-    rows = [row for pair in registry.load_all() for row in detection_rows(pair)]
-    return pd.DataFrame(rows + reference_rows())

@@ -29,6 +29,8 @@ def global_settings():
         "cudnn tf32": lambda: torch.backends.cudnn.allow_tf32,
         "cudnn benchmark": lambda: torch.backends.cudnn.benchmark,
         "cwd": os.getcwd,
+        "cpu autocast": lambda: (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")),
+        "random stream": lambda: torch.get_rng_state().tolist(),
     }
     if hasattr(torch.backends, "fp32_precision"):  # torch >= 2.9: the new precision API
         getters["cuda matmul fp32"] = lambda: torch.backends.cuda.matmul.fp32_precision
@@ -126,6 +128,9 @@ class ChangesGlobals(Plain):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.benchmark = True
+        torch.set_autocast_enabled("cpu", True)
+        torch.set_autocast_dtype("cpu", torch.float16)
+        torch.manual_seed(1234)
         os.chdir(tempfile.gettempdir())
 
 
@@ -189,3 +194,37 @@ class AllNaN(Plain):
 
     def forward(self, x):
         return super().forward(x) * float("nan")
+
+
+class EndsTheProcess(Plain):
+    """Leaves the process on its first call with a status of 0: a doctor that took the
+    process's status for its verdict would call it healthy."""
+
+    def misbehave(self, x):
+        os._exit(0)
+
+
+class Fatal(BaseException):
+    """Not an Exception: what ``except Exception`` lets through."""
+
+
+class RaisesABaseException(Plain):
+    def misbehave(self, x):
+        raise Fatal("\x1b[31mred\x1b[0m")
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no message")
+
+
+class RaisesAnUnprintableError(Plain):
+    def misbehave(self, x):
+        raise Unprintable()
+
+
+class RaisesInColour(Plain):
+    """An error message with a terminal's escape codes in it."""
+
+    def misbehave(self, x):
+        raise RuntimeError("\x1b[2J\x1b[31mscreen cleared\x1b[0m")

@@ -6,6 +6,7 @@ import inspect
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from harness.doctor import guard
 from harness.doctor.target import load_object
 from harness.progress import Progress
 from tests import misbehaving_modules
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(capsys, *argv):
@@ -287,6 +290,24 @@ EXACT_ERRORS = {
         ["run", "--device", "cpu\nx"],
         "unknown device 'cpu\\nx'; did you mean 'cpu'?",
     ),
+    "model on a layer": (
+        ["doctor", "torch.nn:Linear", "--model"],
+        "Linear is no model of token ids (no nn.Embedding, no vocabulary size in its config): "
+        "leave out --model to diagnose it as one attention module",
+    ),
+    "report into the root": (
+        ["report", "--out", "/"],
+        "--out '/' is the file system's root: name a folder of its own",
+    ),
+    "zoo with a -k pytest cannot read": (
+        ["zoo", "transformers", "-k", "a and ("],
+        "-k 'a and (' is no pytest -k expression: expected not OR left parenthesis OR "
+        "identifier; got end of input",
+    ),
+    "compare without a report": (
+        ["compare", "reports", "no/such/folder"],
+        "no report in no/such/folder: report.md is missing",
+    ),
 }
 
 
@@ -294,6 +315,37 @@ EXACT_ERRORS = {
 def test_usage_error_is_one_exact_line(capsys, case):
     argv, message = EXACT_ERRORS[case]
     assert one_error_line(capsys, *argv) == message
+
+
+def test_a_modules_escape_codes_do_not_reach_the_terminal_raw(capsys):
+    code, out, _ = run_doctor(capsys, "RaisesInColour")
+    assert code == 1 and "\x1b" not in out
+    assert "\\x1b[2J\\x1b[31mscreen cleared" in out
+
+
+def test_a_target_file_need_not_end_in_py(capsys, tmp_path):
+    source = tmp_path / "attention.txt"
+    source.write_text(MISBEHAVING.read_text())
+    code, out, err = run_cli(capsys, "doctor", f"{source}:Plain", "--d-model", "16", "--json")
+    assert code == 0 and json.loads(out)["healthy"], err
+
+
+def test_compare_agrees_with_itself_and_names_what_moved(capsys, tmp_path):
+    """Two report folders by the committed report's rule: exit 0 agree, 1 disagree."""
+    committed = ROOT / "reports"
+    assert cli.main(["compare", str(committed), str(committed / "report.md")]) == 0
+    assert "agree" in capsys.readouterr().out
+    moved = tmp_path / "moved"
+    shutil.copytree(committed, moved, ignore=shutil.ignore_patterns("img"))
+    text = (
+        (moved / "report.md")
+        .read_text()
+        .replace("| SILENT      | SILENT ", "| LOUD        | SILENT ", 1)
+    )
+    (moved / "report.md").write_text(text)
+    assert cli.main(["compare", str(committed), str(moved)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{committed} and {moved} disagree:") and "LOUD" in out
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 process's global settings restored; and the Python API checks its device as the CLI does."""
 
 import _thread
+import contextlib
 import json
 import os
 import random
@@ -133,8 +134,11 @@ def test_off_the_main_thread_there_is_no_limit_and_no_error():
 
 
 def test_diagnose_restores_settings_a_forward_changes(safety_net):
+    """Autocast and the random stream too: the caller's next test must not compute in float16
+    or draw other numbers because a module was diagnosed."""
+    module = mm.ChangesGlobals(16, when_built=False)
     before = mm.global_settings()
-    diagnosis = diagnose(mm.ChangesGlobals(16, when_built=False), Config(d_model=16))
+    diagnosis = diagnose(module, Config(d_model=16))
     assert mm.global_settings() == before
     assert diagnosis.findings  # it ran
 
@@ -308,3 +312,73 @@ def test_a_module_that_crashes_whenever_it_is_called_is_one_line():
         "module: a fault below Python, in torch's or an extension's native code; nothing more "
         "to diagnose"
     )
+
+
+@pytest.mark.skipif(not shield.available(), reason="the shield forks: Linux only")
+@pytest.mark.parametrize(
+    ("module", "said"),
+    [
+        ("EndsTheProcess", "the module ended the process (os._exit or the like, exit status 0)"),
+        ("RaisesABaseException", "stopped by Fatal: \\x1b[31mred\\x1b[0m; no diagnosis"),
+    ],
+)
+def test_a_module_that_leaves_the_command_by_itself_is_one_line_and_exit_1(module, said):
+    """An exit of the module's own, or an exception nothing catches, is neither silence nor
+    the module's status (os._exit(0) must not pass CI as healthy), and no escape code reaches
+    the terminal raw."""
+    target = f"tests/misbehaving_modules.py:{module}"
+    command = [sys.executable, "-m", "harness", "doctor", target, "--d-model", "16", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=ROOT)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("python -m harness doctor: ") and said in line, line
+    assert "\x1b" not in done.stderr
+
+
+def test_an_exception_whose_message_raises_is_a_finding_like_any_other():
+    d = diagnose(mm.RaisesAnUnprintableError(16), Config())
+    messages = [f.message for f in d.findings if f.status == "fail"]
+    assert any("Unprintable: (its message raised an exception)" in m for m in messages), messages
+
+
+def running(marker: str) -> list[int]:
+    """The processes whose command line holds ``marker``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes().decode():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not shield.available(), reason="the shield forks: Linux only")
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_signal_to_the_doctor_alone_stops_its_child_too(tmp_path, signum, code):
+    """kill, Popen.terminate() and a cancelled CI job signal the doctor's process alone, not its
+    process group: the child it forked must stop too, and the line and status are the child's."""
+    marker = str(tmp_path / "marker")  # an argument only this run's processes carry
+    target = f"{ROOT}/tests/misbehaving_modules.py:Hangs"
+    command = [sys.executable, "-m", "harness", "doctor", target, "--d-model", "16",
+               "--timeout", "0", "--report", f"{marker}.md"]  # fmt: skip
+    doctor = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while len(running(marker)) < 2 and time.monotonic() < deadline:  # parent and child
+            time.sleep(0.1)
+        assert len(running(marker)) == 2
+        time.sleep(1)  # in the module's forward by now
+        doctor.send_signal(signum)
+        _, err = doctor.communicate(timeout=30)
+        assert doctor.returncode == code, err
+        assert err.strip().splitlines()[-1].startswith("python -m harness: interrupted"), err
+        deadline = time.monotonic() + 10
+        while running(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert running(marker) == []
+    finally:  # a failure leaves no process of this test spinning
+        for pid in running(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -56,8 +56,9 @@ def files(folder: Path) -> dict[Path, bytes]:
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """The canonical CPU report, regenerated through the command line; measurements kept."""
+def fresh(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Run:
+    """The canonical CPU report, regenerated through the command line; measurements kept (and
+    the folder copied where ``--keep-report`` says)."""
     out = tmp_path_factory.mktemp("report")
     calls, pieces = [], []
 
@@ -74,6 +75,8 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Run:
         patch.setattr(build, "assembled", keep_pieces)
         assert cli.main([*CANONICAL, "--out", str(out)]) == 0
     [written], [doctor] = calls, pieces
+    if keep := request.config.getoption("--keep-report"):
+        shutil.copytree(out, keep, dirs_exist_ok=True)
     return Run(out, dict(written, doctor_pieces=doctor))
 
 
@@ -92,6 +95,20 @@ def test_committed_report_agrees_with_a_fresh_run(fresh: Run) -> None:
     assert COMMITTED.exists(), REGENERATE
     problems = report_diff.compare(joined(read_pages(COMMITTED.parent)), fresh.text)
     assert not problems, "\n".join(["stale report: " + REGENERATE, *problems])
+
+
+def test_detection_table_flags_every_non_benign_bug_and_passes_every_fixed_module(
+    fresh: Run,
+) -> None:
+    """The doctor on every catalogue module and the two reference modules, read from the rows
+    the fresh report diagnosed (the table doctor.md prints), not diagnosed a second time."""
+    rows = [row for r in fresh.results for row in r.detection]
+    table = pd.DataFrame(rows + fresh.written["doctor_pieces"]["references"])
+    assert len(rows) == 2 * len(registry.ids())
+    misses = table[~table["ok"]]
+    assert misses.empty, misses.to_string()
+    assert (table["should"] == "flag").sum() >= 19
+    assert {"torch.nn.MultiheadAttention (drop)", "SDPA module (keep)"} <= set(table["module"])
 
 
 def test_the_same_command_again_is_answered_from_the_receipt(

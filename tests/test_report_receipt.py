@@ -4,7 +4,10 @@ it left takes the whole path."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +16,7 @@ import pytest
 
 from harness import cli
 from harness.cli.report import run_key
-from harness.report import build, receipt
+from harness.report import build, publish, receipt
 from harness.report.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,12 +39,14 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     folders it was called for, in order."""
     calls = []
 
-    def build_report(grid, out, learn=True, kept=None, workers=1) -> str:
+    def build_report(grid, out, learn=True, kept=None, workers=1, published=lambda: None) -> str:
         calls.append(out)
         out.mkdir(exist_ok=True)
         (out / "img").mkdir(exist_ok=True)
-        (out / "report.md").write_text(f"# a report of {len(grid)} cells\n")
-        (out / "img" / "mask_bool-0123456789.png").write_bytes(b"\x89PNG picture")
+        with publish.locked(out):
+            (out / "report.md").write_text(f"# a report of {len(grid)} cells\n")
+            (out / "img" / "mask_bool-0123456789.png").write_bytes(b"\x89PNG picture")
+            published()
         return f"wrote {out / 'report.md'}"
 
     monkeypatch.setattr(build, "build_report", build_report)
@@ -51,6 +56,30 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 def report(out: Path, *options: str) -> int:
     return cli.main(["report", "--device", "cpu", "--dtype", "float32", "--out", str(out),
                      "--workers", "1", *options])  # fmt: skip
+
+
+def test_the_receipt_is_kept_while_the_folders_lock_is_held(
+    tmp_path, catalogue, builds, monkeypatch
+):
+    """Kept after the lock is let go, a receipt could describe another run's report (a run
+    with --no-learn publishing in between) and answer "up to date" over it."""
+    held = []
+    keep = receipt.keep
+
+    def checked(kept, key, out):
+        fd = os.open(out, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        keep(kept, key, out)
+
+    monkeypatch.setattr(receipt, "keep", checked)
+    assert report(tmp_path / "out") == 0
+    assert held == [True]
 
 
 def test_a_second_run_with_nothing_changed_is_answered_from_the_receipt(
@@ -117,12 +146,13 @@ def test_no_receipt_is_kept_when_an_input_changes_while_the_run_measures(
     original = (catalogue / "__init__.py").read_text()
     calls: list[Path] = []
 
-    def edited_meanwhile(grid, out, learn=True, kept=None, workers=1) -> str:
+    def edited_meanwhile(grid, out, learn=True, kept=None, workers=1, published=None) -> str:
         calls.append(out)
         out.mkdir(exist_ok=True)
         (out / "report.md").write_text("# a report\n")
         if len(calls) == 1:
             (catalogue / "__init__.py").write_text("# edited while the report measured\n")
+        published()
         return "wrote it"
 
     monkeypatch.setattr(build, "build_report", edited_meanwhile)
@@ -169,3 +199,21 @@ def test_the_answer_from_the_receipt_imports_no_torch(tmp_path):
     assert FAST in child.stdout
     cpu_only = receipt.devices_without_torch() is not None
     assert "imported: []" in child.stdout if cpu_only else "'pandas'" not in child.stdout
+
+
+def test_a_receipt_is_json_and_a_planted_pickle_runs_nothing(tmp_path, catalogue, builds):
+    """Every run reads its receipt before anything else: as JSON, loading it runs no code."""
+    out = tmp_path / "out"
+    assert report(out) == 0
+    store_folder = Path(os.environ["ATTENTION_PITFALLS_CACHE"])
+    receipts = list(store_folder.glob("*.json"))
+    assert receipts and all(isinstance(json.loads(p.read_text()), dict) for p in receipts)
+    planted = tmp_path / "planted"
+
+    class Plant:
+        def __reduce__(self):
+            return (planted.touch, ())
+
+    for path in receipts:  # a pickle where the receipt was: read as JSON, it is no receipt
+        path.write_bytes(pickle.dumps(Plant()))
+    assert report(out) == 0 and not planted.exists() and len(builds) == 2

@@ -23,6 +23,7 @@ from harness.catalogue.judge import Measurement, measure
 from harness.catalogue.registry import load
 from harness.catalogue.spread import SEEDS, Spread, output_spread
 from harness.catalogue.verdicts import MEANING, Verdict
+from harness.errors import UsageError
 from harness.files import DOCTOR
 from harness.report import TrapResult, publish
 from harness.report import write as report_write
@@ -91,6 +92,26 @@ def test_a_benign_traps_error_is_within_the_floor_on_every_seed():
     spread = output_spread(load("scale_precision"), cell("scale_precision"))
     assert spread == Spread(SEEDS, SEEDS)
     assert over_seeds(spread) == "within the floor"
+
+
+def test_a_seed_within_twice_its_threshold_counts_as_within_the_floor(monkeypatch):
+    """Another CPU's error and threshold each move by up to a threshold: a rounding-level seed
+    at 1.19x its threshold (qkv_bias's seed 9 under MKL_CBWR=COMPATIBLE) is not a difference."""
+    from harness.catalogue import spread as spread_module
+
+    ratios = {1: 1.19, 2: 1.9, 3: 2.5}  # times the threshold; the other seeds 0.3x
+
+    def compared(pair, device, dtype, shape, seed, edge, backward):
+        ratio = ratios.get(seed, 0.3)
+        output = pd.DataFrame(
+            {"run": ["fix", "bug"], "max_abs": [1e-7, ratio * 1e-7],
+             "threshold": [1e-7, 1e-7], "differs": [False, ratio > 1]}
+        )  # fmt: skip
+        return SimpleNamespace(output=output)
+
+    monkeypatch.setattr(spread_module, "compare", compared)
+    spread = output_spread(load("scale_precision"), cell("scale_precision"))
+    assert spread == Spread(SEEDS, SEEDS - 1, 2.5e-7, 2.5e-7)
 
 
 def test_no_range_where_a_seed_gives_no_number():
@@ -314,7 +335,7 @@ def test_report_md_is_replaced_last(tmp_path, stub_pictures, monkeypatch):
     assert moved[-1] == report.REPORT
     for k in range(len(moved)):
         monkeypatch.setattr(os, "replace", _crashing_at(k, real))
-        with pytest.raises(OSError, match="disk full"):  # a different report each time: the
+        with pytest.raises((OSError, UsageError), match="disk full"):  # a different report: the
             write(tmp_path, "## Doctor\n\nsecond" + " again" * k)  # pages moved in stay
         assert (tmp_path / report.REPORT).read_bytes() == before, moved[k]
         assert all((tmp_path / name).read_bytes().endswith(b"1") for name in linked(tmp_path))

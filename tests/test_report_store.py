@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from harness.catalogue import registry
+from harness.errors import UsageError, shorten
 from harness.report import build, pictures, write
 from harness.report.build import Kept, collect, doctor_keys, doctor_pieces, pages_key, trap_key
 from harness.report.store import Store
@@ -187,3 +188,24 @@ def test_a_run_keeps_the_doctor_pieces_it_made_and_rewrites_none_it_found(tmp_pa
     assert not set(written) & set(keys.values())
     doctor = (tmp_path / "two" / "doctor.md").read_text()
     assert "## libraries" in doctor and "| mask_bool/buggy.py " in doctor  # the trap's rows
+
+
+def test_a_full_disk_while_staging_is_one_line_and_the_old_report_stays(tmp_path, monkeypatch):
+    out = tmp_path / "reports"
+    out.mkdir()
+    (out / "report.md").write_text("# the old report\n")
+    before = sorted(p.name for p in out.rglob("*"))
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(write, "staged_report", full)
+    with pytest.raises(UsageError) as refused:
+        write_report([], GRID, out, [], {})
+    assert str(refused.value) == (
+        f"cannot write the report into {shorten(out, quote=True)}: No space left on device (the "
+        "folder holds what "
+        "it held before this run)"
+    )
+    assert sorted(p.name for p in out.rglob("*")) == before
+    assert (out / "report.md").read_text() == "# the old report\n"

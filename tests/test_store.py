@@ -86,3 +86,23 @@ def test_the_default_folder_is_the_users_cache_unless_told(monkeypatch, tmp_path
     assert store.default_folder() == tmp_path / "attention-pitfalls"
     monkeypatch.setenv(store.ENV, str(tmp_path / "elsewhere"))
     assert store.default_folder() == Path(tmp_path / "elsewhere")
+
+
+def test_pruning_removes_only_its_own_writes_cut_short_and_not_another_runs_in_progress(tmp_path):
+    kept = Store(tmp_path)
+    old_cut = tmp_path / f"{store.PARTIAL}old.partial"
+    writing = tmp_path / f"{store.PARTIAL}new.partial"  # another run, still writing
+    theirs = tmp_path / "someone-else.partial"  # not this store's
+    for path in (old_cut, writing, theirs):
+        path.write_bytes(b"half")
+    hour_ago = old_cut.stat().st_mtime - store.STALE - 1
+    for path in (old_cut, theirs):
+        os.utime(path, (hour_ago, hour_ago))
+    kept.prune()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([writing.name, theirs.name])
+
+
+def test_every_library_a_result_may_come_from_is_in_the_key():
+    """The real-module rows come from x-transformers and timm too: a new release of either
+    must not be answered from results made with the old one."""
+    assert {"transformers", "x-transformers", "timm", "torch"} <= set(store.LIBRARIES)

@@ -18,12 +18,18 @@ from harness.catalogue.compare import MeasurementError, compare
 from harness.catalogue.judge import Measurement
 
 SEEDS = 10  # seeds 0..SEEDS-1
+# A seed whose error is within this many times its threshold counts as within the floor here:
+# rounding on any machine, since another CPU's error and threshold each move by up to a
+# threshold (harness.report.diff). Within one threshold alone, a rounding-level bug's count of
+# seeds depends on the CPU (qkv_bias's seed 9: 0.83x its threshold here, 1.19x with MKL_CBWR).
+MARGIN = 2
 
 
 @dataclass(frozen=True)
 class Spread:
-    """The buggy output error over seeds 0..seeds-1: how many seeds' lie within their threshold
-    (rounding noise, no number to quote), and the smallest and largest of the others'."""
+    """The buggy output error over seeds 0..seeds-1: how many seeds' lie within ``MARGIN`` times
+    their threshold (rounding noise, no number to quote), and the smallest and largest of the
+    others'."""
 
     seeds: int
     within: int
@@ -51,7 +57,7 @@ def output_spread(pair: Pair, m: Measurement, seeds: int = SEEDS) -> Spread | No
         bug = output.set_index("run").loc["bug"]
         if math.isnan(bug["max_abs"]):
             return None
-        if bug["differs"]:
+        if bug["max_abs"] > MARGIN * bug["threshold"]:
             errors.append(float(bug["max_abs"]))
         else:
             within += 1

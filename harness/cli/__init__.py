@@ -33,6 +33,7 @@ COMMANDS = {
     "run": ("catalogue", "cmd_run"),
     "learn": ("catalogue", "cmd_learn"),
     "report": ("report", "cmd_report"),
+    "compare": ("report", "cmd_compare"),
     "doctor": ("doctor", "cmd_doctor"),
     "zoo": ("doctor", "cmd_zoo"),
 }

@@ -99,6 +99,16 @@ def build_parser() -> Parser:
         "measured from the same inputs, kept in $ATTENTION_PITFALLS_CACHE, else "
         "~/.cache/attention-pitfalls)",
     )  # fmt: skip
+    compare = sub.add_parser(
+        "compare",
+        help="two reports: what differs beyond rounding and chance (exit 1 when they disagree)",
+        description="Compare two report folders as the committed report is compared with a "
+        "fresh run: the same words, numbers within both reports' thresholds, learning tallies "
+        "within Fisher's exact test (equal on the same machine). Exit 0 agree, 1 disagree, "
+        "2 usage error.",
+    )
+    compare.add_argument("old", type=Path, help="a report folder (or its report.md)")
+    compare.add_argument("new", type=Path, help="another")
     add_doctor_parser(sub)
     zoo = sub.add_parser(
         "zoo",

@@ -9,7 +9,9 @@ any other run measures what the store does not hold and writes the report
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from harness.errors import UsageError
 from harness.files import REPORT
 from harness.report import receipt
 from harness.report.store import Store, default_folder
@@ -53,7 +55,36 @@ def cmd_report(args: argparse.Namespace) -> str:
     kept = store(args)
     key = run_key(args)
     workers = args.workers or available_cores()
-    line = build_report(resolve_grid(args), args.out, not args.no_learn, kept, workers)
-    if run_key(args) == key:  # no input changed while it ran
-        receipt.keep(kept, key, args.out)
-    return line
+
+    def keep_receipt() -> None:  # holding the folder's lock: no other run's report comes between
+        if run_key(args) == key:  # no input changed while it ran
+            receipt.keep(kept, key, args.out)
+
+    return build_report(resolve_grid(args), args.out, not args.no_learn, kept, workers,
+                        published=keep_receipt)  # fmt: skip
+
+
+def report_text(folder: Path) -> str:
+    """The report in ``folder`` (or the folder of a ``report.md`` given), its pages joined in
+    reading order; a usage error where there is none."""
+    from harness.report.pages import joined, read_pages
+
+    folder = folder.parent if folder.name == REPORT else folder
+    if not (folder / REPORT).is_file():
+        raise UsageError(f"no report in {folder}: {REPORT} is missing")
+    try:
+        return joined(read_pages(folder))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the report in {folder}: {exc}") from None
+
+
+def cmd_compare(args: argparse.Namespace) -> tuple[str, int]:
+    """Two reports, by the rule the committed report is held to (``harness.report.diff``):
+    exit 0 when they agree, 1 with one line per disagreement when they do not."""
+    from harness.report.diff import compare
+
+    old, new = report_text(args.old), report_text(args.new)
+    problems = compare(old, new, optional=False)
+    if not problems:
+        return f"{args.old} and {args.new} agree: within rounding, and tallies within chance", 0
+    return "\n".join([f"{args.old} and {args.new} disagree:", *problems]), 1

@@ -184,6 +184,7 @@ def _settings() -> list[Setting]:
             lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
             lambda v: torch.autograd.set_detect_anomaly(v[0], check_nan=v[1]),
         ),
+        *(_autocast(device) for device in ("cpu", "cuda")),
         Setting(
             "float32 matmul precision",
             torch.get_float32_matmul_precision,
@@ -196,6 +197,20 @@ def _settings() -> list[Setting]:
         *(_global_hook(name) for name in GLOBAL_HOOKS if hasattr(torch.nn.modules.module, name)),
         Setting("working directory", os.getcwd, os.chdir),
     ]
+
+
+def _autocast(device: str) -> Setting:
+    """Autocast on ``device``: whether it is on, and its dtype (a module that turns it on in
+    its code leaves every later computation in bfloat16)."""
+
+    def get() -> tuple[bool, torch.dtype]:
+        return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+
+    def put(value: tuple[bool, torch.dtype]) -> None:
+        torch.set_autocast_enabled(device, value[0])
+        torch.set_autocast_dtype(device, value[1])
+
+    return Setting(f"{device} autocast", get, put)
 
 
 UNREADABLE = object()  # a setting this torch lacks, or cannot read now: left alone
@@ -265,6 +280,18 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 def exit_message(exc: SystemExit) -> str:
     """``calls sys.exit(3)``: what a SystemExit from the user's code is reported as."""
     return f"calls sys.exit({'' if exc.code is None else repr(exc.code)})"
+
+
+@contextmanager
+def settings_kept() -> Iterator[None]:
+    """Every global setting (random streams and autocast included) as it was before the block,
+    whatever ran in it: a diagnosis draws from seeded generators between its guarded calls, and
+    the caller's next line must not see that."""
+    saved = snapshot()
+    try:
+        yield
+    finally:
+        restore(saved)
 
 
 @contextmanager

@@ -19,13 +19,21 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Collection
 
+from harness.errors import shorten
+from harness.interrupts import STOP_SIGNALS
+from harness.runner import describe
+
+PROG = "python -m harness doctor"
+DONE = "\0done "  # the child's last word to the parent: its command returned this status
 CRASHED = (
     "crashed the process ({signal}): a fault below Python, in torch's or an extension's native "
     "code, not an exception; the other probes ran in a fresh process"
 )
 
+GRACE = 0.5  # seconds a stop signal to the parent leaves the child to stop by itself
 _steps: int | None = None  # in a child: the pipe each step's name goes to
 _crashed: dict[str, str] = {}  # in a child: the probes that crashed an earlier child
 
@@ -57,40 +65,94 @@ def run(command: Callable[[], int], probes: Collection[str]) -> int:
         pid = os.fork()
         if pid == 0:  # the child: the command, then out, whatever happens
             os.close(read)
-            _steps, status = write, 1
-            try:
-                status = command()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(status)
+            _steps = write
+            os._exit(_child(command))
         os.close(write)
         status = _wait(pid)
         steps = _read(read)
-        if not os.WIFSIGNALED(status):
-            return os.waitstatus_to_exitcode(status)
-        name = signal.Signals(os.WTERMSIG(status)).name
+        done = [line for line in steps if line.startswith(DONE)]
+        steps = [line for line in steps if not line.startswith(DONE)]
         last = steps[-1] if steps else "starting"
+        if done:  # the command returned: its status is the diagnosis's
+            return int(done[-1].removeprefix(DONE))
+        if not os.WIFSIGNALED(status):  # the user's code ended the process itself
+            code = os.waitstatus_to_exitcode(status)
+            print(
+                f"{PROG}: the module ended the process (os._exit or the like, exit status "
+                f"{code}) while {shorten(last)}: no diagnosis; exit status 1",
+                file=sys.stderr,
+            )
+            return 1
+        name = signal.Signals(os.WTERMSIG(status)).name
         # a probe of the model doctor's layers is named "path: probe"
         if (last not in probes and last.rpartition(": ")[2] not in probes) or last in _crashed:
             print(
-                f"python -m harness doctor: the module crashed the process ({name}) while "
-                f"{last}: a fault below Python, in torch's or an extension's native code; "
-                "nothing more to diagnose",
+                f"{PROG}: the module crashed the process ({name}) while {shorten(last)}: a "
+                "fault below Python, in torch's or an extension's native code; nothing more to "
+                "diagnose",
                 file=sys.stderr,
             )
             return 1
         _crashed[last] = CRASHED.format(signal=name)
 
 
-def _wait(pid: int) -> int:
-    """The child's wait status; Ctrl-C reaches the child too (one process group), so the parent
-    waits for it to finish and say so."""
-    while True:
+def _child(command: Callable[[], int]) -> int:
+    """In the child: the command's exit status, told to the parent last. Whatever escapes it
+    (a ``BaseException`` of the user's, an exception whose message itself raises) is one line
+    and status 1, not a silent exit."""
+    status = 1
+    try:
+        status = command()
+    except BaseException as exc:  # the child must end in one line, whatever it is
+        print(f"{PROG}: stopped by {escaped(exc)}; no diagnosis", file=sys.stderr)
+    finally:
         try:
-            return os.waitpid(pid, 0)[1]
-        except KeyboardInterrupt:
-            continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            note(f"{DONE}{status}")
+    return status
+
+
+def escaped(exc: BaseException) -> str:
+    """``TypeName: message`` on one line, control characters escaped, even when the message
+    cannot be made."""
+    return shorten(describe(exc), 200)
+
+
+def _wait(pid: int) -> int:
+    """The child's wait status. A stop signal the parent receives (SIGINT, SIGTERM, SIGHUP:
+    ``kill``, ``Popen.terminate()``, a CI job cancelled) is passed on to the child after
+    ``GRACE`` seconds unless it has ended by then: a terminal's Ctrl-C or hang-up reaches both
+    (one process group) and the child is already stopping, and a signal meant for the parent
+    alone must not leave the child running as an orphan. The parent then waits for the child
+    to say so, and takes its status."""
+    lock, ended, timers = threading.Lock(), [False], []
+
+    def pass_on(signum: int) -> None:
+        with lock:
+            if not ended[0]:
+                os.kill(pid, signum)
+
+    def received(signum: int, frame: object) -> None:
+        timer = threading.Timer(GRACE, pass_on, (signum,))
+        timer.daemon = True
+        timer.start()
+        timers.append(timer)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, received) for signum in STOP_SIGNALS}
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped: still ours
+        with lock:
+            ended[0] = True
+        return os.waitpid(pid, 0)[1]
+    finally:
+        for timer in timers:
+            timer.cancel()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _read(fd: int) -> list[str]:

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -63,7 +64,8 @@ def load_object(target: str) -> object:
         loaded = _LOADED.get(module_name)
         if loaded is not None and loaded[0] == path.stat().st_mtime_ns:
             return _attribute(loaded[1], where, name)  # the same file, unchanged: one module
-        spec = importlib.util.spec_from_file_location(module_name, path)
+        loader = importlib.machinery.SourceFileLoader(module_name, str(path))  # any suffix
+        spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module  # dataclasses and the config lookup find it by name
         sys.path.insert(0, str(path.parent.resolve()))

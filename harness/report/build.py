@@ -224,12 +224,18 @@ def collect(
 
 
 def build_report(
-    grid: Grid, out: Path, learn: bool = True, kept: Store | None = None, workers: int = 1
+    grid: Grid,
+    out: Path,
+    learn: bool = True,
+    kept: Store | None = None,
+    workers: int = 1,
+    published: Callable[[], None] = lambda: None,
 ) -> str:
     """Measure every trap on ``grid`` (with the learning probe unless ``learn`` is False) and
     write the report into ``out``, reusing what the store ``kept`` holds for these inputs, with
     the independent pieces (each trap, the doctor's tables) spread over ``workers`` processes;
-    what happened, in one line."""
+    what happened, in one line. ``published`` runs as ``write_report`` says: the folder
+    whole, its lock still held."""
     created = ensure_writable(out)
     kept = kept or Store(None)
     unavailable = [d for d in DEVICE_KINDS if d not in available_devices()]
@@ -256,7 +262,7 @@ def build_report(
         tables_key = store.key("doctor", keys, doctor[TABLES])  # the zoo's summary included
         pages = pages_key(results, tables_key, grid, unavailable, timed)
         path, replaced = write_report(results, grid, out, unavailable, timed, doctor, progress=step,
-                                      kept=kept, pages_key=pages)  # fmt: skip
+                                      kept=kept, pages_key=pages, published=published)  # fmt: skip
     kept.prune()
     reused = f" ({kept.hits} of {kept.hits + kept.misses} results reused from {kept.folder})" \
         if kept.hits else ""  # fmt: skip

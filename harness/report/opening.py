@@ -85,7 +85,8 @@ padding may not show it at once. It agrees with an expected SILENT; ", NaN" says
   over the largest |value| of the float64 output it is an error of, then the floor, in
   float32, with the weights, inputs and upstream gradient drawn from seed 0 (on the edge inputs
   where the trap's section says so); *seeds 0–9*, the same error with each of ten seeds' draws,
-  smallest to largest, and how many seeds' are within the floor (n/a when buggy.py raises or the
+  smallest to largest, and how many seeds' are within the floor (here: within twice their threshold,
+  a margin for another CPU's rounding; n/a when buggy.py raises or the
   trap is judged over freshly seeded modules): one seed's number can be several times another's, so
   quote the range; *entropy fix → bug*, the mean entropy of each module's attention rows (n/a: it
   returns no weights; "+k NaN rows" where buggy.py has NaN rows, which the mean leaves out); *grad

@@ -79,12 +79,12 @@ def receipt(out: Path) -> Receipt:
 
 def keep(kept: Store, key: str, out: Path) -> None:
     """Keep the receipt of the report run ``key``, which has just left ``out`` as it is."""
-    kept.put(key, receipt(out))
+    kept.put(key, receipt(out), form=store.JSON)  # read before torch: JSON runs no code
 
 
 def unchanged(kept: Store, key: str, out: Path) -> bool:
     """Whether the store holds a receipt for ``key`` and ``out`` is still as that run left it."""
-    held = kept.get(key)
+    held = kept.get(key, form=store.JSON)
     if not isinstance(held, dict) or not out.is_dir():
         return False
     try:

@@ -3,8 +3,10 @@
 A key is a hash of everything a result depends on: the files it was computed from (a pair's
 folder, the harness's own code), the versions of the libraries that computed it, the machine's
 CPU kernels, and the run's options. A run whose inputs did not change finds its results here; a
-change in any input gives a new key, so nothing stale is ever read. Entries are pickles, written
+change in any input gives a new key, so nothing stale is ever read. Entries are pickles (a
+report run's receipt, read before anything else, is JSON, whose loading runs no code), written
 atomically; one that cannot be read (cut short, or made by code whose classes moved) is a miss.
+A pickle runs code when loaded: the store is the user's own folder, as trusted as their code.
 
 The store lives in the user's cache folder (``$XDG_CACHE_HOME/attention-pitfalls``, else
 ``~/.cache/attention-pitfalls``), or where ``ATTENTION_PITFALLS_CACHE`` points; deleting that
@@ -16,11 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import pickle
 import sys
 import tempfile
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -31,8 +35,13 @@ from harness.arithmetic import identity
 ENV = "ATTENTION_PITFALLS_CACHE"
 LIMIT = 512 * 2**20  # bytes the store may hold
 SUFFIX = ".pickle"
+JSON = ".json"
 # Libraries whose arithmetic or rendering a stored result depends on.
-LIBRARIES = ("torch", "numpy", "pandas", "matplotlib", "tabulate", "transformers")
+LIBRARIES = (
+    "torch", "numpy", "pandas", "matplotlib", "tabulate", "transformers", "x-transformers", "timm",
+)  # fmt: skip
+PARTIAL = "attention-pitfalls-"  # the prefix of this store's writes in progress (".partial")
+STALE = 3600  # seconds after which a write still in progress was cut short: removed
 HARNESS = Path(__file__).resolve().parents[1]  # the harness package
 
 
@@ -88,25 +97,33 @@ def key(*parts: object, files: Iterable[Path] = (), root: Path | None = None) ->
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+# How an entry is written and read, by its suffix: results (tensors, frames) as pickles; JSON
+# for plain data read before anything else (a receipt), whose loading runs no code.
+FORMS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
+    SUFFIX: (lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL), pickle.loads),
+    JSON: (lambda v: json.dumps(v, sort_keys=True).encode(), json.loads),
+}
+
+
 class Store:
-    """Pickled results by key in one folder; ``folder=None`` keeps nothing."""
+    """Results by key in one folder, pickled (or as JSON: ``form``); ``folder=None`` keeps
+    nothing."""
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
         self.hits = self.misses = 0
 
-    def _path(self, key: str) -> Path:
+    def _path(self, key: str, form: str = SUFFIX) -> Path:
         assert self.folder is not None
-        return self.folder / f"{key}{SUFFIX}"
+        return self.folder / f"{key}{form}"
 
-    def get(self, key: str) -> Any | None:
+    def get(self, key: str, form: str = SUFFIX) -> Any | None:
         """The result stored under ``key``; None when there is none or it cannot be read."""
         if self.folder is None:
             return None
-        path = self._path(key)
+        path = self._path(key, form)
         try:
-            with path.open("rb") as f:
-                value = pickle.load(f)
+            value = FORMS[form][1](path.read_bytes())
         except FileNotFoundError:
             self.misses += 1
             return None
@@ -120,35 +137,39 @@ class Store:
         self.hits += 1
         return value
 
-    def put(self, key: str, value: Any) -> None:
+    def put(self, key: str, value: Any, form: str = SUFFIX) -> None:
         """Store ``value`` under ``key`` in one step; a store that cannot be written is skipped
         (the run's results do not depend on it)."""
         if self.folder is None:
             return
         try:
+            data = FORMS[form][0](value)
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, temp = tempfile.mkstemp(dir=self.folder, suffix=".partial")
+            fd, temp = tempfile.mkstemp(dir=self.folder, prefix=PARTIAL, suffix=".partial")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-                os.replace(temp, self._path(key))
+                    f.write(data)
+                os.replace(temp, self._path(key, form))
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(temp)
                 raise
-        except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        except (OSError, pickle.PicklingError, TypeError, ValueError, AttributeError):
             return
 
     def prune(self, limit: int = LIMIT) -> None:
         """Drop the entries used least recently until the store holds at most ``limit``
-        bytes, and any write cut short."""
+        bytes, and this store's writes cut short (older than ``STALE``: a younger one may be
+        another run's, still writing; a file of another name is not this store's)."""
         if self.folder is None or not self.folder.is_dir():
             return
-        for partial in self.folder.glob("*.partial"):
+        now = time.time()
+        for partial in self.folder.glob(f"{PARTIAL}*.partial"):
             with contextlib.suppress(OSError):
-                partial.unlink()
+                if now - partial.stat().st_mtime > STALE:
+                    partial.unlink()
         entries = []
-        for path in self.folder.glob(f"*{SUFFIX}"):
+        for path in (p for form in FORMS for p in self.folder.glob(f"*{form}")):
             with contextlib.suppress(OSError):
                 info = path.stat()
                 entries.append((info.st_mtime, info.st_size, path))

@@ -9,12 +9,14 @@ numbers go to ``timings.md`` beside it.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
+from harness.errors import UsageError, shorten
 from harness.files import (
     DOCTOR,
     IMAGES,
@@ -128,6 +130,7 @@ def write_report(
     progress: Callable[[str], None] = lambda label: None,
     kept: Store | None = None,
     pages_key: str = "",
+    published: Callable[[], None] = lambda: None,
 ) -> tuple[Path, bool]:
     """Write the report's pages (``out/report.md`` and its companions) with their pictures, and
     ``out/timings.md``, as one unit.
@@ -137,31 +140,28 @@ def write_report(
     a committed report unchanged. Returns the report's path and whether it was replaced.
     ``doctor`` is ``doctor_tables.assembled``'s answer, when the doctor ran. The pages
     are taken from the store ``kept`` under ``pages_key`` (a key of everything they are
-    rendered from) when it holds them.
+    rendered from) when it holds them. ``published`` runs once the folder is as this run leaves
+    it, still holding the folder's lock (the receipt of the run: no other run's report can come
+    between).
     """
     ensure_writable(out)
     kept = kept or Store(None)
     with publish.staging(out) as staged:
-        (staged / IMAGES).mkdir()
-        images = {}
-        for r in results:
-            progress(f"drawing {r.pair.card.id}")
-            drawn = drawn_or_kept(r, staged, kept)
-            hashed = [publish.hashed_name(staged / name) for name in drawn]
-            for name, new in zip(drawn, hashed, strict=True):
-                os.replace(staged / name, staged / new)
-            images[r.pair.card.id] = hashed
-        progress("writing")
-        pages = kept.get(pages_key) if pages_key else None
-        if not isinstance(pages, dict):
-            pages = render(results, grid, unavailable, set(timed), images, doctor)
-            if pages_key:
-                kept.put(pages_key, pages)
-        for name, page in pages.items():
-            (staged / name).write_text(page)
-        (staged / TIMINGS).write_text(timings_text(timed))
-        timing_pictures = draw_timings(timed, staged, kept)
-        pictures = [name for names in images.values() for name in names]
+        try:
+            pictures, pages, timing_pictures = staged_report(
+                results, grid, unavailable, timed, doctor, progress, kept, pages_key, staged
+            )
+        except OSError as exc:  # a full disk, a folder gone: nothing of this run is in place
+            reason = exc.strerror or str(exc)
+            raise UsageError(
+                f"cannot write the report into {shorten(out, quote=True)}: {reason} (the folder "
+                "holds what it held before this run)"
+            ) from None
+
+        def leave() -> None:  # the folder as this run leaves it, its lock still held
+            shutil.rmtree(staged, ignore_errors=True)
+            published()
+
         with publish.locked(out):
             old = read_pages(out)
             old_text = joined(old) if REPORT in old else None
@@ -169,6 +169,7 @@ def write_report(
                 with uninterrupted(f"{out / TIMINGS} was replaced (the report was current)"):
                     for name in [*timing_pictures, TIMINGS]:
                         os.replace(staged / name, out / name)
+                leave()
                 return out / REPORT, False
             linked = publish.linked_images(old_text or "")
             companions = [name for name in pages if name != REPORT]
@@ -177,7 +178,44 @@ def write_report(
                 publish.install(staged, out, REPORT, pictures, others, linked)
                 for name in set(old) - set(pages):  # a page this report does not have
                     (out / name).unlink()
+            leave()
     return out / REPORT, True
+
+
+def staged_report(
+    results: list[TrapResult],
+    grid: Grid,
+    unavailable: list[str],
+    timed: dict[str, pd.DataFrame],
+    doctor: dict[str, object] | None,
+    progress: Callable[[str], None],
+    kept: Store,
+    pages_key: str,
+    staged: Path,
+) -> tuple[list[str], dict[str, str], list[str]]:
+    """Draw and render the report into the folder ``staged``: its pictures' names, its pages
+    by name, and its timing pictures."""
+    (staged / IMAGES).mkdir()
+    images = {}
+    for r in results:
+        progress(f"drawing {r.pair.card.id}")
+        drawn = drawn_or_kept(r, staged, kept)
+        hashed = [publish.hashed_name(staged / name) for name in drawn]
+        for name, new in zip(drawn, hashed, strict=True):
+            os.replace(staged / name, staged / new)
+        images[r.pair.card.id] = hashed
+    progress("writing")
+    pages = kept.get(pages_key) if pages_key else None
+    if not isinstance(pages, dict):
+        pages = render(results, grid, unavailable, set(timed), images, doctor)
+        if pages_key:
+            kept.put(pages_key, pages)
+    for name, page in pages.items():
+        (staged / name).write_text(page)
+    (staged / TIMINGS).write_text(timings_text(timed))
+    timing_pictures = draw_timings(timed, staged, kept)
+    pictures = [name for names in images.values() for name in names]
+    return pictures, pages, timing_pictures
 
 
 def is_current(out: Path, old_text: str | None, text: str) -> bool:

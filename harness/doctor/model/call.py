@@ -83,7 +83,12 @@ def vocabulary(model: nn.Module) -> int:
             value = getattr(source, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 1:
                 return value
-    embedding = next(m for m in model.modules() if isinstance(m, nn.Embedding))
+    embedding = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
+    if embedding is None:
+        raise UsageError(
+            f"{type(model).__name__} is no model of token ids (no nn.Embedding, no vocabulary "
+            "size in its config): leave out --model to diagnose it as one attention module"
+        )
     return embedding.num_embeddings
 
 
