@@ -49,6 +49,12 @@ def shorten(text: object, limit: int = 60, *, quote: bool = False) -> str:
     return f"{shown}… ({len(text)} characters)"
 
 
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped, line breaks and tabs aside: what user code
+    said (an error message) may carry a terminal's escape codes, which must not reach it raw."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+
+
 def did_you_mean(word: str, choices: Iterable[str], *, limit: int = 100) -> str:
     """``did you mean 'cuda'?`` for the choices close to ``word``, or ``""`` when none is."""
     if len(word) > limit:  # a pasted paragraph resembles nothing

@@ -73,8 +73,9 @@ class Tally:
 
     @classmethod
     def parse(cls, text: str) -> Tally | None:
-        """The tally ``text()`` wrote; None when ``text`` is not one."""
-        counted = text.removeprefix(f"{MIXED}: ")
+        """The tally ``text()`` wrote (its counts: whether it says "mixed" is the rule's to
+        decide again); None when ``text`` is not one."""
+        counted = text.strip().removeprefix(f"{MIXED}: ")
         counts, seeds = [], set()
         for part in counted.split(JOIN):
             match = COUNT.match(part.strip())
@@ -84,8 +85,7 @@ class Tally:
             seeds.add(int(match["n"]))
         if len(seeds) != 1 or sum(k for _, k in counts) != seeds.pop():
             return None
-        tally = cls(tuple(counts))
-        return tally if tally.text() == text.strip() else None
+        return cls(tuple(sorted(counts, key=lambda c: -c[1])))  # most first, as ``of`` orders
 
 
 def agreed(k: int, n: int) -> bool:

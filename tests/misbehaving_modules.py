@@ -161,8 +161,12 @@ class HangsOnLongInputs(Plain):
 
 
 class Interrupted(Plain):
+    """Ctrl-C while it runs: SIGINT to its own process."""
+
     def misbehave(self, x):
-        raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the signal arrives first
+
 
 
 class Reseeds(Plain):
@@ -228,3 +232,27 @@ class RaisesInColour(Plain):
 
     def misbehave(self, x):
         raise RuntimeError("\x1b[2J\x1b[31mscreen cleared\x1b[0m")
+
+
+class ForksASleeper(Plain):
+    """Forks a process that sleeps ten minutes, on every call: none may outlive the doctor."""
+
+    def misbehave(self, x):
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+
+
+class IgnoresStopSignals(Plain):
+    """Ignores SIGINT and SIGTERM, then never returns."""
+
+    def misbehave(self, x):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            pass
+
+
+class RaisesInColourWhenBuilt(Plain):
+    def __init__(self, d_model):
+        raise ValueError("\x1b[2J\x1b[31mscreen cleared\x1b[0m")

@@ -23,6 +23,8 @@ from harness.cli import catalogue as catalogue_commands
 from harness.cli import doctor as doctor_commands
 from harness.doctor import guard
 from harness.doctor.target import load_object
+from harness.errors import UsageError
+from harness.files import ensure_writable
 from harness.progress import Progress
 from tests import misbehaving_modules
 
@@ -295,10 +297,6 @@ EXACT_ERRORS = {
         "Linear is no model of token ids (no nn.Embedding, no vocabulary size in its config): "
         "leave out --model to diagnose it as one attention module",
     ),
-    "report into the root": (
-        ["report", "--out", "/"],
-        "--out '/' is the file system's root: name a folder of its own",
-    ),
     "zoo with a -k pytest cannot read": (
         ["zoo", "transformers", "-k", "a and ("],
         "-k 'a and (' is no pytest -k expression: expected not OR left parenthesis OR "
@@ -317,10 +315,40 @@ def test_usage_error_is_one_exact_line(capsys, case):
     assert one_error_line(capsys, *argv) == message
 
 
+def test_the_file_systems_root_is_no_report_folder():
+    """Checked on the folder alone: were the check gone, the command would write a whole
+    report into / (a mutant once did)."""
+    with pytest.raises(UsageError) as refused:
+        ensure_writable(Path("/"))
+    assert str(refused.value) == "--out '/' is the file system's root: name a folder of its own"
+    with pytest.raises(UsageError):
+        ensure_writable(Path("/tmp/.."))
+
+
 def test_a_modules_escape_codes_do_not_reach_the_terminal_raw(capsys):
     code, out, _ = run_doctor(capsys, "RaisesInColour")
     assert code == 1 and "\x1b" not in out
     assert "\\x1b[2J\\x1b[31mscreen cleared" in out
+
+
+def test_an_error_building_the_module_is_escaped(capsys):
+    code, out, err = run_doctor(capsys, "RaisesInColourWhenBuilt")
+    assert code == 2 and out == "" and "\x1b" not in err
+    assert "\\x1b[2J\\x1b[31mscreen cleared" in err
+
+
+class ClosedReader(io.StringIO):
+    """A stdout whose reader has gone: every write is a broken pipe."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_reader_keeps_the_commands_status(monkeypatch):
+    """`doctor ... | head -0`: the reader is gone, the diagnosis failed all the same."""
+    monkeypatch.setattr(sys, "stdout", ClosedReader())
+    code = cli.main(["doctor", f"{MISBEHAVING}:RaisesInColour", "--d-model", "16"])
+    assert code == 1
 
 
 def test_a_target_file_need_not_end_in_py(capsys, tmp_path):

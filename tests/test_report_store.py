@@ -4,6 +4,8 @@ pictures made from the same inputs are reused."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import types
 
 import pandas as pd
@@ -209,3 +211,32 @@ def test_a_full_disk_while_staging_is_one_line_and_the_old_report_stays(tmp_path
     )
     assert sorted(p.name for p in out.rglob("*")) == before
     assert (out / "report.md").read_text() == "# the old report\n"
+
+
+def test_published_runs_holding_the_folders_lock_with_no_staging_left(tmp_path, monkeypatch):
+    """What runs on publishing (the receipt) sees the folder as this run leaves it, and no
+    other run's report can come between."""
+    out = tmp_path / "reports"
+    seen = []
+
+    def staged(*args):
+        folder = args[-1]
+        (folder / "img").mkdir()
+        (folder / "report.md").write_text("# a report\n")
+        (folder / "timings.md").write_text("timings\n")
+        return [], {"report.md": "# a report\n"}, []
+
+    def published():
+        fd = os.open(out, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            seen.append("unlocked")
+        except BlockingIOError:
+            seen.append("locked")
+        finally:
+            os.close(fd)
+        seen.append(sorted(p.name for p in out.iterdir()))
+
+    monkeypatch.setattr(write, "staged_report", staged)
+    write_report([], GRID, out, [], {}, published=published)
+    assert seen == ["locked", ["report.md", "timings.md"]]  # no .staging-* of its own

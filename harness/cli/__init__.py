@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from harness.cli import report
 from harness.cli.parser import PROG, build_parser
-from harness.errors import Interrupted, UsageError
+from harness.errors import Interrupted, UsageError, printable
 from harness.interrupts import stop_signals
 
 __all__ = ["COMMANDS", "PROG", "build_parser", "main"]
@@ -67,6 +67,7 @@ def interrupted(signum: int, done: Sequence[str] = ()) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = 0  # the command's status, once it has one: a reader gone does not change it
     with stop_signals() as signals:
         try:
             try:
@@ -83,14 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             signals.quiet = True
             if signals.received:
                 return interrupted(signals.received[0], signals.done)
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            print(f"{PROG}: error: {printable(str(exc))}", file=sys.stderr)
             return 2
         except KeyboardInterrupt as exc:
             signals.quiet = True
             received = signals.received
             signum = received[0] if received else getattr(exc, "signum", signal.SIGINT)
             return interrupted(signum, signals.done)
-        except BrokenPipeError:  # e.g. piped into head: not an error of ours
+        except BrokenPipeError:  # piped into head: not an error of ours, and no other status
             signals.quiet = True
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
-            return 0
+            return code

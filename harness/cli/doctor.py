@@ -18,7 +18,7 @@ from harness.doctor.model.call import takes_token_ids
 from harness.doctor.model.examine import diagnose_model
 from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
-from harness.errors import UsageError, shorten
+from harness.errors import UsageError, printable, shorten
 from harness.files import check_file_destination, write_atomically
 from harness.progress import Progress
 
@@ -87,12 +87,6 @@ def check_expression(select: str) -> None:
         reason = getattr(exc, "msg", None) or getattr(exc, "message", None) or str(exc)
         raise UsageError(f"-k {shorten(select, quote=True)} is no pytest -k expression: "
                          f"{shorten(reason, 100)}") from None  # fmt: skip
-
-
-def printable(text: str) -> str:
-    """``text`` with its control characters escaped, line breaks and tabs aside: a module's
-    error message may carry a terminal's escape codes, which must not reach it raw."""
-    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 def cmd_zoo(args: argparse.Namespace) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import UsageError, printable, shorten
 from harness.files import REPORT
 from harness.report import receipt
 from harness.report.store import Store, default_folder
@@ -70,8 +70,10 @@ def report_text(folder: Path) -> str:
     from harness.report.pages import joined, read_pages
 
     folder = folder.parent if folder.name == REPORT else folder
+    if (folder / REPORT).exists() and not (folder / REPORT).is_file():
+        raise UsageError(f"no report in {shorten(folder)}: its {REPORT} is not a file")
     if not (folder / REPORT).is_file():
-        raise UsageError(f"no report in {folder}: {REPORT} is missing")
+        raise UsageError(f"no report in {shorten(folder)}: {REPORT} is missing")
     try:
         return joined(read_pages(folder))
     except (OSError, UnicodeDecodeError) as exc:
@@ -87,4 +89,4 @@ def cmd_compare(args: argparse.Namespace) -> tuple[str, int]:
     problems = compare(old, new, optional=False)
     if not problems:
         return f"{args.old} and {args.new} agree: within rounding, and tallies within chance", 0
-    return "\n".join([f"{args.old} and {args.new} disagree:", *problems]), 1
+    return printable("\n".join([f"{args.old} and {args.new} disagree:", *problems])), 1

@@ -17,7 +17,7 @@ from harness.doctor.causes import explain
 from harness.doctor.convention import NAME as CONVENTION
 from harness.doctor.convention import detect
 from harness.doctor.findings import FAIL, SKIP, Diagnosis, Finding, failed, skipped
-from harness.doctor.guard import TIMEOUT, UserCodeError, guarded, settings_kept
+from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.probes.numerics import HALF_FILL, HALF_FILL_NAMED
 from harness.doctor.subject import Config, Subject, quietly_seeded
@@ -71,21 +71,8 @@ def diagnose(
     each step's name before it runs (``len(STEPS)`` calls at most). A device that is not
     available here is a UsageError, before anything runs.
     """
-    with settings_kept():
-        return _diagnose(module, config or Config(), target, timeout, progress, crashed, skip)
-
-
-def _diagnose(
-    module: nn.Module,
-    config: Config,
-    target: str,
-    timeout: float | None,
-    progress: Callable[[str], None] | None,
-    crashed: Mapping[str, str] | None,
-    skip: Mapping[str, str] | None,
-) -> Diagnosis:
-    """``diagnose``'s work, whose changes to global settings ``diagnose`` undoes."""
     report = progress or (lambda step: None)
+    config = config or Config()
     resolve_device(config.device)
     check_seed(config.seed)
     name = target or type(module).__name__

@@ -283,18 +283,6 @@ def exit_message(exc: SystemExit) -> str:
 
 
 @contextmanager
-def settings_kept() -> Iterator[None]:
-    """Every global setting (random streams and autocast included) as it was before the block,
-    whatever ran in it: a diagnosis draws from seeded generators between its guarded calls, and
-    the caller's next line must not see that."""
-    saved = snapshot()
-    try:
-        yield
-    finally:
-        restore(saved)
-
-
-@contextmanager
 def guarded(timeout: float | None = TIMEOUT) -> Iterator[io.StringIO]:
     """Run user code: its prints captured (the StringIO yielded), ``sys.exit`` and running past
     ``timeout`` seconds turned into ``UserCodeError``, every global setting restored on the way

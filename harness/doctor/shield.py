@@ -16,6 +16,7 @@ the process itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -34,6 +35,7 @@ CRASHED = (
 )
 
 GRACE = 0.5  # seconds a stop signal to the parent leaves the child to stop by itself
+KILL_AFTER = 5.0  # seconds more a child that ignores the signal passed on is given
 _steps: int | None = None  # in a child: the pipe each step's name goes to
 _crashed: dict[str, str] = {}  # in a child: the probes that crashed an earlier child
 
@@ -60,16 +62,20 @@ def run(command: Callable[[], int], probes: Collection[str]) -> int:
     global _steps
     while True:
         read, write = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        flush()
         pid = os.fork()
         if pid == 0:  # the child: the command, then out, whatever happens
             os.close(read)
+            os.setpgid(0, 0)  # a group of its own: what the module starts, the parent ends
             _steps = write
             os._exit(_child(command))
         os.close(write)
-        status = _wait(pid)
+        status, stopped = _wait(pid)
         steps = _read(read)
+        if stopped is not None and not os.WIFEXITED(status):  # ended by force, on our signal
+            print(f"python -m harness: interrupted ({signal.Signals(stopped).name})",
+                  file=sys.stderr)  # fmt: skip
+            return 128 + stopped
         done = [line for line in steps if line.startswith(DONE)]
         steps = [line for line in steps if not line.startswith(DONE)]
         last = steps[-1] if steps else "starting"
@@ -107,11 +113,18 @@ def _child(command: Callable[[], int]) -> int:
         print(f"{PROG}: stopped by {escaped(exc)}; no diagnosis", file=sys.stderr)
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            flush()
         finally:
             note(f"{DONE}{status}")
     return status
+
+
+def flush() -> None:
+    """Flush stdout and stderr, as far as they are there (a closed stdout is None) and open."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            if stream is not None:
+                stream.flush()
 
 
 def escaped(exc: BaseException) -> str:
@@ -120,34 +133,40 @@ def escaped(exc: BaseException) -> str:
     return shorten(describe(exc), 200)
 
 
-def _wait(pid: int) -> int:
-    """The child's wait status. A stop signal the parent receives (SIGINT, SIGTERM, SIGHUP:
-    ``kill``, ``Popen.terminate()``, a CI job cancelled) is passed on to the child after
-    ``GRACE`` seconds unless it has ended by then: a terminal's Ctrl-C or hang-up reaches both
-    (one process group) and the child is already stopping, and a signal meant for the parent
-    alone must not leave the child running as an orphan. The parent then waits for the child
-    to say so, and takes its status."""
-    lock, ended, timers = threading.Lock(), [False], []
+def _wait(pid: int) -> tuple[int, int | None]:
+    """The child's wait status, and the stop signal the parent received, if any.
+
+    A stop signal the parent receives (SIGINT, SIGTERM, SIGHUP: a terminal's Ctrl-C, ``kill``,
+    ``Popen.terminate()``, a CI job cancelled) is passed on to the child's process group after
+    ``GRACE`` seconds unless the child has ended by then, and the parent waits for the child to
+    say so; a child that ignores it is killed ``KILL_AFTER`` seconds later. Once the child has
+    ended, whatever the module started in its group is killed too: nothing of the diagnosis
+    outlives the command."""
+    lock, ended, timers, received = threading.Lock(), [False], [], []
 
     def pass_on(signum: int) -> None:
         with lock:
             if not ended[0]:
-                os.kill(pid, signum)
+                os.killpg(pid, signum)
 
-    def received(signum: int, frame: object) -> None:
-        timer = threading.Timer(GRACE, pass_on, (signum,))
-        timer.daemon = True
-        timer.start()
-        timers.append(timer)
+    def on_signal(signum: int, frame: object) -> None:
+        received.append(signum)
+        for delay, sent in ((GRACE, signum), (GRACE + KILL_AFTER, signal.SIGKILL)):
+            timer = threading.Timer(delay, pass_on, (sent,))
+            timer.daemon = True
+            timer.start()
+            timers.append(timer)
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = {signum: signal.signal(signum, received) for signum in STOP_SIGNALS}
+        previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
     try:
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped: still ours
         with lock:
             ended[0] = True
-        return os.waitpid(pid, 0)[1]
+            with contextlib.suppress(OSError):  # its group: what the module left running
+                os.killpg(pid, signal.SIGKILL)
+        return os.waitpid(pid, 0)[1], (received[0] if received else None)
     finally:
         for timer in timers:
             timer.cancel()

@@ -128,16 +128,17 @@ def tally_of(cell: str) -> Tally | None:
 
 
 def compare_tallies(committed: str | None, fresh: str | None, same_machine: bool) -> list[str]:
-    """What the learning probe claims, compared by the rule of ``harness.tally``: on the same
-    machine the tallies are equal (training repeats itself there); elsewhere they differ only
-    where Fisher's exact test says so, whatever the claims their counts give."""
+    """What the learning probe claims, compared by the rule of ``harness.tally``: between two
+    machines the tallies differ only where Fisher's exact test says so, whatever the claims
+    their counts give (on one machine ``compare_learned`` holds them equal, as every number of
+    the learning probe)."""
     if committed is None and fresh is None:
         return []  # neither report ran the learning probe
     old, new = tally_of(committed or ""), tally_of(fresh or "")
     if old is None or new is None:
         return [f"no tally to compare: committed {committed!r}, fresh {fresh!r}"]
     if same_machine:
-        return [] if old == new else [f"committed {old.text()!r}, fresh {new.text()!r}"]
+        return []  # compared exactly there, with every line of the learning probe (compare_learned)
     return [
         f"{outcome}: committed {old.text()!r}, fresh {new.text()!r} (Fisher's exact test, "
         f"p < {ALPHA:g})"
@@ -158,8 +159,6 @@ def compare_numbers(old: list[Line], new: list[Line]) -> list[str]:
     problems = []
     old_primary, new_primary = primary_thresholds(old), primary_thresholds(new)
     for a, b in zip(old, new, strict=True):
-        if a.learned or b.learned:
-            continue
         threshold = threshold_of(a, old_primary) + threshold_of(b, new_primary)
         for x, y in zip(a.numbers, b.numbers, strict=True):
             if not agree(x, y, threshold):
@@ -217,15 +216,28 @@ def compare(committed: str, fresh: str, optional: bool = True) -> list[str]:
         old, new = [x for x in old if not x.learned], [x for x in new if not x.learned]
     problems = compare_sections(committed, fresh) + compare_summary(committed, fresh, same_cpu)
     words = compare_words(old, new)
+    if same_cpu and not words:  # the same machine repeats its training exactly
+        problems += compare_learned(committed, fresh)
     return problems + (words or compare_numbers(old, new))
+
+
+def compare_learned(committed: str, fresh: str) -> list[str]:
+    """The learning probe's lines, as printed, between two reports of one machine: training
+    repeats itself there, so a number that moved is a change (in the code, or in the report)."""
+    pairs = zip_longest(learned(committed), learned(fresh), fillvalue="")
+    moved = [(a, b) for a, b in pairs if a != b]
+    if not moved:
+        return []
+    a, b = moved[0]
+    return [
+        f"the learning probe's lines differ on the same machine ({len(moved)} of them), the first:"
+        f"\n    committed {a[:200]}\n    fresh     {b[:200]}"
+    ]
 
 
 def equivalent(old: str, new: str) -> bool:
     """Whether ``new`` says what ``old`` says, run with the same versions: only the CPU's
     rounding (within the floor) or table padding differ. Then there is nothing to rewrite.
-
-    On the same CPU the learning probe repeats itself exactly, so there its numbers must be
-    the same too (a change in the code that moves them is a change)."""
-    if versions(old) != versions(new) or compare(old, new, optional=False):
-        return False
-    return cpus(old) != cpus(new) or learned(old) == learned(new)
+    (On the same machine the learning probe repeats itself exactly: ``compare`` holds its
+    numbers equal there.)"""
+    return versions(old) == versions(new) and not compare(old, new, optional=False)

@@ -61,7 +61,8 @@ INTRO = prose(
     f"*Unknowable*: the prompt's next tokens, which no causal model can know; a module that "
     f"predicts them reads the future. In the summary, *learns? task: fix / bug* gives the task "
     f'(copy or recall), then "yes (n)" when '
-    f"fixed.py reaches {THRESHOLD:.0%} in n steps, then what the bug does: *learns normally* "
+    f"fixed.py reaches {THRESHOLD:.0%} in n steps (on the seed shown), then what the bug does on "
+    f"each seed, tallied (below): *learns normally* "
     f"(×ratio of steps; *identical training* where the bug does not touch a full forward of "
     f"the task); *learns faster* or *slower* (×ratio of steps to {THRESHOLD:.0%}, {SLOWER:g}x "
     f"or more, or ending {ENDS_BELOW:g} below fixed.py's accuracy; \"never {THRESHOLD:.0%}: "

@@ -13,7 +13,7 @@ from torch import nn
 
 from harness.doctor.examine import SETUP, diagnose, evidence
 from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding, Outcome, failed
-from harness.doctor.guard import TIMEOUT, guarded, settings_kept
+from harness.doctor.guard import TIMEOUT, guarded
 from harness.doctor.model import backends, generation, properties
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, state_of
 from harness.doctor.model.diagnosis import IDENTIFIES, LayerGroup, ModelDiagnosis
@@ -135,8 +135,7 @@ def diagnose_model(
     modes = {m: m.training for m in model.modules()}
     try:  # in eval mode, as its copy: a lambda attribute (minGPT's mlpf) calls the original
         model.eval()
-        with settings_kept():  # random streams and autocast as the caller left them
-            return _diagnose_model(model, config, target, timeout, report, crashed)
+        return _diagnose_model(model, config, target, timeout, report, crashed)
     finally:
         for m, training in modes.items():  # the user's model keeps its mode and its weights
             m.training = training
