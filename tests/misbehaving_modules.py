@@ -168,7 +168,6 @@ class Interrupted(Plain):
         time.sleep(5)  # the signal arrives first
 
 
-
 class Reseeds(Plain):
     """Reseeds every random stream and registers a global forward hook in every forward."""
 
