@@ -27,6 +27,11 @@ class Interrupted(KeyboardInterrupt):
         """128 + the signal's number, as a shell reports a process killed by it (130: Ctrl-C)."""
         return 128 + self.signum
 
+    def line(self, prog: str) -> str:
+        """``prog: interrupted``, with the signal's name unless it is Ctrl-C's."""
+        name = "" if self.signum == signal.SIGINT else f" ({self.signal_name})"
+        return f"{prog}: interrupted{name}"
+
     @property
     def signal_name(self) -> str:
         try:
@@ -43,16 +48,17 @@ def shorten(text: object, limit: int = 60, *, quote: bool = False) -> str:
     """
     text = str(text)
     head = text[:limit]
-    shown = repr(head) if quote else "".join(c if c.isprintable() else repr(c)[1:-1] for c in head)
+    shown = repr(head) if quote else printable(head, keep="")
     if len(text) <= limit:
         return shown
     return f"{shown}… ({len(text)} characters)"
 
 
-def printable(text: str) -> str:
-    """``text`` with its control characters escaped, line breaks and tabs aside: what user code
-    said (an error message) may carry a terminal's escape codes, which must not reach it raw."""
-    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+def printable(text: str, keep: str = "\n\t") -> str:
+    """``text`` with its control characters escaped, those in ``keep`` aside (line breaks and
+    tabs): what user code said (an error message) may carry a terminal's escape codes, which
+    must not reach it raw."""
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
 def did_you_mean(word: str, choices: Iterable[str], *, limit: int = 100) -> str:

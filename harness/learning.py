@@ -331,10 +331,16 @@ def answer_loss(logits: Tensor, batch: Batch) -> Tensor:
 
 
 def accuracy(logits: Tensor, targets: Tensor, where: Tensor) -> float:
-    """Fraction of the positions ``where`` whose most likely token is the target (counted, so
-    exact)."""
-    hits = int((logits.argmax(-1)[where] == targets[where]).sum())
-    return hits / int(where.sum()) if bool(where.any()) else math.nan
+    """Fraction of the positions ``where`` whose most likely token is the target."""
+    return accuracies(logits[None], targets[None], where[None])[0]
+
+
+def accuracies(logits: Tensor, targets: Tensor, where: Tensor) -> list[float]:
+    """``accuracy`` of each of several runs at once (logits (S, B, T, V)), counted, so exact;
+    NaN for a run with no position ``where``."""
+    hits = ((logits.argmax(-1) == targets) & where).sum(dim=(1, 2)).tolist()
+    counts = where.sum(dim=(1, 2)).tolist()
+    return [h / n if n else math.nan for h, n in zip(hits, counts, strict=True)]
 
 
 def head_mean(weights: Tensor | None, row: int = 0) -> Tensor | None:

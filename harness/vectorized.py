@@ -34,6 +34,7 @@ from harness.learning import (
     Run,
     Task,
     TinyModel,
+    accuracies,
     answer_loss,
     seeded_batch,
     step_seed,
@@ -143,9 +144,3 @@ def together(
             for model, trained in zip(models, stacked, strict=True):
                 model.get_parameter(name).copy_(trained)
     return [Run(pd.DataFrame(r, columns=["step", "loss", "accuracy"])) for r in rows]
-
-
-def accuracies(logits: Tensor, targets: Tensor, answers: Tensor) -> list[float]:
-    """Each seed's fraction of answers whose most likely token is the target."""
-    hits = ((logits.argmax(-1) == targets) & answers).sum(dim=(1, 2)).tolist()
-    return [h / n for h, n in zip(hits, answers.sum(dim=(1, 2)).tolist(), strict=True)]

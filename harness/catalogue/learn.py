@@ -155,10 +155,10 @@ def learn(
         key = fixed_key(pair, seed, steps, device)
         fixed = (trained or {}).get(key)
         if fixed is None:
-            fixed = train_side(card, task, [b[1] for b in built], seeds, steps, device)
+            fixed = train_side(card, task, attend, [b[1] for b in built], seeds, steps, device)
         if trained is not None:
             trained[key] = fixed
-        buggy = train_side(card, task, [b[2] for b in built], seeds, steps, device)
+        buggy = train_side(card, task, attend, [b[2] for b in built], seeds, steps, device)
     claim = Claim(tuple(diagnose(f, b) for f, b in zip(fixed, buggy, strict=True)), seed)
     learning = Learning(task, fixed[claim.shown], buggy[claim.shown], claim)
     learning.note = note_for(card, learning)
@@ -176,6 +176,7 @@ def learn_all(
 def train_side(
     card: Card,
     task: Task,
+    attend: Attend,
     models: list[TinyModel],
     seeds: range,
     steps: int,
@@ -183,7 +184,6 @@ def train_side(
 ) -> list[Run]:
     """One side's models (``models[i]`` on seed ``seeds[i]``) trained together, then each
     evaluated (by generation, too, on a causal task)."""
-    attend = attend_for(card)
     generate = generate_for(card, attend) if task.causal else None
     runs = train_seeds(models, task, attend, seeds, steps, device)
     return [

@@ -60,9 +60,8 @@ def interrupted(signum: int, done: Sequence[str] = ()) -> int:
     """Say so in one line, with what the command had already changed for good (nothing, unless
     ``done`` says); the exit status a shell gives a process stopped by ``signum``."""
     stop = Interrupted(signum)
-    name = "" if signum == signal.SIGINT else f" ({stop.signal_name})"
     after = f", after it had finished: {'; '.join(done)}" if done else ""
-    print(f"{PROG}: interrupted{name}{after}", file=sys.stderr)
+    print(f"{stop.line(PROG)}{after}", file=sys.stderr)
     return stop.exit_status
 
 

@@ -77,7 +77,7 @@ def report_text(folder: Path) -> str:
     try:
         return joined(read_pages(folder))
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the report in {folder}: {exc}") from None
+        raise UsageError(f"cannot read the report in {shorten(folder)}: {exc}") from None
 
 
 def cmd_compare(args: argparse.Namespace) -> tuple[str, int]:

@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Callable, Collection
 
-from harness.errors import shorten
+from harness.errors import Interrupted, shorten
 from harness.interrupts import STOP_SIGNALS
 from harness.runner import describe
 
@@ -73,9 +73,9 @@ def run(command: Callable[[], int], probes: Collection[str]) -> int:
         status, stopped = _wait(pid)
         steps = _read(read)
         if stopped is not None and not os.WIFEXITED(status):  # ended by force, on our signal
-            print(f"python -m harness: interrupted ({signal.Signals(stopped).name})",
-                  file=sys.stderr)  # fmt: skip
-            return 128 + stopped
+            stop = Interrupted(stopped)
+            print(stop.line("python -m harness"), file=sys.stderr)  # as the command says it
+            return stop.exit_status
         done = [line for line in steps if line.startswith(DONE)]
         steps = [line for line in steps if not line.startswith(DONE)]
         last = steps[-1] if steps else "starting"
