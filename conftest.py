@@ -14,7 +14,9 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("device_name", requested_devices(metafunc.config), scope="session")
     if "dtype" in metafunc.fixturenames:
         metafunc.parametrize("dtype_name", list(DTYPES), scope="session")
+
+
+@pytest.fixture
+def not_ignored() -> Iterator[Callable[[int], None]]:
+    """``not_ignored(signum)`` makes a signal's disposition the default for the test, as in an
+    ordinary terminal: under nohup, or in a background job of a shell without job control,
+    SIGINT or SIGHUP is ignored, and the harness rightly leaves an ignored signal alone."""
+    restore = {}
+
+    def default(signum: int) -> None:
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            restore[signum] = signal.signal(signum, signal.SIG_DFL)
+
+    yield default
+    for signum, handler in restore.items():
+        signal.signal(signum, handler)
 
 
 @pytest.fixture(scope="session")

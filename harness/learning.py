@@ -337,8 +337,9 @@ def accuracy(logits: Tensor, targets: Tensor, where: Tensor) -> float:
 
 def accuracies(logits: Tensor, targets: Tensor, where: Tensor) -> list[float]:
     """``accuracy`` of each of several runs at once (logits (S, B, T, V)), counted, so exact;
-    NaN for a run with no position ``where``."""
-    hits = ((logits.argmax(-1) == targets) & where).sum(dim=(1, 2)).tolist()
+    NaN for a run with no position ``where``. (``max`` picks the first of equal logits, as
+    ``argmax`` does, in half its time on a short last axis.)"""
+    hits = ((logits.max(-1).indices == targets) & where).sum(dim=(1, 2)).tolist()
     counts = where.sum(dim=(1, 2)).tolist()
     return [h / n if n else math.nan for h, n in zip(hits, counts, strict=True)]
 

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, stack_module_state, vmap
 
+from harness.inputs import generator
 from harness.learning import (
     BATCH,
     LR,
@@ -36,7 +37,6 @@ from harness.learning import (
     TinyModel,
     accuracies,
     answer_loss,
-    seeded_batch,
     step_seed,
     train,
 )
@@ -60,11 +60,17 @@ class Flat:
         return {n: c.view(s) for n, c, s in zip(self.names, chunks, self.shapes, strict=True)}
 
 
-@lru_cache(maxsize=2 * STEPS)
+# Stacked batches kept: every step of the two tasks that most traps train on (copy and recall),
+# so that a worker draws each once, whichever traps it is given and in whatever order.
+KEPT_STEPS = 4 * STEPS
+
+
+@lru_cache(maxsize=KEPT_STEPS)
 def stacked_batch(task: Task, seeds: tuple[int, ...], step: int) -> tuple[Tensor | None, ...]:
     """Step ``step``'s batch of every seed, each field stacked over the seeds: (S, B, ...) or
-    None. Kept for the buggy run, which trains on the same batches as the fixed one."""
-    batches = [seeded_batch(task, BATCH, step_seed(seed, step)) for seed in seeds]
+    None. Kept for the buggy run, which trains on the same batches as the fixed one, and for the
+    next trap on the same task. Drawn as ``seeded_batch`` draws, without filling its cache."""
+    batches = [task.draw(BATCH, generator(step_seed(seed, step))) for seed in seeds]
     return tuple(
         None if getattr(batches[0], f) is None else torch.stack([getattr(b, f) for b in batches])
         for f in FIELDS

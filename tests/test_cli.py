@@ -174,7 +174,8 @@ def test_doctor_exit_in_forward_fails_with_the_doctors_own_status(capsys):
     assert code == 1 and [f["message"] for f in findings] == ["calls sys.exit(0)"]
 
 
-def test_doctor_ctrl_c_is_exit_130_and_writes_no_report(capsys, tmp_path):
+def test_doctor_ctrl_c_is_exit_130_and_writes_no_report(capsys, tmp_path, not_ignored):
+    not_ignored(signal.SIGINT)
     report = tmp_path / "doctor.md"
     code, out, err = run_doctor(capsys, "Interrupted", "--report", str(report))
     assert code == 130 and out == "" and err.strip() == "python -m harness: interrupted"
@@ -460,21 +461,6 @@ def kill_self(signum):
     raise AssertionError(f"signal {signum} did not interrupt")
 
 
-@pytest.fixture
-def not_ignored():
-    """Make a signal's disposition the default for the test, as in an ordinary terminal: under
-    nohup SIGHUP is ignored, and main rightly leaves an ignored signal alone."""
-    restore = {}
-
-    def default(signum):
-        if signal.getsignal(signum) is signal.SIG_IGN:
-            restore[signum] = signal.signal(signum, signal.SIG_DFL)
-
-    yield default
-    for signum, handler in restore.items():
-        signal.signal(signum, handler)
-
-
 @pytest.mark.parametrize(
     ("signum", "status", "line"),
     [
@@ -565,7 +551,11 @@ def test_an_adapter_whose_import_hangs_is_stopped_at_the_timeout(capsys, tmp_pat
     assert "did not finish within 1 s" in message, message
 
 
-def test_an_interruption_after_a_step_that_changed_files_says_what_changed(capsys, command):
+def test_an_interruption_after_a_step_that_changed_files_says_what_changed(
+    capsys, command, not_ignored
+):
+    not_ignored(signal.SIGINT)
+
     def publishes(args):
         with interrupts.uninterrupted("out/report.md is the new report"):
             signal.raise_signal(signal.SIGINT)  # held: the step finishes first

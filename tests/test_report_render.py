@@ -471,9 +471,12 @@ def test_pictures_an_install_stopped_halfway_left_are_removed_by_the_next_run(
     assert not (tmp_path / publish.JOURNAL).exists()
 
 
-def test_ctrl_c_while_publishing_waits_for_the_whole_install(tmp_path, stub_pictures, monkeypatch):
+def test_ctrl_c_while_publishing_waits_for_the_whole_install(
+    tmp_path, stub_pictures, monkeypatch, not_ignored
+):
     """A stop signal once report.md is replaced is held until the old pictures are removed,
     and then says what was done: a 130 that means nothing changed is never a lie."""
+    not_ignored(signal.SIGINT)
     write(tmp_path)
     old = linked(tmp_path)
     real = os.replace
