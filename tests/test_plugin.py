@@ -27,7 +27,12 @@ def test_fixture_passes_healthy_and_fails_buggy_with_the_findings(pytester, requ
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
-        ["*AttentionDoctorFailure*", "*FAIL  causal no-leak*depends on input*"]
+        [
+            "*AttentionDoctorFailure*",
+            "*FAIL  causal_leak*at *doctor_modules.py:*",
+            "*key t + 1 open to query t*",
+            "*- causal no-leak:*depends on input*",
+        ]
     )
 
 

@@ -1,5 +1,6 @@
-"""One cause, named once: when several probes fail with the same error, the error is the
-finding, said once, and where its numbers fit a catalogue trap the trap is named with them.
+"""One cause, named once, first: a trap the recorded forward shows (``harness.doctor.reading``),
+at its line, above the failures it explains; and when several probes fail with the same error,
+the error, said once, and where its numbers fit a catalogue trap the trap is named with them.
 
 A module whose every call raises fails every probe that calls it; twelve identical lines hide
 the one thing to fix. ``explain`` groups the failures whose error is the same once its numbers
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.doctor.findings import FAIL, Finding
+from harness.doctor.reading.facts import Reading
 from harness.doctor.subject import Config
 
 # The error a failing probe reports: "raises: E: text", "raises on ordinary (B=4 T=8): E: ...",
@@ -25,18 +27,47 @@ NUMBER = re.compile(r"\d+")
 SHARED = 2  # failures with one error that make it a cause of its own
 
 
+# The failing probes a trap read from the forward explains (None: any failure). A scale only
+# moves the outputs (SDPA's reference) and, after the softmax, the weights' sums.
+SCALE_PROBES = frozenset({"agrees with SDPA", "attention weights"})
+EXPLAINS: dict[str, frozenset[str] | None] = {
+    "softmax_dim": None,
+    "mask_bool": None,
+    "missing_scale": SCALE_PROBES,
+    "scale_d_model": SCALE_PROBES,
+    "double_scale": SCALE_PROBES,
+    "wrong_scale": SCALE_PROBES,
+    "scale_after_softmax": SCALE_PROBES,
+    "causal_leak": frozenset({"causal no-leak", "agrees with SDPA", "cached decoding"}),
+    "sdpa_float_mask": None,
+    "mask_rank": None,
+    "sdpa_mask_inverted": None,
+}
+
+
 @dataclass(frozen=True)
 class Cause:
-    """One error several probes fail with, and the trap it fits (None: none fits)."""
+    """One cause of failures: a trap the forward shows (``error`` empty: ``fit`` says what was
+    read), or an error several probes fail with and the trap it fits (None: none fits).
+    ``at``: the source line where it is, when the recorded forward shows it."""
 
-    error: str  # the first probe's error, numbers and all
+    error: str  # the first probe's error, numbers and all ("" for a trap read from the forward)
     probes: tuple[str, ...]
     trap: str | None = None
-    fit: str = ""  # what in the error's numbers names the trap
+    fit: str = ""  # what in the error's numbers, or in the forward, names the trap
+    at: str = ""
 
-    def line(self) -> str:
+    @property
+    def read(self) -> bool:
+        """Named from what the forward computed, not from an error."""
+        return not self.error
+
+    def said(self) -> str:
+        where = f" at {self.at}" if self.at else ""
+        if self.read:
+            return f"{self.trap}{where}: {self.fit}"
         named = f": {self.fit}: {self.trap}" if self.trap else ""
-        return f"{len(self.probes)} probes raise {self.error}{named}"
+        return f"{len(self.probes)} probes raise {self.error}{where}{named}"
 
 
 def raised(finding: Finding) -> str | None:
@@ -82,19 +113,38 @@ SIGNATURES: tuple[tuple[str, Callable[[str, Config], str | None]], ...] = (
 )
 
 
-def explain(findings: list[Finding], config: Config) -> list[Cause]:
-    """The errors that at least ``SHARED`` failing probes share, each named where it fits."""
+def read_causes(findings: list[Finding], reading: Reading) -> list[Cause]:
+    """The traps the forward shows, each with the failing probes it explains (a trap that
+    explains no failure is no cause: a fact alone never fails a module)."""
+    failing = [f.probe for f in findings if f.status == FAIL]
+    causes, taken = [], set()
+    for named in reading.named:
+        scope = EXPLAINS.get(named.trap, frozenset())
+        probes = tuple(p for p in failing if p not in taken and (scope is None or p in scope))
+        if probes:
+            causes.append(Cause("", probes, named.trap, named.why, named.line))
+            taken |= set(probes)
+    return causes
+
+
+def explain(findings: list[Finding], config: Config, reading: Reading | None = None) -> list[Cause]:
+    """The traps the forward shows that explain failures (first), then the errors that at
+    least ``SHARED`` other failing probes share, each named where it fits."""
+    first = read_causes(findings, reading) if reading is not None else []
+    explained = {p for cause in first for p in cause.probes}
+    last = reading.raised if reading is not None else None  # the op that raised, if one did
     groups: dict[str, list[tuple[str, str]]] = {}
     for finding in findings:
-        error = raised(finding)
+        error = raised(finding) if finding.probe not in explained else None
         if error is not None:
             groups.setdefault(NUMBER.sub("<n>", error), []).append((finding.probe, error))
-    causes = []
+    causes = first
     for members in groups.values():
         if len(members) < SHARED:
             continue
         probes, errors = zip(*members, strict=True)
         fits = ((name, sign(e, config)) for name, sign in SIGNATURES for e in errors)
         trap, fit = next(((name, words) for name, words in fits if words), (None, ""))
-        causes.append(Cause(errors[0], tuple(probes), trap, fit))
+        at = last.where if last is not None and last.raised in errors[0] else ""
+        causes.append(Cause(errors[0], tuple(probes), trap, fit, at))
     return causes

@@ -20,6 +20,8 @@ from harness.doctor.findings import FAIL, SKIP, Diagnosis, Finding, failed, skip
 from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.probes.numerics import HALF_FILL, HALF_FILL_NAMED
+from harness.doctor.reading.facts import Fact, Reading
+from harness.doctor.reading.watch import watch
 from harness.doctor.subject import Config, Subject, quietly_seeded
 from harness.errors import UsageError
 from harness.inputs import check_seed
@@ -51,6 +53,18 @@ def examine(name: str, probe: Probe, subject: Subject, timeout: float | None = T
     except Exception as exc:
         outcome = failed(evidence(exc))
     return Finding(name, outcome.status, outcome.message)
+
+
+def read_forward(subject: Subject, timeout: float | None) -> Reading:
+    """The one recorded forward, read; a call that exits, hangs or breaks leaves a reading
+    that says so (the probes report it as their own failures)."""
+    try:
+        with guarded(timeout), quietly_seeded(subject.config.seed):
+            return watch(subject)
+    except UsageError:
+        raise
+    except Exception as exc:
+        return Reading(facts=[Fact("recorded forward", f"stopped: {evidence(exc)}")])
 
 
 def diagnose(
@@ -92,7 +106,8 @@ def diagnose(
         raise
     except Exception as exc:  # the module exits, hangs or breaks before any probe can run
         return Diagnosis(name, config, [Finding(step, FAIL, evidence(exc))])
-    diagnosis = Diagnosis(name, subject.config)  # as probed (a context may shorten seq_len)
+    reading = read_forward(subject, timeout)
+    diagnosis = Diagnosis(name, subject.config, facts=reading.facts)  # as probed
     diagnosis.findings.extend(f for f in (detected, said and said[1]) if f)
     for probe_name, probe in PROBES.items():
         report(probe_name)
@@ -103,7 +118,7 @@ def diagnose(
             diagnosis.findings.append(Finding(probe_name, SKIP, skip[probe_name]))
             continue
         diagnosis.findings.append(examine(probe_name, probe, subject, timeout))
-    diagnosis.causes = explain(diagnosis.findings, subject.config)
+    diagnosis.causes = explain(diagnosis.findings, subject.config, reading)
     return diagnosis
 
 

@@ -12,6 +12,7 @@ from harness.doctor.subject import Config
 
 if TYPE_CHECKING:
     from harness.doctor.causes import Cause
+    from harness.doctor.reading.facts import Fact
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 # How a failure lists the causes it cannot tell apart: "Known causes: a (gloss), b (gloss)";
@@ -72,6 +73,19 @@ def markdown_header(target: str, healthy: bool, details: str) -> list[str]:
     return [f"# Attention doctor: `{target}`", "", f"Verdict: **{verdict}** ({details})."]
 
 
+def consequences(findings: list[Finding]) -> list[tuple[str, list[str]]]:
+    """What each failing probe under a cause says: the probes that raise one error (once its
+    numbers are masked) said once, the others each in its own words."""
+    from harness.doctor.causes import NUMBER, raised  # the error's reading is causes.py's
+
+    said: dict[str, tuple[str, list[str]]] = {}
+    for f in findings:
+        error = raised(f)
+        key = NUMBER.sub("<n>", error) if error else f.probe
+        said.setdefault(key, (f"raises {error}" if error else f.message, []))[1].append(f.probe)
+    return list(said.values())
+
+
 @dataclass
 class Diagnosis:
     """All findings for one module."""
@@ -79,7 +93,8 @@ class Diagnosis:
     target: str
     config: Config
     findings: list[Finding] = field(default_factory=list)
-    causes: list[Cause] = field(default_factory=list)  # errors several probes share (causes.py)
+    causes: list[Cause] = field(default_factory=list)  # read traps, shared errors (causes.py)
+    facts: list[Fact] = field(default_factory=list)  # what the recorded forward showed
 
     @property
     def failures(self) -> list[Finding]:
@@ -104,18 +119,34 @@ class Diagnosis:
         return len([f for f in self.failures if f.probe not in grouped]) + len(self.causes)
 
     def text(self) -> str:
-        """One line per finding, but one for the probes that fail with one cause."""
+        """The causes read from the forward first, each at its line with the failures it
+        explains under it; then one line per other finding (one for the probes that fail
+        with one error); then the facts the doctor went on."""
+        read = [c for c in self.causes if c.read]
+        under = {probe for cause in read for probe in cause.probes}
         width = max(len(f.probe) for f in self.findings)
-        grouped = {probe: cause for cause in self.causes for probe in cause.probes}
-        lines, shown = [], set()
+        by_probe = {f.probe: f for f in self.findings}
+        lines = []
+        for cause in read:
+            lines.append(f"FAIL  {cause.trap:<{width}}  at {cause.at}".rstrip())
+            lines.append(f"{'':<{width + 8}}{cause.fit}")
+            for said, probes in consequences([by_probe[p] for p in cause.probes]):
+                lines.append(f"{'':<{width + 6}}- {', '.join(probes)}: {said}".rstrip())
+        grouped = {probe: c for c in self.causes if not c.read for probe in c.probes}
+        shown = set()
         for f in self.findings:
             cause = grouped.get(f.probe)
+            if f.probe in under:
+                continue
             if cause is None:
                 lines.append(f"{f.status.upper():<4}  {f.probe:<{width}}  {f.message}".rstrip())
             elif cause not in shown:
                 shown.add(cause)
                 named = ", ".join(cause.probes)
-                lines.append(f"FAIL  {'one cause':<{width}}  {cause.line()} ({named})")
+                lines.append(f"FAIL  {'one cause':<{width}}  {cause.said()} ({named})")
+        if self.facts:
+            lines.append("read from one recorded forward:")
+            lines += [f"  {fact.text()}" for fact in self.facts]
         verdict = "healthy" if self.healthy else f"{self.problems} problem(s)"
         warned = sum(f.status == WARN for f in self.findings)
         tail = f" ({warned} warning(s))" if warned and self.healthy else ""
@@ -129,6 +160,7 @@ class Diagnosis:
                 "config": config_json(self.config),
                 "findings": [asdict(f) for f in self.findings],
                 "causes": [asdict(c) for c in self.causes],
+                "facts": [asdict(f) for f in self.facts],
             },
             indent=2,
         )

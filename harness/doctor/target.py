@@ -28,6 +28,7 @@ from types import ModuleType
 
 from torch import nn
 
+from harness.doctor.reading.record import watching_construction
 from harness.errors import UsageError, shorten
 from harness.runner import seeded
 
@@ -485,7 +486,10 @@ def build(obj: object, sizes: Sizes, seed: int = 0) -> nn.Module:
     for choice in range(_config_choices(obj)):
         kwargs = constructor_kwargs(obj, sizes, choice)  # a name no table knows: said at once
         try:
-            return _build(obj, kwargs, sizes, seed)
+            with watching_construction() as keep:  # where its tensors are made, for the reading
+                module = _build(obj, kwargs, sizes, seed)
+            keep(module)
+            return module
         except UsageError as exc:
             first = first or exc
     assert first is not None

@@ -65,7 +65,7 @@ def diagnoses() -> pd.DataFrame:
         for shape, described in MASKS.items():
             module = build(tutorial_class(name), SIZES)
             d = diagnose(module, Config(mask="keep", mask_shape=shape))
-            causes = "; ".join(f"FAIL {c.line()}" for c in d.causes)
+            causes = "; ".join(f"FAIL {c.said()}" for c in d.causes)
             rows.append(
                 {
                     "module": f"`{name}`",

@@ -1,0 +1,557 @@
+"""Find the attention in a recorded forward by what it computes, and read its facts.
+
+An attention site is a softmax (or an SDPA call). Its scores are followed back, through
+elementwise ops (a scale, a mask, a cap) and changes of layout, to the product that made them
+(``matmul``, ``bmm``, ``@``, ``einsum``); its weights are followed forward to the product with
+the values. What is read from there is what ran, not what anything is called:
+
+- the keys' axis: the axis of the weights that the product with the values sums over (else the
+  last axis of the scores' product); the softmax's own axis;
+- the constant factors on the scores (between the product and the softmax) and on its two
+  operands (back to their projections), and the width the product sums over;
+- each mask applied: the cells it fills (from the record's values) and with what.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from harness.doctor.reading.record import Op, Record, Value
+
+SOFTMAX = {"softmax", "_softmax"}
+SDPA = {"scaled_dot_product_attention"}
+PRODUCTS = {"matmul", "__matmul__", "bmm", "einsum", "baddbmm"}
+MULTIPLY = {"mul", "__mul__", "__rmul__", "mul_", "multiply"}
+DIVIDE = {"div", "__truediv__", "true_divide", "div_", "divide"}
+ADD = {"add", "__add__", "__radd__", "add_"}
+FILL = {"masked_fill", "masked_fill_"}
+# ops whose result is their main operand's values, the same cells: followed without a change
+SAME = {"float", "to", "type", "type_as", "half", "bfloat16", "double", "contiguous", "clone",
+        "dropout", "detach", "nan_to_num", "clamp", "clamp_min", "clamp_max"}  # fmt: skip
+# ops that lay the same values out again: followed, with their axes mapped where they can be
+LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "flatten",
+          "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "tile",
+          "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
+          "unbind", "tensor_split", "split_with_sizes"}  # fmt: skip
+CAPS = {"tanh"}
+
+
+@dataclass
+class Factor:
+    """A constant the scores are multiplied by, where: "scores" (between the product and the
+    softmax), "queries" or "keys" (on an operand of the product), "weights" (after the
+    softmax)."""
+
+    value: float
+    where: str
+    op: Op
+    given: Value | None = None  # the argument that holds it (an attribute, a constant, ...)
+
+
+@dataclass
+class Fill:
+    """A mask applied to the scores: the op, the fill value (None: added, not filled), and the
+    boolean cells it blocks, broadcast to the scores (None: not known)."""
+
+    op: Op
+    value: float | None
+    cells: Tensor | None
+    mask: Value | None = None  # the argument that holds the mask
+    own: bool = True  # made by the module itself, not the caller's mask
+    origin: Op | None = None  # where the module built it (a tril, a triu), when it did
+    held: Value | None = None  # the buffer or attribute it is cut from, when it is
+
+
+@dataclass
+class Site:
+    """One attention found in the record, and what it computes."""
+
+    softmax: Op
+    product: Op | None = None  # the scores' product (None: an SDPA call, or not found)
+    consumer: Op | None = None  # the product of the weights with the values
+    ndim: int = 0  # the rank of the scores at the softmax
+    softmax_axis: int | None = None
+    key_axis: int | None = None
+    query_axis: int | None = None
+    key_axis_from: str = ""  # how the keys' axis is known
+    width: int | None = None  # the width the scores' product sums over
+    factors: list[Factor] = field(default_factory=list)
+    complete: bool = False  # every factor back to the projections is read
+    stopped_at: Op | None = None  # where reading the factors stopped, when not complete
+    fills: list[Fill] = field(default_factory=list)
+    caps: list[Op] = field(default_factory=list)
+    sdpa: bool = False
+    rank_raised: tuple[Op, tuple[int, ...], tuple[int, ...]] | None = None  # a mask's, and how
+    sdpa_mask: Tensor | None = None  # the attn_mask an SDPA call was given
+    is_causal: bool = False
+
+    def blocked(self) -> Tensor | None:
+        """(T_q, T_k): the cells the module's own fills together block in every batch and
+        head (None: no fill of its own, or the axes are not known)."""
+        q, k = self.query_axis, self.key_axis
+        cells = [f.cells for f in self.fills if f.cells is not None and f.own]
+        if q is None or k is None or not cells or q == k:
+            return None
+        union = cells[0]
+        for more in cells[1:]:
+            if more.shape != union.shape:
+                return None
+            union = union | more
+        others = [a for a in range(union.dim()) if a not in (q, k)]
+        common = union.permute(*others, q, k).reshape(-1, union.shape[q], union.shape[k])
+        return common.all(0)
+
+    @property
+    def scale(self) -> float:
+        """The product of the constant factors on the scores and their operands."""
+        return math.prod(f.value for f in self.factors if f.where != "weights")
+
+    @property
+    def after_softmax(self) -> list[Factor]:
+        return [f for f in self.factors if f.where == "weights"]
+
+
+def _tensor_args(op: Op) -> list[Value]:
+    return [v for v in op.args if v.is_tensor] or op.tensors
+
+
+def _from_input(record: Record, value: Value, memo: dict[int, bool]) -> bool:
+    """Whether ``value`` depends on the call's input (not only on weights and constants)."""
+    if value.kind == "input":
+        return True
+    op = record.producer(value)
+    if op is None:
+        return False
+    if op.index not in memo:
+        memo[op.index] = False  # a cycle cannot happen; this only bounds the recursion
+        memo[op.index] = any(_from_input(record, v, memo) for v in op.tensors)
+    return memo[op.index]
+
+
+def _scalar(value: Value) -> float | None:
+    """A number an op was given: a constant, or a one-element tensor that is not data."""
+    if (
+        value.kind == "constant"
+        and isinstance(value.constant, int | float)
+        and not isinstance(value.constant, bool)
+    ):
+        return float(value.constant)
+    if value.is_tensor and value.scalar is not None and math.prod(value.shape or ()) == 1:
+        return value.scalar
+    return None
+
+
+def _main(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
+    """The operand of an elementwise op that carries the data (depends on the input)."""
+    data = [v for v in _tensor_args(op) if _from_input(record, v, memo)]
+    return data[0] if data else None
+
+
+def _map_axis(op: Op, axis: int, ndim_in: int) -> int | None:
+    """Where axis ``axis`` of ``op``'s main operand is in its result (None: not known)."""
+    out_ndim = len(op.shapes[0]) if op.shapes else None
+    if op.name in SAME or op.name in FILL or op.name in CAPS:
+        return axis
+    if op.name in {"transpose", "swapaxes"}:
+        a, b = (op.const(i, n) for i, n in ((1, "dim0"), (2, "dim1")))
+        if not isinstance(a, int) or not isinstance(b, int):
+            return None
+        a, b = a % ndim_in, b % ndim_in
+        return b if axis == a else a if axis == b else axis
+    if out_ndim == ndim_in and op.args and op.args[0].shape == op.shapes[0]:
+        return axis  # a layout op that changed nothing
+    if out_ndim is not None and op.args and op.args[0].shape is not None:
+        shape_in, shape_out = op.args[0].shape, op.shapes[0]
+        from_end = ndim_in - axis  # the trailing axes, when they are kept as they were
+        if (
+            from_end <= min(ndim_in, out_ndim)
+            and shape_in[axis:] == shape_out[out_ndim - from_end :]
+        ):
+            return out_ndim - from_end
+    return None
+
+
+def _elementwise(record: Record, op: Op, memo: dict[int, bool]) -> bool:
+    return op.name in SAME | FILL | CAPS | MULTIPLY | DIVIDE | ADD or op.name in {"sub", "where"}
+
+
+def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]) -> None:
+    """Follow the softmax's input back to the scores' product: factors, fills, caps, and
+    where the softmax's axis and the product's axes meet."""
+    path: list[Op] = []
+    while (op := record.producer(value)) is not None and op.name not in PRODUCTS:
+        if not (_elementwise(record, op, memo) or op.name in LAYOUT):
+            site.stopped_at = op
+            return
+        path.append(op)
+        if op.name in MULTIPLY | DIVIDE:
+            others = [v for v in _tensor_args(op) + [v for v in op.args if not v.is_tensor]
+                      if not _from_input(record, v, memo)]  # fmt: skip
+            for other in others:
+                number = _scalar(other)
+                if number is not None and number != 0:
+                    factor = 1 / number if op.name in DIVIDE else number
+                    site.factors.append(Factor(factor, "scores", op, other))
+        elif op.name in FILL:
+            site.fills.append(_fill(record, op))
+            _rank_raised(record, site, op, memo)
+        elif op.name in ADD | {"where"}:
+            added = _added_mask(record, op, memo)
+            if added is not None:
+                site.fills.append(added)
+                _rank_raised(record, site, op, memo)
+        elif op.name in CAPS:
+            site.caps.append(op)
+        main = _main(record, op, memo)
+        if main is None:
+            site.stopped_at = op
+            return
+        value = main
+    site.product = op
+    if op is None:
+        return
+    alpha = op.const(4, "alpha") if op.name == "baddbmm" else None
+    if isinstance(alpha, int | float) and alpha not in (0, 1):  # baddbmm(..., alpha=scale)
+        site.factors.append(Factor(float(alpha), "scores", op))
+    # the product's axes, carried through the path to the softmax's input
+    ndim = len(op.shapes[0]) if op.shapes else 0
+    key, query = _product_axes(op)
+    for step in reversed(path):
+        ndim_in = len(step.args[0].shape) if step.args and step.args[0].shape else ndim
+        key = None if key is None else _map_axis(step, key, ndim_in)
+        query = None if query is None else _map_axis(step, query, ndim_in)
+        ndim = len(step.shapes[0]) if step.shapes else ndim
+    if site.key_axis is None and key is not None:
+        site.key_axis, site.key_axis_from = key, "the last axis of the scores' product"
+    site.query_axis = query
+    site.width = _summed_width(op)
+    _read_operands(record, site, op, memo)
+
+
+def _product_axes(op: Op) -> tuple[int | None, int | None]:
+    """The keys' and queries' axes of a scores product's result (keys: its second operand's)."""
+    if not op.shapes:
+        return None, None
+    ndim = len(op.shapes[0])
+    if op.name != "einsum":
+        return ndim - 1, ndim - 2
+    spec = op.const(0, "equation")
+    if not isinstance(spec, str) or "->" not in spec or "." in spec:
+        return None, None
+    inputs, output = spec.replace(" ", "").split("->")
+    parts = inputs.split(",")
+    if len(parts) != 2:
+        return None, None
+    only_second = [c for c in output if c in parts[1] and c not in parts[0]]
+    only_first = [c for c in output if c in parts[0] and c not in parts[1]]
+    key = output.index(only_second[0]) if len(only_second) == 1 else None
+    query = output.index(only_first[0]) if len(only_first) == 1 else None
+    return key, query
+
+
+def _summed_width(op: Op) -> int | None:
+    """The size of the axis the product sums over (the head width for q k^T)."""
+    tensors = _tensor_args(op)
+    if op.name == "baddbmm":
+        tensors = tensors[1:]
+    if len(tensors) < 2 or tensors[0].shape is None:
+        return None
+    if op.name == "einsum":
+        spec = op.const(0, "equation")
+        if not isinstance(spec, str) or "->" not in spec or "." in spec:
+            return None
+        inputs, output = spec.replace(" ", "").split("->")
+        first = inputs.split(",")[0]
+        summed = [i for i, c in enumerate(first) if c not in output]
+        return tensors[0].shape[summed[0]] if len(summed) == 1 else None
+    return tensors[0].shape[-1]
+
+
+def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool]) -> None:
+    """Constant factors on the product's two operands, back to their projections (a linear
+    op or the input); rotary (a sum of the operand times two tables) is followed through."""
+    tensors = _tensor_args(product)
+    if product.name == "baddbmm":
+        tensors = tensors[1:]
+    complete = True
+    for value, where in zip(tensors[:2], ("queries", "keys"), strict=False):
+        complete &= _read_operand(record, site, value, where, memo)
+    site.complete = complete and site.stopped_at is None
+
+
+def _read_operand(record: Record, site: Site, value: Value, where: str, memo: dict) -> bool:
+    steps = 0
+    while (op := record.producer(value)) is not None and steps < 64:
+        steps += 1
+        if op.name in {"linear", "addmm"} or (op.name in PRODUCTS and _weighted(record, op, memo)):
+            return True  # a projection: the operand starts here
+        if op.name in MULTIPLY | DIVIDE:
+            given = next((v for v in op.args if not _from_input(record, v, memo)
+                          and _scalar(v) is not None), None)  # fmt: skip
+            number = _scalar(given) if given is not None else None
+            if number is not None and number != 0:
+                factor = 1 / number if op.name in DIVIDE else number
+                site.factors.append(Factor(factor, where, op, given))
+            elif any(v.kind == "parameter" for v in op.args):
+                break  # a learned factor: its value is the training's, not read here
+            elif not any(v.is_tensor and not _from_input(record, v, memo) for v in op.args):
+                break  # data times data: not a scale
+        elif op.name in ADD | {"sub", "cat", "stack"}:
+            source = _rotated_source(record, op, memo)
+            if source is None:
+                break
+            value = source
+            continue
+        elif not (op.name in SAME or op.name in LAYOUT or op.name in {"neg", "__neg__"}):
+            break
+        main = _main(record, op, memo)
+        if main is None:
+            break
+        value = main
+    else:
+        return value.kind == "input"  # the operand is the input itself
+    site.stopped_at = site.stopped_at or op
+    return False
+
+
+def _weighted(record: Record, op: Op, memo: dict[int, bool]) -> bool:
+    """A product of data with a weight (x @ W): a projection written out."""
+    tensors = _tensor_args(op)
+    return sum(_from_input(record, v, memo) for v in tensors) == 1
+
+
+def _sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0) -> set[int]:
+    """The ops a rotation's branch starts from: followed back through layout, negation,
+    slicing and products with tables (tensors that do not depend on the input)."""
+    op = record.producer(value)
+    if op is None or depth > 16:
+        return {-1}
+    data = [v for v in op.tensors if _from_input(record, v, memo)]
+    if op.name in MULTIPLY | DIVIDE and any(_scalar(v) is not None for v in op.args):
+        return {op.index}  # a scale: the branches meet here, and it is read from here on
+    passes = op.name in LAYOUT | SAME | MULTIPLY | {"neg", "__neg__", "chunk", "split", "unbind"}
+    if passes and len(data) == 1:
+        return _sources(record, data[0], memo, depth + 1)
+    if op.name in ADD | {"sub", "cat", "stack"} and data:
+        found: set[int] = set()
+        for v in data:
+            found |= _sources(record, v, memo, depth + 1)
+        return found
+    return {op.index}
+
+
+def _rotated_source(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
+    """The operand a sum of rotated halves comes from (q cos + rotate_half(q) sin), when every
+    branch starts at the same op; None when it is a sum of different data."""
+    data = [v for v in op.tensors if _from_input(record, v, memo)]
+    sources: set[int] = set()
+    for v in data:
+        sources |= _sources(record, v, memo)
+    if len(sources) != 1 or -1 in sources:
+        return None
+    (index,) = sources
+    source = record.ops[index]
+    return Value("op", index, 0, source.shapes[0] if source.shapes else None)
+
+
+def _fill(record: Record, op: Op) -> Fill:
+    """The cells a ``masked_fill`` blocks and its value."""
+    mask = op.arg(1, "mask")
+    value = _scalar(op.arg(2, "value")) if op.arg(2, "value") is not None else None
+    cells = record.result(mask) if mask is not None else None
+    if cells is None and mask is not None and mask.kind in ("buffer", "attribute", "tensor"):
+        cells = None
+    shape = op.shapes[0] if op.shapes else None
+    if cells is not None and shape is not None:
+        try:
+            cells = cells.bool().expand(shape)
+        except RuntimeError:
+            cells = None
+    return Fill(op, value, cells, mask)
+
+
+def _rank_raised(record: Record, site: Site, op: Op, memo: dict[int, bool]) -> None:
+    """A mask of more axes than the scores, which broadcasting gives its rank to them (a
+    (B, 1, T, T) mask on (B, T, T) scores: (B, B, T, T), every batch against every other)."""
+    main = _main(record, op, memo)
+    known = main is not None and main.shape is not None and op.shapes
+    if known and len(op.shapes[0]) > len(main.shape) and site.rank_raised is None:
+        site.rank_raised = (op, main.shape, op.shapes[0])
+
+
+BLOCKING = -1e4  # an added value this negative (or a fill) blocks its cell
+
+
+def _added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
+    """A mask added to the scores (a tensor that does not depend on the input, with very
+    negative cells), or chosen with ``where``: the cells it blocks."""
+    shape = op.shapes[0] if op.shapes else None
+    if op.name == "where":
+        chosen = [v for v in op.args[1:3] if not _from_input(record, v, memo)]
+        condition = record.result(op.args[0]) if op.args and op.args[0].is_tensor else None
+        number = _scalar(chosen[0]) if chosen else None
+        if condition is None or number is None or number > BLOCKING or shape is None:
+            return None
+        blocked = condition.bool() if op.args[2] in chosen else ~condition.bool()
+        try:
+            return Fill(op, number, blocked.expand(shape), op.args[0])
+        except RuntimeError:
+            return Fill(op, number, None, op.args[0])
+    for v in _tensor_args(op):
+        tensor = record.result(v)
+        if _from_input(record, v, memo) or tensor is None or not tensor.is_floating_point():
+            continue
+        if (tensor <= BLOCKING).any() and shape is not None:
+            try:
+                return Fill(op, None, (tensor <= BLOCKING).expand(shape), v)
+            except RuntimeError:
+                return Fill(op, None, None, v)
+    return None
+
+
+TRIANGLES = {"tril", "triu", "tril_", "triu_"}
+
+
+def _provenance(record: Record, fill: Fill) -> None:
+    """Whether a fill's mask is the caller's (it comes from a tensor the harness made for the
+    call: the mask it encodes) or the module's own, and the triangle the module built it from."""
+    seen, todo = set(), [fill.mask] if fill.mask is not None else []
+    while todo:
+        value = todo.pop()
+        op = record.producer(value)
+        if op is None:
+            if value.kind in ("tensor",):  # handed in from outside the module
+                fill.own = False
+            elif value.kind in ("buffer", "attribute"):
+                fill.held = value
+            continue
+        if op.index in seen:
+            continue
+        seen.add(op.index)
+        if not op.line:  # the harness made it: the caller's mask
+            fill.own = False
+            continue
+        if op.name in TRIANGLES and (fill.origin is None or op.index < fill.origin.index):
+            fill.origin = op
+        todo += op.tensors
+
+
+def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
+    """Follow the weights forward to their product with the values: the axis it sums over is
+    the keys' axis (carried back through transposes on the way); constant factors on the way
+    are applied after the softmax."""
+    index = site.softmax.index
+    axes = list(range(site.ndim))  # axes[i]: the weights' axis now at position i
+    for _ in range(16):
+        nxt = next(record.consumers(index), None)
+        if nxt is None:
+            return
+        if nxt.name in PRODUCTS:
+            site.consumer = nxt
+            position = next(i for i, v in enumerate(_tensor_args(nxt))
+                            if v.kind == "op" and v.ref == index)  # fmt: skip
+            summed = _weights_summed_axis(nxt, position, len(axes))
+            if summed is not None:
+                site.key_axis, site.key_axis_from = (
+                    axes[summed],
+                    "the axis the product with V sums over",
+                )
+            return
+        if nxt.name in MULTIPLY | DIVIDE:
+            for v in nxt.args:
+                number = _scalar(v) if not _from_input(record, v, memo) else None
+                if number is not None and number != 0:
+                    factor = 1 / number if nxt.name in DIVIDE else number
+                    site.factors.append(Factor(factor, "weights", nxt, v))
+        elif nxt.name in {"transpose", "swapaxes"}:
+            a, b = (nxt.const(i, n) for i, n in ((1, "dim0"), (2, "dim1")))
+            if not isinstance(a, int) or not isinstance(b, int):
+                return
+            a, b = a % len(axes), b % len(axes)
+            axes[a], axes[b] = axes[b], axes[a]
+        elif nxt.name == "permute":
+            order = [v.constant for v in nxt.args[1:]]
+            if len(order) == 1 and isinstance(order[0], tuple | list):
+                order = list(order[0])
+            if sorted(o % len(axes) for o in order if isinstance(o, int)) != list(range(len(axes))):
+                return
+            axes = [axes[o % len(axes)] for o in order]
+        elif not (nxt.name in SAME or nxt.name in FILL or nxt.name in {"where", "nan_to_num"}):
+            return  # a change of layout it does not follow: the keys' axis stays the scores'
+        index = nxt.index
+
+
+def _weights_summed_axis(op: Op, position: int, ndim: int) -> int | None:
+    """The axis of the weights (operand ``position`` of the product ``op``) that it sums over."""
+    if op.name == "einsum":
+        spec = op.const(0, "equation")
+        if not isinstance(spec, str) or "->" not in spec or "." in spec:
+            return None
+        inputs, output = spec.replace(" ", "").split("->")
+        parts = inputs.split(",")
+        if len(parts) != 2 or len(parts[position]) != ndim:
+            return None
+        mine, other = parts[position], parts[1 - position]
+        summed = [i for i, c in enumerate(mine) if c not in output and c in other]
+        return summed[0] if len(summed) == 1 else None
+    if op.name == "baddbmm":
+        position -= 1
+    return ndim - 1 if position == 0 else ndim - 2 if position == 1 else None
+
+
+def _softmax_axis(op: Op, ndim: int) -> int | None:
+    dim = op.const(1, "dim")
+    given = op.arg(1, "dim")
+    if dim is None and (given is None or given.kind == "constant"):  # F.softmax(x): implicit
+        return 0 if ndim in (0, 1, 3) else 1  # the legacy axis F.softmax picks (and warns)
+    return dim % ndim if isinstance(dim, int) and ndim else None
+
+
+def sites(record: Record) -> list[Site]:
+    """Every attention in the record: each softmax over scores that a product made, and
+    each SDPA call."""
+    memo: dict[int, bool] = {}
+    found = []
+    for op in record.ops:
+        if op.name in SDPA:
+            found.append(_sdpa_site(record, op, memo))
+            continue
+        if op.name not in SOFTMAX or not op.args or op.args[0].shape is None:
+            continue
+        site = Site(op, ndim=len(op.args[0].shape))
+        site.softmax_axis = _softmax_axis(op, site.ndim)
+        _read_weights(record, site, memo)
+        _read_scores(record, site, op.args[0], memo)
+        for fill in site.fills:
+            _provenance(record, fill)
+        if site.product is not None or site.consumer is not None:
+            found.append(site)
+    return found
+
+
+def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
+    """An SDPA call: its keys are on the last axis by contract; its scale is its ``scale``
+    argument (else 1/sqrt of the queries' width) times the factors on q and k."""
+    query = op.arg(0, "query")
+    ndim = len(query.shape) if query is not None and query.shape else 0
+    site = Site(op, ndim=ndim, softmax_axis=ndim - 1, key_axis=ndim - 1, sdpa=True,
+                key_axis_from="SDPA's contract")  # fmt: skip
+    site.width = query.shape[-1] if query is not None and query.shape else None
+    mask = op.arg(3, "attn_mask")
+    site.sdpa_mask = record.result(mask) if mask is not None and mask.is_tensor else None
+    site.is_causal = bool(op.const(5, "is_causal", False))
+    scale = op.const(6, "scale")
+    if isinstance(scale, int | float):
+        site.factors.append(Factor(float(scale), "scores", op))
+    elif site.width:
+        site.factors.append(Factor(1 / math.sqrt(site.width), "scores", op))
+    complete = True
+    for value, where in zip((op.arg(0, "query"), op.arg(1, "key")), ("queries", "keys"),
+                            strict=True):  # fmt: skip
+        if value is not None:
+            complete &= _read_operand(record, site, value, where, memo)
+    site.complete = complete
+    return site

@@ -1,0 +1,294 @@
+"""One reading of a module: the facts its recorded forward shows, each with its source line,
+and the traps those facts name.
+
+A fact is what ran ("softmax over axis 1 of the (2, 8, 8) scores, the queries' axis, at
+attn.py:34"), not what a name suggests. The doctor prints the facts it went on; a trap named
+from a fact is printed first, at its line, above the failures it explains. A fact never fails
+a module by itself: it names the cause of a failure a probe measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from harness.doctor.reading.attention import Site, sites
+from harness.doctor.reading.record import Op, Record, record
+
+# How a value is known, strongest first (the issue's order): what the user declared, what the
+# record computed, what the module states (attributes, buffers), its config, a default.
+DECLARED, COMPUTED, STATED, CONFIG, DEFAULT = "declared", "computed", "stated", "config", "default"
+CLOSE = 1e-3  # relative: a scale this close to a named one is that one
+# torch calls that compute a whole attention inside them (nn.MultiheadAttention's)
+FUSED = {"multi_head_attention_forward", "_native_multi_head_attention"}
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One thing the doctor knows about the module, how it knows it, and where (a source
+    line, "" when none)."""
+
+    name: str
+    value: str
+    source: str = COMPUTED
+    line: str = ""
+
+    def text(self) -> str:
+        at = f" at {self.line}" if self.line else ""
+        return f"{self.name}: {self.value} ({self.source}{at})"
+
+
+@dataclass(frozen=True)
+class Named:
+    """A trap named from a computed fact: the trap, why, and the line to look at."""
+
+    trap: str
+    why: str
+    line: str
+
+
+@dataclass
+class Reading:
+    """What one recorded forward shows: facts, the traps they name, and the op that raised."""
+
+    facts: list[Fact] = field(default_factory=list)
+    named: list[Named] = field(default_factory=list)
+    raised: Op | None = None
+    attention_found: bool = False
+
+
+def _axis_word(site: Site, axis: int) -> str:
+    if axis == site.key_axis:
+        return "the keys' axis"
+    if axis == site.query_axis:
+        return "the queries' axis"
+    return "neither the keys' nor the queries' axis (heads or batch)"
+
+
+def _shape(op: Op) -> str:
+    first = op.args[0] if op.args else None
+    return "x".join(map(str, first.shape)) if first is not None and first.shape else "?"
+
+
+def _scale_name(scale: float, width: int, d_model: int) -> str | None:
+    """The trap a wrong scale is, by its value against the head width and the model width."""
+
+    def near(a: float, b: float) -> bool:
+        return abs(a - b) <= CLOSE * abs(b)
+
+    if near(scale, 1 / math.sqrt(width)):
+        return None
+    if near(scale, 1.0):
+        return "missing_scale"
+    if d_model != width and near(scale, 1 / math.sqrt(d_model)):
+        return "scale_d_model"
+    if near(scale, 1 / width):
+        return "double_scale"
+    return "wrong_scale"
+
+
+def _made(site: Site, made: Callable[[str], str]) -> str:
+    """Where a tensor that holds a scale factor was made, when the doctor watched it built."""
+    for factor in site.factors:
+        given = factor.given
+        if given is not None and given.kind in ("attribute", "buffer") and given.ref:
+            line = made(str(given.ref))
+            if line:
+                return f"; self.{str(given.ref).rsplit('.', 1)[-1]} is made at {line}"
+    return ""
+
+
+def site_facts(
+    site: Site,
+    d_model: int,
+    declared_scale: float | None,
+    made: Callable[[str], str],
+    causal: bool = False,
+) -> Reading:
+    """The facts of one attention site, and the traps they name; ``made(name)``: where the
+    module's tensor ``name`` was made ("" when not known)."""
+    reading = Reading(attention_found=True)
+    facts, named = reading.facts, reading.named
+    line = site.softmax.where
+    kind = "SDPA" if site.sdpa else "softmax"
+    facts.append(Fact("attention", f"{kind} of scores {_shape(site.softmax)}", COMPUTED, line))
+    if site.key_axis is not None:
+        facts.append(Fact("keys' axis", f"{site.key_axis} ({site.key_axis_from})"))
+    if not site.sdpa and site.softmax_axis is not None and site.key_axis is not None:
+        over = _axis_word(site, site.softmax_axis)
+        facts.append(Fact("softmax axis", f"{site.softmax_axis}: {over}", COMPUTED, line))
+        if site.softmax_axis != site.key_axis:
+            named.append(Named("softmax_dim", f"the softmax normalizes axis {site.softmax_axis} "
+                               f"({over}) of the scores; the keys are on axis {site.key_axis}",
+                               line))  # fmt: skip
+    if site.width:
+        facts.append(Fact("head width", str(site.width), COMPUTED,
+                          site.product.where if site.product else line))  # fmt: skip
+    product_line = site.product.where if site.product is not None else line
+    scale_line = next((f.op.where for f in site.factors if f.where != "weights"), product_line)
+    if declared_scale is not None:
+        facts.append(Fact("scale", f"{declared_scale:.6g}", DECLARED))
+    elif site.complete and site.width:
+        where = ", ".join(sorted({f.where for f in site.factors if f.where != "weights"}))
+        said = f"{site.scale:.6g}" + (f" (on the {where})" if where else " (none applied)")
+        facts.append(Fact("scale", said, COMPUTED, scale_line))
+        trap = _scale_name(site.scale, site.width, d_model)
+        if trap is not None and not site.after_softmax:  # else: the scale is misplaced (below)
+            expected = 1 / math.sqrt(site.width)
+            named.append(Named(trap, f"the scores are scaled by {site.scale:.6g}; 1/sqrt(head "
+                               f"width {site.width}) is {expected:.6g}{_made(site, made)}",
+                               scale_line))  # fmt: skip
+    elif site.stopped_at is not None:
+        facts.append(Fact("scale", "not read: the scores' operands pass through an op it does "
+                          f"not follow ({site.stopped_at.name})", COMPUTED,
+                          site.stopped_at.where))  # fmt: skip
+    for factor in site.after_softmax:
+        facts.append(Fact("factor after the softmax", f"{factor.value:.6g}", COMPUTED,
+                          factor.op.where))  # fmt: skip
+        named.append(Named("scale_after_softmax", f"the weights are multiplied by "
+                           f"{factor.value:.6g} after the softmax", factor.op.where))  # fmt: skip
+    for fill in site.fills:
+        value = "added" if fill.value is None else f"filled with {fill.value:g}"
+        facts.append(Fact("mask", value, COMPUTED, fill.op.where))
+    for cap in site.caps:
+        facts.append(Fact("cap", "tanh on the scores", COMPUTED, cap.where))
+    if site.rank_raised is not None:
+        op, before, after = site.rank_raised
+        shapes = f"{'x'.join(map(str, before))} to {'x'.join(map(str, after))}"
+        facts.append(Fact("mask rank", f"the mask broadcasts the scores from {shapes}",
+                          COMPUTED, op.where))  # fmt: skip
+        built = next((f.origin for f in site.fills if f.op is op and f.origin), None)
+        named.append(Named("mask_rank", f"the mask has more axes than the scores: applying it "
+                           f"broadcasts them from {shapes}, every sequence against every "
+                           "other", (built or op).where))  # fmt: skip
+    _future(site, reading, causal, made)
+    return reading
+
+
+def _future(site: Site, reading: Reading, causal: bool, made: Callable[[str], str]) -> None:
+    """Whether the module's own masks block the future (keys after their query), as a causal
+    module's must: the first open key ahead of a query, when one is. A leak is named only for a
+    module declared or found causal."""
+    unmasked = site.sdpa_mask is None and not site.is_causal if site.sdpa else not site.fills
+    if unmasked and causal:
+        reading.facts.append(Fact("future", "no mask on the scores at all", COMPUTED))
+        reading.named.append(Named("causal_leak", "no mask on the scores blocks keys after "
+                                   "their query", site.softmax.where))  # fmt: skip
+        return
+    blocked = site.blocked()
+    if blocked is None or blocked.shape[0] != blocked.shape[1] or not blocked.any():
+        return  # no triangle of its own: the caller's mask is all there is
+    T = blocked.shape[0]
+    ahead = torch.ones(T, T, dtype=torch.bool).triu(1)
+    own = [f for f in site.fills if f.own and f.cells is not None]
+    line = next((f.origin.where for f in own if f.origin is not None), own[0].op.where)
+    if blocked[ahead].all():
+        said = "blocked (every key after its query)"
+        if blocked.diagonal().any():
+            said += "; some queries' own key is blocked too"
+        reading.facts.append(Fact("future", said, COMPUTED, line))
+        return
+    if not blocked[ahead].any():
+        return  # not a causal triangle (a padding mask of its own, a window of past keys)
+    open_ahead = (ahead & ~blocked).nonzero()
+    gap = int((open_ahead[:, 1] - open_ahead[:, 0]).min())
+    reading.facts.append(Fact("future", f"open: key t + {gap} is not blocked for query t",
+                              COMPUTED, line))  # fmt: skip
+    held = next((f.held for f in own if f.held is not None and f.held.ref), None)
+    built = made(str(held.ref)) if held is not None else ""
+    if built:
+        built = f"; self.{str(held.ref).rsplit('.', 1)[-1]} is made at {built}"
+    if causal:
+        reading.named.append(Named("causal_leak", f"the module's causal mask leaves key t + "
+                                   f"{gap} open to query t{built}", line))  # fmt: skip
+
+
+def sdpa_mask(site: Site, keep: torch.Tensor | None) -> Named | None:
+    """What the mask given to SDPA does against the declared keep-mask: a float 0/1 mask is
+    added (nothing blocked), a bool one read the wrong way blocks what it should keep."""
+    mask = site.sdpa_mask
+    if mask is None or keep is None:
+        return None
+    line = site.softmax.where
+    if mask.is_floating_point():
+        values = set(mask.unique().tolist())
+        if values <= {0.0, 1.0} and len(values) == 2:
+            return Named("sdpa_float_mask", "a float 0/1 mask is given to SDPA, which adds a "
+                         "float mask to the scores: it blocks nothing", line)  # fmt: skip
+        return None
+    if mask.dtype != torch.bool:
+        return None
+    kept = keep.to(mask.device)
+    kept = kept[:, None] if mask.dim() == 4 and kept.dim() == 3 else kept
+    try:
+        kept = kept.expand(mask.shape)
+    except RuntimeError:
+        return None
+    if torch.equal(mask, ~kept) and not keep.all():
+        return Named("sdpa_mask_inverted", "the bool mask SDPA is given is True where the "
+                     "keep-mask blocks: SDPA attends where True", line)  # fmt: skip
+    return None
+
+
+def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
+    """A fill that blocks exactly the cells the declared keep-mask keeps (and keeps the
+    blocked ones): the mask read the wrong way round."""
+    if keep is None or keep.all():
+        return None
+    for fill in site.fills:
+        cells = fill.cells
+        if cells is None or cells.dim() < 2 or fill.value is None or fill.value > -1e3:
+            continue
+        kept = keep.to(cells.device)
+        kept = kept[:, None] if cells.dim() == 4 and kept.dim() == 3 else kept
+        try:
+            kept = kept.expand(cells.shape)
+        except RuntimeError:
+            continue
+        if torch.equal(cells, kept):
+            return Named("mask_bool", "the mask fills exactly the cells the keep-mask keeps "
+                         f"(with {fill.value:g}): it is read the wrong way round",
+                         fill.op.where)  # fmt: skip
+    return None
+
+
+def read(
+    module: nn.Module,
+    call: object,
+    inputs: dict[str, torch.Tensor],
+    d_model: int,
+    keep: torch.Tensor | None = None,
+    declared_scale: float | None = None,
+    made: Callable[[str], str] = lambda name: "",
+    causal: bool = False,
+) -> Reading:
+    """One recorded call (``call()``) of ``module``, read: facts and named traps. ``keep`` is
+    the keep-mask the call was given (True: attend), to read a fill's direction against."""
+    found: Record = record(module, call, inputs)  # type: ignore[arg-type]
+    reading = Reading()
+    raised = [op for op in found.ops if op.raised]
+    if raised:
+        reading.raised = raised[-1]
+        reading.facts.append(Fact("raises", raised[-1].raised, COMPUTED, raised[-1].where))
+    for site in sites(found):
+        one = site_facts(site, d_model, declared_scale, made, causal)
+        for misread in (fills_kept_cells(site, keep), sdpa_mask(site, keep)):
+            if misread is not None:
+                one.named.append(misread)
+        reading.facts += [f for f in one.facts if f not in reading.facts]  # a head per site
+        reading.named += [n for n in one.named if n not in reading.named]
+        reading.attention_found = True
+    fused = next((op for op in found.ops if op.name in FUSED), None)
+    if not reading.attention_found and fused is not None:
+        said = f"inside one torch call ({fused.name}), whose steps are not recorded"
+        reading.facts.append(Fact("attention", said, COMPUTED, fused.where))
+    elif not reading.attention_found and not raised:
+        reading.facts.append(Fact("attention", "no softmax of a product, nor an SDPA call, in "
+                                  "the recorded forward", COMPUTED))  # fmt: skip
+    if found.truncated:
+        reading.facts.append(Fact("record", "cut short: the forward ran more ops than are kept"))
+    return reading

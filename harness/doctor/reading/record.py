@@ -1,0 +1,318 @@
+"""Watch one forward: every torch operation a call runs, in order, as it ran.
+
+A ``TorchFunctionMode`` sees each torch function, tensor method and ``torch.nn.functional`` call
+the module makes (the operations inside one of them are not seen twice: the mode is off while
+it runs). Each is kept as an ``Op``: its name, where each tensor argument came from (an earlier
+op's result, the input, a parameter, a buffer, an attribute of a module), the constants it was
+given (a ``dim``, a scale, a fill value, ``is_causal``), what it returned, and the line of the
+module's own source that called it. Control flow is whatever ran; no source is parsed. The
+results are kept, so that a reading can look at their values (which cells a mask fills).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import sys
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+# Frames in these folders are torch's or the harness's: the line an op is charged to is the
+# innermost frame outside them (the module's code, or the library the module comes from).
+TORCH = Path(torch.__file__).resolve().parent
+HARNESS = Path(__file__).resolve().parents[2]
+PROJECT = HARNESS.parent
+MAX_OPS = 20_000  # a forward that runs more is not read further (a whole model's loop)
+
+
+@dataclass(frozen=True)
+class Value:
+    """One argument of an op. ``kind``: "op" (``ref`` is the op's index; ``item`` which of its
+    results), "input" (``ref``: the argument's name), "parameter", "buffer" or "attribute"
+    (``ref``: its dotted name), "tensor" (made before the call, elsewhere) or "constant"
+    (``constant``: the Python value). A one-element tensor's value is kept in ``scalar``."""
+
+    kind: str
+    ref: int | str | None = None
+    item: int = 0
+    shape: tuple[int, ...] | None = None
+    dtype: torch.dtype | None = None
+    constant: object = None
+    scalar: float | None = None
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.shape is not None
+
+
+@dataclass
+class Op:
+    """One operation as it ran: ``name`` (``softmax``, ``masked_fill``, ``bmm``, ...), its
+    positional ``args`` and ``kwargs``, the shapes and dtypes of its tensor results, and the
+    source ``line`` ("file.py:34") and its ``code`` that called it. ``raised``: the error, for
+    the op that ended the forward."""
+
+    index: int
+    name: str
+    args: tuple[Value, ...]
+    kwargs: dict[str, Value]
+    shapes: tuple[tuple[int, ...], ...] = ()
+    dtypes: tuple[torch.dtype, ...] = ()
+    line: str = ""
+    code: str = ""
+    raised: str = ""
+
+    def arg(self, position: int, name: str) -> Value | None:
+        """The argument at ``position``, or given as ``name``."""
+        if position < len(self.args):
+            return self.args[position]
+        return self.kwargs.get(name)
+
+    def const(self, position: int, name: str, default: object = None) -> object:
+        """A constant argument's value (``default`` when not given or not a constant)."""
+        value = self.arg(position, name)
+        if value is None or value.kind != "constant":
+            return default
+        return value.constant
+
+    @property
+    def tensors(self) -> list[Value]:
+        """Its tensor arguments, positional first (those in a list, as ``cat`` takes, too)."""
+        found = []
+        for v in (*self.args, *self.kwargs.values()):
+            if v.is_tensor:
+                found.append(v)
+            elif isinstance(v.constant, tuple):
+                found += [item for item in v.constant if isinstance(item, Value) and item.is_tensor]
+        return found
+
+    @property
+    def where(self) -> str:
+        """``file.py:34`` and the line's code, for a reader."""
+        return f"{self.line} `{self.code}`" if self.code else self.line
+
+
+@dataclass
+class Record:
+    """Every op one call ran, and their results (``results[i]``: op i's tensors)."""
+
+    ops: list[Op] = field(default_factory=list)
+    results: list[tuple[Tensor, ...]] = field(default_factory=list)
+    inputs: dict[str, Tensor] = field(default_factory=dict)
+    truncated: bool = False
+
+    def result(self, value: Value) -> Tensor | None:
+        """The tensor ``value`` refers to, when it is an op's result or an input."""
+        if value.kind == "op" and isinstance(value.ref, int):
+            found = self.results[value.ref]
+            return found[value.item] if value.item < len(found) else None
+        if value.kind == "input" and isinstance(value.ref, str):
+            return self.inputs.get(value.ref)
+        return None
+
+    def producer(self, value: Value | None) -> Op | None:
+        """The op whose result ``value`` is."""
+        if value is None or value.kind != "op" or not isinstance(value.ref, int):
+            return None
+        return self.ops[value.ref]
+
+    def consumers(self, index: int) -> Iterator[Op]:
+        """The ops that take a result of op ``index``."""
+        for op in self.ops[index + 1 :]:
+            if any(v.kind == "op" and v.ref == index for v in op.tensors):
+                yield op
+
+
+def _flat(value: object) -> list[Tensor]:
+    """The tensors in a result (a tensor, or a tuple or list of them)."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [t for item in value for t in _flat(item)]
+    return []
+
+
+def shown_path(filename: str) -> str:
+    """A source file as a reader finds it: relative to this project for its own files (the
+    same on every machine), else to the working folder when it is below it, else whole."""
+    path = Path(filename)
+    for root in (PROJECT, Path.cwd()):
+        if path.is_absolute() and path.is_relative_to(root):
+            return path.relative_to(root).as_posix()
+    return filename
+
+
+def _source_line() -> tuple[str, str]:
+    """The innermost caller outside torch: "file.py:34" and its code; ("", "") for an op the
+    harness itself runs (the mask it encodes, the layout it turns the input into)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        if path.is_relative_to(HARNESS):
+            return "", ""
+        if not path.is_relative_to(TORCH):
+            code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            return f"{shown_path(frame.f_code.co_filename)}:{frame.f_lineno}", code
+        frame = frame.f_back
+    return "", ""
+
+
+class Recorder(TorchFunctionMode):
+    """Keeps an ``Op`` for each torch call made while it is on (``with Recorder(...)``)."""
+
+    def __init__(self, known: Mapping[int, tuple[str, str]], inputs: Mapping[str, Tensor]):
+        super().__init__()
+        self.known = dict(known)  # id of a tensor made before the call -> (kind, name)
+        self.record = Record(inputs=dict(inputs))
+        for name, tensor in inputs.items():
+            self.known[id(tensor)] = ("input", name)
+        self.made: dict[int, tuple[int, int]] = {}  # id of a result -> (op, item)
+
+    def value(self, arg: object) -> Value:
+        if not isinstance(arg, Tensor):
+            if isinstance(arg, tuple | list) and any(isinstance(a, Tensor) for a in arg):
+                return Value("constant", constant=tuple(self.value(a) for a in arg))
+            return Value("constant", constant=arg)
+        real = not (arg.is_complex() or arg.is_meta)
+        scalar = float(arg.detach().reshape(-1)[0]) if real and arg.numel() == 1 else None
+        shape, dtype = tuple(arg.shape), arg.dtype
+        if id(arg) in self.made:
+            op, item = self.made[id(arg)]
+            return Value("op", op, item, shape, dtype, scalar=scalar)
+        kind, name = self.known.get(id(arg), ("tensor", None))
+        return Value(kind, name, 0, shape, dtype, scalar=scalar)
+
+    def __torch_function__(
+        self,
+        func: Callable[..., object],
+        types: object,
+        args: tuple[object, ...] = (),
+        kwargs: Mapping[str, object] | None = None,
+    ) -> object:
+        kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", str(func))
+        if name == "__get__" or len(self.record.ops) >= MAX_OPS:  # .shape, .device, ...
+            self.record.truncated |= len(self.record.ops) >= MAX_OPS
+            return func(*args, **kwargs)
+        described = (
+            tuple(self.value(a) for a in args),
+            {k: self.value(v) for k, v in kwargs.items()},
+        )
+        line, code = _source_line()
+        op = Op(len(self.record.ops), name, *described, line=line, code=code)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as exc:
+            op.raised = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self.record.ops.append(op)
+            self.record.results.append(())
+            raise
+        results = tuple(_flat(out))
+        if results:  # an op that returns no tensor (size(), dim()) is not kept
+            op.shapes = tuple(tuple(t.shape) for t in results)
+            op.dtypes = tuple(t.dtype for t in results)
+            for item, tensor in enumerate(results):
+                self.made[id(tensor)] = (op.index, item)
+            self.record.ops.append(op)
+            self.record.results.append(results)
+        return out
+
+
+def known_tensors(module: nn.Module) -> dict[int, tuple[str, str]]:
+    """Every tensor ``module`` holds, by id: its parameters, buffers and tensor attributes."""
+    known: dict[int, tuple[str, str]] = {}
+    for prefix, sub in module.named_modules():
+        for name, value in vars(sub).items():
+            if isinstance(value, Tensor) and not name.startswith("_"):
+                known[id(value)] = ("attribute", f"{prefix}.{name}" if prefix else name)
+    for name, buffer in module.named_buffers():
+        known[id(buffer)] = ("buffer", name)
+    for name, parameter in module.named_parameters():
+        known[id(parameter)] = ("parameter", name)
+    return known
+
+
+def record(module: nn.Module, call: Callable[[], object], inputs: Mapping[str, Tensor]) -> Record:
+    """What ``call()`` (a call of ``module`` on ``inputs``) computes, op by op. An error ends
+    the record at the op that raised it (that op is kept, with ``raised``); it is not
+    passed on."""
+    recorder = Recorder(known_tensors(module), inputs)
+    try:
+        with recorder:  # not under no_grad: nn.MultiheadAttention would take its fused path
+            call()
+    except Exception:  # the op that raised is the record's last
+        pass
+    return recorder.record
+
+
+# Ops that decide what a tensor holds, where layout ops only reshape it: a buffer cut from a
+# triangle was made where the triangle was
+DECIDING = {
+    "tril",
+    "triu",
+    "tril_",
+    "triu_",
+    "sqrt",
+    "rsqrt",
+    "pow",
+    "__rpow__",
+    "div",
+    "__truediv__",
+    "__rtruediv__",
+    "mul",
+    "__mul__",
+    "arange",
+    "tensor",
+    "full",
+    "ones",
+}
+
+
+def origin(found: Record, index: int) -> Op:
+    """The op that decided what op ``index``'s result holds: itself, unless it only lays out
+    (view, reshape, expand) what an earlier op made."""
+    op = found.ops[index]
+    for _ in range(32):
+        if op.name in DECIDING:
+            return op
+        earlier = [v for v in op.tensors if v.kind == "op" and isinstance(v.ref, int)]
+        if len(earlier) != 1:
+            return op
+        op = found.ops[earlier[0].ref]  # type: ignore[index]
+    return op
+
+
+# Where each tensor a built module holds was made, by name ("scale" -> "attn.py:23 `...`"):
+# the doctor builds the modules it is given by name, watching the constructor run.
+_BUILT_AT: weakref.WeakKeyDictionary[nn.Module, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def watching_construction() -> Iterator[Callable[[nn.Module], None]]:
+    """Record the ops a constructor runs; ``keep(module)`` then notes where each tensor the
+    module holds (parameter, buffer, attribute) was made (``built_at``)."""
+    recorder = Recorder({}, {})
+
+    def keep(module: nn.Module) -> None:
+        lines = {}
+        for tensor_id, (_, name) in known_tensors(module).items():
+            if tensor_id in recorder.made:
+                op = origin(recorder.record, recorder.made[tensor_id][0])
+                if op.line:
+                    lines[name] = op.where
+        _BUILT_AT[module] = lines
+
+    with recorder:
+        yield keep
+
+
+def built_at(module: nn.Module, name: str) -> str:
+    """Where the tensor ``name`` of ``module`` was made when the doctor built it ("" when it
+    did not watch it being built)."""
+    return _BUILT_AT.get(module, {}).get(name, "")

@@ -1,0 +1,159 @@
+"""The doctor's reading of one recorded forward: what ran, at which line, and the trap it names
+first. Each module here is read for what it computes, whatever its names say."""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness import cli
+from harness.catalogue import registry
+from harness.doctor import Config, diagnose
+from harness.doctor.reading.attention import sites
+from harness.doctor.reading.record import record
+from harness.validation import build, config_for
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIAL = ROOT / "pitfalls" / "tutorial.py"
+
+
+class Transposed(nn.Module):
+    """Correct attention written the other way round: scores (B, S, T) with keys on axis 1,
+    the softmax over axis 1, the weights transposed before the product with V."""
+
+    def __init__(self, d_model):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in range(3))
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, d)
+        scores = k @ q.transpose(1, 2) / math.sqrt(q.size(-1))  # (B, S, T): keys first
+        weights = scores.softmax(dim=1)  # over the keys
+        return weights.transpose(1, 2) @ v
+
+
+class Heads(nn.Module):
+    """Multi-head einsum attention; ``axis`` is the softmax's (-1 is right: the keys)."""
+
+    def __init__(self, d_model, axis=-1):
+        super().__init__()
+        self.qkv, self.axis = nn.Linear(d_model, 3 * d_model), axis
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, 4, C // 4).unbind(2)  # (B, T, h, d)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * (C // 4) ** -0.5  # (B, h, T, S)
+        weights = F.softmax(scores, dim=self.axis)
+        return torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, T, C)
+
+
+def test_the_record_keeps_each_op_its_arguments_and_the_line_that_ran_it():
+    module = Transposed(8)
+    x = torch.randn(2, 3, 8)
+    found = record(module, lambda: module(x), {"x": x})
+    names = [op.name for op in found.ops]
+    assert names[:3] == ["linear"] * 3 and "softmax" in names
+    first = found.ops[0]
+    assert [(v.kind, v.ref) for v in first.args[:2]] == [("input", "x"), ("parameter", "q.weight")]
+    assert first.line == f"tests/test_reading.py:{Transposed.forward.__code__.co_firstlineno + 1}"
+    softmax = found.ops[names.index("softmax")]
+    assert softmax.const(1, "dim") == 1 and softmax.code.startswith("weights = scores.softmax")
+
+
+def test_keys_are_the_axis_the_product_with_v_sums_over_not_the_last_one():
+    module = Transposed(8)
+    x = torch.randn(2, 3, 8)
+    [site] = sites(record(module, lambda: module(x), {"x": x}))
+    assert (site.key_axis, site.softmax_axis) == (1, 1)
+    assert site.complete and site.scale == pytest.approx(8**-0.5)
+    d = diagnose(Transposed(16), Config(), "Transposed")
+    assert d.healthy and not d.causes, d.text()
+
+
+@pytest.mark.parametrize(("axis", "named"), [(-1, None), (2, "softmax_dim"), (1, "softmax_dim")])
+def test_an_einsum_softmax_over_another_axis_is_named_at_its_line(axis, named):
+    d = diagnose(Heads(16, axis), Config(), "Heads")
+    first = next((c for c in d.causes if c.read), None)
+    assert (first and first.trap) == named, d.text()
+    if named:
+        assert "weights = F.softmax(scores, dim=self.axis)" in first.at
+
+
+# The tutorial's own code with one student's edit each: (trap, the line as written, the edit).
+EDITS = [
+    ("softmax_dim", "F.softmax(scores, dim=-1)", "F.softmax(scores, dim=1)"),
+    ("mask_bool", "masked_fill(mask == 0,", "masked_fill(mask == 1,"),
+    ("scale_d_model", "torch.tensor(d_k, dtype", "torch.tensor(d_model, dtype"),
+    ("missing_scale", "K.transpose(1, 2)) / self.scale", "K.transpose(1, 2))"),
+    ("transpose", "K.transpose(1, 2)", "K.transpose(0, 1)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("trap", "written", "edit"), EDITS, ids=[e[0] for e in EDITS])
+def test_a_students_one_line_edit_is_the_first_cause_at_the_edited_line(
+    tmp_path, capsys, trap, written, edit
+):
+    source = TUTORIAL.read_text()
+    assert source.count(written) == 1
+    edited = tmp_path / "attention.py"
+    edited.write_text(source.replace(written, edit))
+    line = source[: source.index(written)].count("\n") + 1
+    code = cli.main(["doctor", f"{edited}:MultiHeadAttention", "--mask", "keep"])
+    out = capsys.readouterr().out
+    first = next(row for row in out.splitlines() if row.startswith("FAIL"))
+    block = out[out.index(first) :].split("\n- ")[0]  # the cause and what it says under it
+    assert code == 1 and trap in first, out
+    assert re.search(rf"attention\.py:{line}\b", block), block
+
+
+# The traps a buggy.py's forward shows by what it computes: each is named first, at the line
+# its buggy.py marks BUG, or where there is no op on that line (a Python float, a mask passed on
+# unconverted) at the line that applies it.
+READ_TRAPS = ["softmax_dim", "mask_bool", "missing_scale", "scale_d_model", "double_scale",
+              "scale_after_softmax", "causal_leak", "sdpa_float_mask",
+              "sdpa_mask_inverted", "mask_rank"]  # fmt: skip
+APPLIED_AT = {
+    "double_scale": "scores = q @ k.transpose(-2, -1) * scale",
+    "sdpa_float_mask": "F.scaled_dot_product_attention(Q, K, V, attn_mask=attn_mask)",
+    "sdpa_mask_inverted": "F.scaled_dot_product_attention(Q, K, V, attn_mask=attn_mask)",
+}
+
+
+@pytest.mark.parametrize("trap", READ_TRAPS)
+def test_a_catalogue_trap_the_forward_shows_is_named_first_at_its_bug_line(trap):
+    pair = registry.load(trap)
+    d = diagnose(build(pair, "buggy"), config_for(pair.card), f"{trap}/buggy.py")
+    first = d.causes[0]
+    assert first.read and first.trap == trap, d.text()
+    number = int(first.at.split(" ")[0].rsplit(":", 1)[1])
+    marked = Path(pair.buggy.__file__).read_text().splitlines()[number - 1]
+    assert APPLIED_AT.get(trap, "# BUG") in marked, (first.at, marked)
+
+
+@pytest.mark.parametrize("trap", READ_TRAPS)
+def test_its_fixed_py_reads_as_attention_over_the_keys_and_names_nothing(trap):
+    pair = registry.load(trap)
+    d = diagnose(build(pair, "fixed"), config_for(pair.card), f"{trap}/fixed.py")
+    assert d.healthy and not d.causes, d.text()
+    facts = {f.name: f.value for f in d.facts}
+    assert facts["attention"].startswith(("softmax", "SDPA"))
+    if "softmax axis" in facts:
+        assert "the keys' axis" in facts["softmax axis"]
+
+
+def test_the_facts_are_printed_with_their_sources(capsys):
+    cli.main(["doctor", "pitfalls/tutorial.py:MultiHeadAttention", "--mask", "keep"])
+    out = capsys.readouterr().out
+    assert "read from one recorded forward:" in out
+    assert "softmax axis: 2: the keys' axis (computed at pitfalls/tutorial.py:" in out
+    assert "scale: 0.25 (on the scores) (computed at pitfalls/tutorial.py:" in out
+
+
+def test_a_fact_alone_fails_nothing():
+    """A module that scales by 1 on purpose (declared) is healthy; the fact is still read."""
+    d = diagnose(Heads(16), Config(scale=0.5), "Heads")
+    assert not d.causes and any(f.name == "scale" and f.source == "declared" for f in d.facts)
