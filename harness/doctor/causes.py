@@ -16,14 +16,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.doctor.findings import FAIL, Finding
+from harness.doctor.findings import FAIL, NUMBER, Finding, raised
 from harness.doctor.reading.facts import Reading
 from harness.doctor.subject import Config
 
-# The error a failing probe reports: "raises: E: text", "raises on ordinary (B=4 T=8): E: ...",
-# "raises under torch.autocast(float16): E: ...".
-RAISED = re.compile(r"raises(?: [^:]*)?: ([A-Za-z_.]*(?:Error|Exception)\b.*)$")
-NUMBER = re.compile(r"\d+")
 SHARED = 2  # failures with one error that make it a cause of its own
 
 
@@ -68,14 +64,6 @@ class Cause:
             return f"{self.trap}{where}: {self.fit}"
         named = f": {self.fit}: {self.trap}" if self.trap else ""
         return f"{len(self.probes)} probes raise {self.error}{where}{named}"
-
-
-def raised(finding: Finding) -> str | None:
-    """The error a failing finding reports, or None when it failed otherwise."""
-    if finding.status != FAIL:
-        return None
-    found = RAISED.search(finding.message)
-    return found[1] if found else None
 
 
 def _mask_rank(error: str, config: Config) -> str | None:

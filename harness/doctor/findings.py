@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,10 @@ if TYPE_CHECKING:
     from harness.doctor.reading.facts import Fact
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+# The error a failing probe reports: "raises: E: text", "raises on ordinary (B=4 T=8): E: ...",
+# "raises under torch.autocast(float16): E: ...".
+RAISED = re.compile(r"raises(?: [^:]*)?: ([A-Za-z_.]*(?:Error|Exception)\b.*)$")
+NUMBER = re.compile(r"\d+")
 # How a failure lists the causes it cannot tell apart: "Known causes: a (gloss), b (gloss)";
 # the model's table then names every one of them ("a or b").
 KNOWN_CAUSES = "Known causes: "
@@ -73,11 +78,17 @@ def markdown_header(target: str, healthy: bool, details: str) -> list[str]:
     return [f"# Attention doctor: `{target}`", "", f"Verdict: **{verdict}** ({details})."]
 
 
+def raised(finding: Finding) -> str | None:
+    """The error a failing finding reports, or None when it failed otherwise."""
+    if finding.status != FAIL:
+        return None
+    found = RAISED.search(finding.message)
+    return found[1] if found else None
+
+
 def consequences(findings: list[Finding]) -> list[tuple[str, list[str]]]:
     """What each failing probe under a cause says: the probes that raise one error (once its
     numbers are masked) said once, the others each in its own words."""
-    from harness.doctor.causes import NUMBER, raised  # the error's reading is causes.py's
-
     said: dict[str, tuple[str, list[str]]] = {}
     for f in findings:
         error = raised(f)
