@@ -3,6 +3,10 @@
     def test_attn(attention_doctor):
         attention_doctor(MyAttention(64, 4), mask="keep")
 
+    @pytest.mark.attention_doctor(mask="keep")       # or declared once, for a test or a class
+    def test_attn_declared(attention_doctor):
+        attention_doctor(MyAttention(64, 4))
+
 fails with the doctor's findings when a probe fails (or warns, with ``strict=True`` or
 ``--attention-doctor-strict``). Registered through the ``pytest11`` entry point, so it loads in
 every pytest run of an environment that has the package: it imports nothing heavy (torch, pandas,
@@ -39,14 +43,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+MARKER = "attention_doctor"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(**options): the doctor's options for the attention_doctor fixture in this "
+        "test, class or module (a call's own keywords outrank them)",
+    )
+
+
 def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]:
     from harness.doctor import TIMEOUT, Config, diagnose
     from harness.errors import UsageError
 
     strict_default = request.config.getoption("--attention-doctor-strict")
 
+    marked = request.node.get_closest_marker(MARKER)
+    declared = dict(marked.kwargs) if marked is not None else {}
+
     def check(module: nn.Module, timeout: float | None = TIMEOUT, **options: object) -> Diagnosis:
         __tracebackhide__ = True  # a failure points at the test, not into the plugin
+        options = {**declared, **options}  # the call's keywords outrank the marker's
+        timeout = options.pop("timeout", timeout)  # type: ignore[assignment]
         options.setdefault("strict", strict_default)
         unknown = sorted(set(options) - {f.name for f in fields(Config)})
         if unknown:
@@ -65,7 +85,9 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
 
 attention_doctor.__doc__ = f"""Diagnose a self-attention module; assert that it is healthy.
 
-Call it with the module and the doctor's options as keywords; it returns the Diagnosis when
+Call it with the module and the doctor's options as keywords (or declare them once with the
+``@pytest.mark.attention_doctor(**options)`` marker on the test, its class or its module); it
+returns the Diagnosis when
 healthy and raises an AssertionError listing the findings otherwise. Bad options (an unknown one,
 a device that is not available here) fail the test with one line, before any probe runs. The
 options, as ``python -m harness doctor --help`` gives them (one table, harness.doctor.options):

@@ -36,6 +36,36 @@ def test_fixture_passes_healthy_and_fails_buggy_with_the_findings(pytester, requ
     )
 
 
+MARKED = textwrap.dedent(
+    """
+    import sys
+    import pytest
+    sys.path.insert(0, {root!r})
+    from tests import doctor_modules as dm
+
+    pytestmark = pytest.mark.attention_doctor(causal=True)
+
+    def test_leaky_by_the_modules_marker(attention_doctor):
+        attention_doctor(dm.gpt_leaky(32, 4))
+
+    @pytest.mark.attention_doctor(mask="keep", causal=False)
+    def test_healthy_by_its_own_marker(attention_doctor):
+        assert attention_doctor(dm.EinsumAttention(32, 4)).config.mask == "keep"
+
+    @pytest.mark.attention_doctor(mask="drop")
+    def test_the_calls_keywords_outrank_the_marker(attention_doctor):
+        assert attention_doctor(dm.EinsumAttention(32, 4), mask="keep", causal=False).healthy
+    """
+)
+
+
+def test_options_declared_once_with_the_marker_reach_the_fixture(pytester, request):
+    pytester.makepyfile(MARKED.format(root=str(request.config.rootpath)))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--strict-markers")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_leaky_by_the_modules_marker*", "*FAIL  causal_leak*"])
+
+
 BAD_CALLS = textwrap.dedent(
     """
     import sys

@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args = build_parser().parse_args(argv)
             except SystemExit as exc:  # --version, --help: printed, and argparse exits 0
                 return exc.code if isinstance(exc.code, int) else 0
+            args.argv = list(sys.argv[1:] if argv is None else argv)  # what was given
             current = report.unchanged(args) if args.command == "report" else None
             result = current if current is not None else run(args)
             text, code = result if isinstance(result, tuple) else (result, 0)

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import torch
 
+from harness.cli.parser import given_options
 from harness.devices import resolve_device
 from harness.doctor import OPTIONS, STEPS, TIMEOUT, Config, UserCodeError, diagnose, guarded, shield
 from harness.doctor.model.call import takes_token_ids
+from harness.doctor.model.diagnosis import ModelDiagnosis
 from harness.doctor.model.examine import diagnose_model
+from harness.doctor.reading.facts import Fact
+from harness.doctor.settings import declared
 from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target
 from harness.errors import UsageError, printable, shorten
@@ -37,7 +41,21 @@ def every_core() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def with_declared(args: argparse.Namespace) -> list[Fact]:
+    """``args`` with what the nearest pyproject.toml declares for the target, where the
+    command line does not say otherwise; each value taken, as a fact with its source."""
+    found = declared(args.target)
+    if found is None:
+        return []
+    given = given_options(getattr(args, "argv", []))
+    taken = {name: value for name, value in found.values.items() if name not in given}
+    for name, value in taken.items():
+        setattr(args, name, value)
+    return [Fact(name, str(value), f"declared in {found.where}") for name, value in taken.items()]
+
+
 def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
+    declared_facts = with_declared(args)
     device = resolve_device(args.device)
     sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init), kv_heads=args.kv_heads,
                   layers=args.layers)  # fmt: skip
@@ -63,6 +81,10 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
         examine = diagnose_model if whole else diagnose
         diagnosis = examine(module, config, args.target, args.timeout, progress=progress,
                             crashed=shield.crashed())  # fmt: skip
+    if isinstance(diagnosis, ModelDiagnosis):
+        diagnosis.notes[:0] = [fact.text() for fact in declared_facts]
+    else:
+        diagnosis.facts[:0] = declared_facts
     if args.report is not None:
         try:
             write_atomically(Path(args.report), diagnosis.markdown())

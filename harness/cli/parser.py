@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness import __version__
 from harness.defaults import DTYPE_NAMES, LEARN_STEPS
-from harness.doctor.options import OPTIONS, Option
+from harness.doctor.options import GROUPS, OPTIONS, Option
 from harness.errors import UsageError, shorten
 
 PROG = "python -m harness"
@@ -132,8 +132,23 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
         "(warnings allowed), 1 a probe failed, 2 usage error.",
     )
     doctor.add_argument("target", help="path/to/file.py:name or package.module:name")
+    groups = {key: doctor.add_argument_group(title) for key, title in GROUPS.items()}
     for option in OPTIONS:  # the one table: Config and the fixture's documentation use it too
-        doctor.add_argument(option.flag, **argparse_form(option))
+        groups[option.group].add_argument(option.flag, **argparse_form(option))
+
+
+def given_options(argv: Sequence[str]) -> set[str]:
+    """The doctor's options that ``argv`` gives on the command line (as argparse reads them,
+    abbreviations included), whatever their values."""
+    parser = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    for option in OPTIONS:
+        form = {k: v for k, v in argparse_form(option).items() if k != "default"}
+        parser.add_argument(option.flag, **form)
+    try:
+        known, _ = parser.parse_known_args(list(argv))
+    except SystemExit:  # the real parser has already accepted argv: this cannot fail
+        return set()
+    return set(vars(known))
 
 
 def argparse_form(option: Option) -> dict[str, object]:

@@ -85,6 +85,13 @@ class LayerGroup:
         return f"{statuses.count(PASS)} pass, {statuses.count(FAIL)} fail"
 
 
+def first_trap(diagnosis: Diagnosis) -> str:
+    """The trap a layer's diagnosis names first: the cause read from its forward or fitted to
+    the error its probes share, else the one its failures' evidence names."""
+    named = next((c.trap for c in diagnosis.causes if c.trap), None)
+    return named or named_trap(diagnosis.findings)
+
+
 @dataclass
 class ModelDiagnosis:
     """All findings for one model."""
@@ -111,8 +118,8 @@ class ModelDiagnosis:
 
     def layer_table(self) -> pd.DataFrame:
         rows = [{"layer": g.label, "class": g.cls, "probes": g.counts(),
-                 "trap": named_trap(g.diagnosis.findings) or ("-" if g.diagnosis.healthy
-                                                              else "not named")}
+                 "trap": first_trap(g.diagnosis) or ("-" if g.diagnosis.healthy
+                                                     else "not named")}
                 for g in self.groups]  # fmt: skip
         return pd.DataFrame(rows, columns=["layer", "class", "probes", "trap"])
 
@@ -146,7 +153,7 @@ class ModelDiagnosis:
                         "paths": g.paths,
                         "class": g.cls,
                         "healthy": g.diagnosis.healthy,
-                        "trap": named_trap(g.diagnosis.findings) or None,
+                        "trap": first_trap(g.diagnosis) or None,
                         "findings": [asdict(f) for f in g.diagnosis.findings],
                     }
                     for g in self.groups
