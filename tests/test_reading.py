@@ -13,7 +13,10 @@ from torch import nn
 from harness import cli
 from harness.catalogue import registry
 from harness.doctor import Config, diagnose
+from harness.doctor.causes import read_causes
+from harness.doctor.findings import FAIL, PASS, Finding
 from harness.doctor.reading.attention import sites
+from harness.doctor.reading.facts import Named, Reading
 from harness.doctor.reading.record import record
 from harness.validation import build, config_for
 
@@ -34,6 +37,40 @@ class Transposed(nn.Module):
         scores = k @ q.transpose(1, 2) / math.sqrt(q.size(-1))  # (B, S, T): keys first
         weights = scores.softmax(dim=1)  # over the keys
         return weights.transpose(1, 2) @ v
+
+
+class ValuesFirst(Transposed):
+    """Correct again: scores (B, T, S) as usual, but the product with V written V-first, so the
+    weights are its second operand and the keys their last axis by the product, not by place."""
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, d)
+        scores = k @ q.transpose(1, 2) / math.sqrt(q.size(-1))  # (B, S, T): keys first
+        weights = scores.softmax(dim=1)  # over the keys
+        return (v.transpose(1, 2) @ weights).transpose(1, 2)  # (B, d, T) -> (B, T, d)
+
+
+class RotaryScaledFirst(nn.Module):
+    """q scaled before rotary (half-split pairing), then the plain product: the scale is read
+    through the rotation, back to the projection."""
+
+    def __init__(self, d_model, factor=1.0):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.factor = factor  # 1.0: correct; another: a second scale after the rotation
+
+    def rotate(self, x):
+        T, half = x.size(1), x.size(-1) // 2
+        angle = torch.arange(T)[:, None] * 0.1 * torch.arange(1, half + 1)  # (T, d/2)
+        cos, sin = angle.cos(), angle.sin()
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+    def forward(self, x):
+        q = self.q(x) / math.sqrt(x.size(-1))  # scaled first
+        q, k = self.rotate(q) * self.factor, self.rotate(self.k(x))
+        weights = (q @ k.transpose(1, 2)).softmax(-1)
+        return weights @ self.v(x)
 
 
 class Heads(nn.Module):
@@ -72,6 +109,22 @@ def test_keys_are_the_axis_the_product_with_v_sums_over_not_the_last_one():
     assert site.complete and site.scale == pytest.approx(8**-0.5)
     d = diagnose(Transposed(16), Config(), "Transposed")
     assert d.healthy and not d.causes, d.text()
+
+
+def test_the_keys_are_read_from_the_product_with_v_whichever_operand_the_weights_are():
+    module = ValuesFirst(8)
+    x = torch.randn(2, 3, 8)
+    [site] = sites(record(module, lambda: module(x), {"x": x}))
+    assert (site.key_axis, site.softmax_axis) == (1, 1)
+    assert diagnose(ValuesFirst(16), Config(), "ValuesFirst").healthy
+
+
+@pytest.mark.parametrize(("factor", "scale"), [(1.0, 16**-0.5), (0.25, 16**-0.5 / 4)])
+def test_a_scale_before_rotary_is_read_through_the_rotation(factor, scale):
+    module = RotaryScaledFirst(16, factor)
+    x = torch.randn(2, 5, 16)
+    [site] = sites(record(module, lambda: module(x), {"x": x}))
+    assert site.complete and site.scale == pytest.approx(scale)
 
 
 @pytest.mark.parametrize(("axis", "named"), [(-1, None), (2, "softmax_dim"), (1, "softmax_dim")])
@@ -151,6 +204,26 @@ def test_the_facts_are_printed_with_their_sources(capsys):
     assert "read from one recorded forward:" in out
     assert "softmax axis: 2: the keys' axis (computed at pitfalls/tutorial.py:" in out
     assert "scale: 0.25 (on the scores) (computed at pitfalls/tutorial.py:" in out
+
+
+def test_a_buffer_the_doctor_watched_being_built_says_where_its_triangle_was_made(capsys):
+    code = cli.main(["doctor", "tests/doctor_modules.py:gpt_leaky", "--causal"])
+    out = capsys.readouterr().out
+    source = (ROOT / "tests" / "doctor_modules.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "bias = torch.tril(" in text)
+    assert (
+        code == 1
+        and f"self.bias is made at tests/doctor_modules.py:{line} `bias = torch.tril(" in out
+    )
+
+
+def test_a_named_trap_without_a_failure_is_no_cause():
+    reading = Reading(named=[Named("softmax_dim", "read", "m.py:3")])
+    passing = [Finding("causal no-leak", PASS), Finding("agrees with SDPA", PASS)]
+    assert read_causes(passing, reading) == []
+    failing = [Finding("causal no-leak", FAIL, "leaks"), Finding("agrees with SDPA", PASS)]
+    [cause] = read_causes(failing, reading)
+    assert (cause.trap, cause.probes, cause.at) == ("softmax_dim", ("causal no-leak",), "m.py:3")
 
 
 def test_a_fact_alone_fails_nothing():
