@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from harness.doctor import Config, diagnose
-from harness.doctor.subject import Subject, plan_call
+from harness.doctor.calling import plan_call
+from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from tests import call_modules as cm
 from tests import doctor_modules as dm

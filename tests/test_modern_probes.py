@@ -10,7 +10,8 @@ import torch
 from torch import Tensor
 
 from harness.doctor import FAIL, PASS, SKIP, WARN, Config, diagnose
-from harness.doctor.subject import ROTARY_WORDS, Subject, code_names
+from harness.doctor.stated import ROTARY_WORDS, code_names
+from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from harness.masks import MaskSpec
 from harness.scenarios import SCENARIOS, make_call

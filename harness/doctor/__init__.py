@@ -20,12 +20,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from harness.doctor.config import Config
     from harness.doctor.examine import STEPS, diagnose
     from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding
     from harness.doctor.guard import UserCodeError, guarded
     from harness.doctor.model.examine import diagnose_model
     from harness.doctor.options import OPTIONS, TIMEOUT
-    from harness.doctor.subject import Config
 
 _HOMES = {
     "STEPS": "examine", "diagnose": "examine", "diagnose_model": "model.examine",

@@ -21,8 +21,9 @@ from dataclasses import replace
 
 from torch import nn
 
+from harness.doctor.config import Config
 from harness.doctor.findings import PASS, Finding
-from harness.doctor.subject import Config, Subject
+from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from harness.masks import KEY_LAYOUTS
 

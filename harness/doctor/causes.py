@@ -16,9 +16,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.doctor.config import Config
 from harness.doctor.findings import FAIL, NUMBER, Finding, raised
 from harness.doctor.reading.facts import Reading
-from harness.doctor.subject import Config
 
 SHARED = 2  # failures with one error that make it a cause of its own
 

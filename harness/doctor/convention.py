@@ -14,10 +14,12 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from harness.doctor.calling import mask_parameters
+from harness.doctor.config import Config, quietly_seeded
 from harness.doctor.findings import FAIL, PASS, Finding
 from harness.doctor.options import BY_NAME
 from harness.doctor.probes.leaks import _future_leak, _padding_leak, _responds
-from harness.doctor.subject import Config, Subject, mask_parameters, quietly_seeded
+from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from harness.masks import KEY_LAYOUTS, LAYOUTS, MEANINGS, MaskSpec
 from harness.runner import describe

@@ -14,6 +14,7 @@ from torch import nn
 from harness.devices import resolve_device
 from harness.doctor.causality import causal_as_said
 from harness.doctor.causes import explain
+from harness.doctor.config import Config, quietly_seeded
 from harness.doctor.convention import NAME as CONVENTION
 from harness.doctor.convention import detect
 from harness.doctor.findings import FAIL, SKIP, Diagnosis, Finding, failed, skipped
@@ -22,7 +23,7 @@ from harness.doctor.probes import PROBES, Probe
 from harness.doctor.probes.numerics import HALF_FILL, HALF_FILL_NAMED
 from harness.doctor.reading.facts import Fact, Reading
 from harness.doctor.reading.watch import watch
-from harness.doctor.subject import Config, Subject, quietly_seeded
+from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from harness.inputs import check_seed
 from harness.runner import describe

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from harness.doctor.subject import Config
+from harness.doctor.config import Config
 
 if TYPE_CHECKING:
     from harness.doctor.causes import Cause

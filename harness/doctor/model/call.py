@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from harness.doctor.subject import declared_context
+from harness.doctor.stated import declared_context
 from harness.errors import UsageError
 from harness.inputs import generator
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from harness.doctor.config import Config, quietly_seeded
 from harness.doctor.examine import SETUP, diagnose, evidence
 from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding, Outcome, failed
 from harness.doctor.guard import TIMEOUT, guarded
@@ -21,7 +22,6 @@ from harness.doctor.model.layers import Group, attention_layers, grouped
 from harness.doctor.model.patient import Patient, declared_causal, layer_causal
 from harness.doctor.model.replay import Replay
 from harness.doctor.probes.scale import unscaled_by_design
-from harness.doctor.subject import Config, quietly_seeded
 from harness.errors import UsageError
 from harness.reference import HEAD_DIM_ATTRS, int_attribute
 

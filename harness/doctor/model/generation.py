@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from harness.doctor.caches import cache_class
 from harness.doctor.findings import KNOWN_CAUSES, Outcome, failed, passed, skipped, warned
 from harness.doctor.model.call import SEQ_LEN, logits_of, positions_of, restore_state
 from harness.doctor.model.call import keeps_state as call_keeps_state
 from harness.doctor.model.patient import Patient, max_change
 from harness.doctor.model.tables import handed_table, row_of
-from harness.doctor.subject import cache_class
 from harness.runner import describe
 
 PREFILL = SEQ_LEN // 2

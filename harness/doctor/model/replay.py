@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, keeps_state, no_autocast
-from harness.doctor.subject import declared_context
+from harness.doctor.stated import declared_context
 from harness.inputs import generator
 from harness.masks import lowest
 from harness.runner import as_dtype

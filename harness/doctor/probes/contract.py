@@ -11,9 +11,10 @@ import torch
 
 from harness import metrics
 from harness.doctor.causality import declared
+from harness.doctor.config import float32_rounding
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import Subject, float32_rounding
+from harness.doctor.subject import Subject
 from harness.inputs import generator
 from harness.reference import attention_weights, head_count
 from harness.runner import describe

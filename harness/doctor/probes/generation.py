@@ -2,7 +2,7 @@
 give the full forward; the cache grows by exactly the tokens fed; a reset cache reused for a new
 prompt gives what a fresh one gives.
 
-How the cache is passed is detected from the signature (``harness.doctor.subject``): an object
+How the cache is passed is detected from the signature (``harness.doctor.calling``): an object
 from the module's own file (updated in place), a tuple passed back (``past_key_value``), or the
 module's own buffers addressed by ``start_pos`` / ``input_pos``.
 """
@@ -13,9 +13,11 @@ import torch
 from torch import Tensor, nn
 
 from harness.consistency import Agreement, agreements
+from harness.doctor.caches import Returned
+from harness.doctor.calling import AdapterPlan
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import AdapterPlan, Returned, Subject
+from harness.doctor.subject import Subject
 from harness.masks import KEY_LAYOUTS, causal_keep
 from harness.scenarios import Invoke
 

@@ -19,9 +19,11 @@ import torch
 from torch import Tensor
 
 from harness import metrics
+from harness.doctor.calling import TABLE_NAMES
+from harness.doctor.config import float32_rounding
 from harness.doctor.findings import Outcome, failed, passed, skipped, warned
 from harness.doctor.probes.registry import probe
-from harness.doctor.subject import TABLE_NAMES, Subject, float32_rounding
+from harness.doctor.subject import Subject
 from harness.runner import describe
 
 OFFSETS = (4096, 100_000)  # position shifts probed

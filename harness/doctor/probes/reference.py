@@ -13,11 +13,12 @@ from torch import Tensor, nn
 
 from harness import metrics
 from harness.doctor.causality import declared
+from harness.doctor.config import ROTARY_STYLE
 from harness.doctor.findings import Outcome, failed, passed, skipped
 from harness.doctor.probes.inside import projection_input, submodule_name
 from harness.doctor.probes.registry import probe
 from harness.doctor.probes.scale import judged, measure
-from harness.doctor.subject import ROTARY_STYLE, Subject
+from harness.doctor.subject import Subject
 from harness.masks import KEY_LAYOUTS, causal_keep, live_queries
 from harness.reference import (
     ROPE_BASE,
