@@ -8,6 +8,7 @@ from torch import nn
 
 from harness import cli
 from harness.doctor import FAIL, PASS, SKIP, STEPS, WARN, Config, Diagnosis, Finding, diagnose
+from harness.doctor.causes import explain
 from harness.doctor.subject import Subject
 from pitfalls.padding_on_queries import buggy as on_queries_buggy
 from pitfalls.padding_on_queries import fixed as on_queries_fixed
@@ -334,6 +335,18 @@ def test_the_tutorials_module_with_its_documented_mask_fails_once_as_mask_rank()
         and "raises RuntimeError: batch1" in documented.text()
     )
     assert json.loads(documented.to_json())["causes"][0]["trap"] == "mask_rank"
+
+
+def test_probes_failing_with_one_error_are_one_cause_named_by_its_numbers():
+    """Where the forward's reading names nothing (it raised before the attention), the error the
+    probes share is the cause, said once, and its numbers name the trap."""
+    error = "raises: RuntimeError: batch1 must be a 3D tensor"
+    findings = [Finding(f"probe {i}", FAIL, error) for i in range(12)]
+    findings.append(Finding("other", FAIL, "leaks"))
+    [cause] = explain(findings, Config(mask="keep", mask_shape="b1qk"))
+    assert cause.trap == "mask_rank" and len(cause.probes) == 12
+    [unnamed] = explain(findings, Config(mask="keep"))  # a 3-D mask: the numbers name nothing
+    assert unnamed.trap is None
 
 
 def test_keys_transposed_on_the_batch_axis_fail_once_as_transpose():

@@ -11,9 +11,9 @@ from harness import cli
 from harness.doctor import Config, diagnose_model
 from harness.doctor.findings import FAIL, Finding
 from harness.doctor.model.call import ModelCall, takes_token_ids
-from harness.doctor.model.diagnosis import named_trap
 from harness.doctor.model.layers import attention_layers
 from harness.doctor.model.replay import Replay, _rotary_table
+from harness.doctor.named import named_trap
 from harness.doctor.target import Sizes, build
 from tests import model_modules
 
@@ -58,7 +58,7 @@ def test_a_healthy_model_exits_0_with_its_layers_in_one_group(capsys):
     [
         ("LeakyGPT", "causal no-leak", "causal_leak"),
         ("TwiceScaledGPT", "agrees with SDPA", "double_scale"),
-        ("BatchMixingGPT", "batch independence", ""),
+        ("BatchMixingGPT", "batch independence", "head_merge_no_transpose"),  # read: cut up
     ],
 )
 def test_each_bug_fails_on_its_probe_with_the_layer_path(capsys, cls, probe, trap):

@@ -88,6 +88,86 @@ class Heads(nn.Module):
         return torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, T, C)
 
 
+class TalkingHeads(nn.Module):
+    """Heads mixed by learned matrices before and after the softmax (CaiT): the mixing products
+    are followed by their letters, not taken for q k^T or for the product with V."""
+
+    def __init__(self, d_model, heads=4):
+        super().__init__()
+        self.qkv, self.heads = nn.Linear(d_model, 3 * d_model), heads
+        self.pre = nn.Parameter(torch.randn(heads, heads))
+        self.post = nn.Parameter(torch.randn(heads, heads))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)  # (B, h, T, d)
+        dots = torch.einsum("bhid,bhjd->bhij", q, k) * q.size(-1) ** -0.5
+        dots = torch.einsum("bhij,hg->bgij", dots, self.pre)
+        attn = torch.einsum("bhij,hg->bgij", dots.softmax(dim=-1), self.post)
+        return torch.einsum("bhij,bhjd->bhid", attn, v).transpose(1, 2).reshape(B, T, C)
+
+
+class NormedInside(nn.Module):
+    """A LayerNorm inside the module (vit-pytorch's), where SDPA's comparison cannot run;
+    ``scale`` is what it puts on the scores."""
+
+    def __init__(self, d_model, scale=None):
+        super().__init__()
+        self.norm, self.qkv = nn.LayerNorm(d_model), nn.Linear(d_model, 3 * d_model)
+        self.scale = scale
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(B, T, 3, 4, -1).permute(2, 0, 3, 1, 4)
+        scale = q.size(-1) ** -0.5 if self.scale is None else self.scale
+        weights = (q @ k.transpose(-1, -2) * scale).softmax(-1)
+        return (weights @ v).transpose(1, 2).reshape(B, T, C)
+
+
+class WhereCausal(nn.Module):
+    """GPT-Neo's mask: torch.where(causal, scores, min) keeps where the triangle is True."""
+
+    def __init__(self, d_model, diagonal=0):
+        super().__init__()
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.register_buffer("bias", torch.ones(16, 16, dtype=torch.bool).tril(diagonal))
+
+    def forward(self, x):
+        T, C = x.shape[1:]
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        scores = q @ k.transpose(1, 2) / math.sqrt(C)
+        scores = torch.where(self.bias[:T, :T], scores, torch.finfo(scores.dtype).min)
+        return scores.softmax(-1) @ v
+
+
+def test_talking_heads_mixing_is_followed_not_taken_for_the_product():
+    module = TalkingHeads(16)
+    x = torch.randn(2, 5, 16)
+    [site] = sites(record(module, lambda: module(x), {"x": x}))
+    assert (site.key_axis, site.softmax_axis, site.width) == (3, 3, 4)
+    assert site.complete and site.scale == pytest.approx(0.5)
+    assert not [c for c in diagnose(TalkingHeads(16), Config(), "TalkingHeads").causes if c.read]
+
+
+@pytest.mark.parametrize(("scale", "trap"), [(None, None), (1.0, "missing_scale"),
+                                             (16**-0.5, "scale_d_model")])  # fmt: skip
+def test_a_wrong_scale_fails_as_read_where_sdpa_cannot_be_compared(scale, trap):
+    d = diagnose(NormedInside(16, scale), Config(), "NormedInside")
+    sdpa = next(f for f in d.findings if f.probe == "agrees with SDPA")
+    assert sdpa.status == "skip", d.text()
+    assert d.healthy == (trap is None), d.text()
+    if trap:
+        assert d.causes[0].trap == trap and "read from the forward" in d.causes[0].probes
+
+
+@pytest.mark.parametrize(("diagonal", "said"), [(0, "blocked"), (1, "open: key t + 1")])
+def test_a_mask_chosen_with_where_blocks_where_its_condition_is_false(diagonal, said):
+    d = diagnose(WhereCausal(16, diagonal), Config(causal=True), "WhereCausal")
+    future = next(f.value for f in d.facts if f.name == "future")
+    assert future.startswith(said), d.text()
+    assert d.healthy == (diagonal == 0), d.text()
+
+
 def test_the_record_keeps_each_op_its_arguments_and_the_line_that_ran_it():
     module = Transposed(8)
     x = torch.randn(2, 3, 8)
@@ -168,7 +248,8 @@ def test_a_students_one_line_edit_is_the_first_cause_at_the_edited_line(
 # unconverted) at the line that applies it.
 READ_TRAPS = ["softmax_dim", "mask_bool", "missing_scale", "scale_d_model", "double_scale",
               "scale_after_softmax", "causal_leak", "sdpa_float_mask",
-              "sdpa_mask_inverted", "mask_rank"]  # fmt: skip
+              "sdpa_mask_inverted", "mask_rank", "head_merge_no_transpose",
+              "padding_on_queries"]  # fmt: skip
 APPLIED_AT = {
     "double_scale": "scores = q @ k.transpose(-2, -1) * scale",
     "sdpa_float_mask": "F.scaled_dot_product_attention(Q, K, V, attn_mask=attn_mask)",

@@ -25,7 +25,7 @@ SHARED = 2  # failures with one error that make it a cause of its own
 
 # The failing probes a trap read from the forward explains (None: any failure). A scale only
 # moves the outputs (SDPA's reference) and, after the softmax, the weights' sums.
-SCALE_PROBES = frozenset({"agrees with SDPA", "attention weights"})
+SCALE_PROBES = frozenset({"agrees with SDPA", "attention weights", "read from the forward"})
 EXPLAINS: dict[str, frozenset[str] | None] = {
     "softmax_dim": None,
     "mask_bool": None,
@@ -37,6 +37,8 @@ EXPLAINS: dict[str, frozenset[str] | None] = {
     "causal_leak": frozenset({"causal no-leak", "agrees with SDPA", "cached decoding"}),
     "sdpa_float_mask": None,
     "mask_rank": None,
+    "head_merge_no_transpose": None,
+    "padding_on_queries": None,
     "sdpa_mask_inverted": None,
 }
 

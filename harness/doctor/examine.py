@@ -19,8 +19,10 @@ from harness.doctor.convention import NAME as CONVENTION
 from harness.doctor.convention import detect
 from harness.doctor.findings import FAIL, SKIP, Diagnosis, Finding, failed, skipped
 from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
+from harness.doctor.named import leading
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.probes.numerics import HALF_FILL, HALF_FILL_NAMED
+from harness.doctor.reading.checks import read_failures
 from harness.doctor.reading.facts import Fact, Reading
 from harness.doctor.reading.watch import watch
 from harness.doctor.subject import Subject
@@ -119,7 +121,10 @@ def diagnose(
             diagnosis.findings.append(Finding(probe_name, SKIP, skip[probe_name]))
             continue
         diagnosis.findings.append(examine(probe_name, probe, subject, timeout))
+    diagnosis.findings += read_failures(reading, diagnosis.findings)
     diagnosis.causes = explain(diagnosis.findings, subject.config, reading)
+    if not any(cause.read for cause in diagnosis.causes):
+        diagnosis.lead = leading(diagnosis.findings)
     return diagnosis
 
 

@@ -106,6 +106,7 @@ class Diagnosis:
     findings: list[Finding] = field(default_factory=list)
     causes: list[Cause] = field(default_factory=list)  # read traps, shared errors (causes.py)
     facts: list[Fact] = field(default_factory=list)  # what the recorded forward showed
+    lead: str | None = None  # the failing probe that names the cause, printed first
 
     @property
     def failures(self) -> list[Finding]:
@@ -145,7 +146,8 @@ class Diagnosis:
                 lines.append(f"{'':<{width + 6}}- {', '.join(probes)}: {said}".rstrip())
         grouped = {probe: c for c in self.causes if not c.read for probe in c.probes}
         shown = set()
-        for f in self.findings:
+        first = [f for f in self.findings if f.probe == self.lead and f.probe not in grouped]
+        for f in first + [f for f in self.findings if f not in first]:
             cause = grouped.get(f.probe)
             if f.probe in under:
                 continue

@@ -14,8 +14,8 @@ from torch import nn
 
 from harness.doctor.findings import FAIL
 from harness.doctor.guard import UserCodeError, guarded
-from harness.doctor.model.diagnosis import named_trap
 from harness.doctor.model.examine import diagnose_model
+from harness.doctor.named import named_trap
 from harness.errors import UsageError, shorten
 from harness.runner import describe
 

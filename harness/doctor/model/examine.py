@@ -17,10 +17,11 @@ from harness.doctor.findings import FAIL, PASS, SKIP, WARN, Diagnosis, Finding, 
 from harness.doctor.guard import TIMEOUT, guarded
 from harness.doctor.model import backends, generation, properties
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, state_of
-from harness.doctor.model.diagnosis import IDENTIFIES, LayerGroup, ModelDiagnosis
+from harness.doctor.model.diagnosis import LayerGroup, ModelDiagnosis
 from harness.doctor.model.layers import Group, attention_layers, grouped
 from harness.doctor.model.patient import Patient, declared_causal, layer_causal
 from harness.doctor.model.replay import Replay
+from harness.doctor.named import IDENTIFIES
 from harness.doctor.probes.scale import unscaled_by_design
 from harness.errors import UsageError
 from harness.reference import HEAD_DIM_ATTRS, int_attribute

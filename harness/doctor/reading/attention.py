@@ -37,6 +37,9 @@ LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "fl
           "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
           "unbind", "tensor_split", "split_with_sizes"}  # fmt: skip
 CAPS = {"tanh"}
+# How the keys' axis is known when the product with V is not followed: a guess, which names
+# no trap (q k^T puts the keys last; k q^T would not)
+LAST_AXIS = "the last axis of the scores' product (a guess: the product with V was not followed)"
 
 
 @dataclass
@@ -85,6 +88,7 @@ class Site:
     caps: list[Op] = field(default_factory=list)
     sdpa: bool = False
     rank_raised: tuple[Op, tuple[int, ...], tuple[int, ...]] | None = None  # a mask's, and how
+    merged_without_transpose: Op | None = None  # the reshape that cuts the queries' axis up
     sdpa_mask: Tensor | None = None  # the attn_mask an SDPA call was given
     is_causal: bool = False
 
@@ -182,7 +186,15 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
     """Follow the softmax's input back to the scores' product: factors, fills, caps, and
     where the softmax's axis and the product's axes meet."""
     path: list[Op] = []
-    while (op := record.producer(value)) is not None and op.name not in PRODUCTS:
+    while (op := record.producer(value)) is not None and not _of_two(record, op, memo):
+        if op.name in PRODUCTS:  # the scores times weights (talking heads): followed by letter
+            data = [v for v in _tensor_args(op) if _from_input(record, v, memo)]
+            if op.name != "einsum" or len(data) != 1:
+                site.stopped_at = op
+                return
+            path.append(op)
+            value = data[0]
+            continue
         if not (_elementwise(record, op, memo) or op.name in LAYOUT):
             site.stopped_at = op
             return
@@ -220,15 +232,46 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
     ndim = len(op.shapes[0]) if op.shapes else 0
     key, query = _product_axes(op)
     for step in reversed(path):
-        ndim_in = len(step.args[0].shape) if step.args and step.args[0].shape else ndim
-        key = None if key is None else _map_axis(step, key, ndim_in)
-        query = None if query is None else _map_axis(step, query, ndim_in)
-        ndim = len(step.shapes[0]) if step.shapes else ndim
+        out_ndim = len(step.shapes[0]) if step.shapes else ndim
+        if step.name == "einsum":
+            key, query = (None if a is None else _einsum_axis(record, step, a, memo)
+                          for a in (key, query))  # fmt: skip
+        elif _elementwise(record, step, memo):  # the same cells; a wider mask adds leading axes
+            key, query = (None if a is None else a + out_ndim - ndim for a in (key, query))
+        else:
+            key = None if key is None else _map_axis(step, key, ndim)
+            query = None if query is None else _map_axis(step, query, ndim)
+        ndim = out_ndim
     if site.key_axis is None and key is not None:
-        site.key_axis, site.key_axis_from = key, "the last axis of the scores' product"
+        site.key_axis, site.key_axis_from = key, LAST_AXIS
     site.query_axis = query
     site.width = _summed_width(op)
     _read_operands(record, site, op, memo)
+
+
+def _of_two(record: Record, op: Op, memo: dict[int, bool]) -> bool:
+    """A product of two tensors that both depend on the input: q k^T, or weights times V (not
+    data times a weight, which mixes heads or projects)."""
+    if op.name not in PRODUCTS:
+        return False
+    tensors = _tensor_args(op)[1:] if op.name == "baddbmm" else _tensor_args(op)
+    return sum(_from_input(record, v, memo) for v in tensors) >= 2
+
+
+def _einsum_axis(record: Record, op: Op, axis: int, memo: dict[int, bool]) -> int | None:
+    """Where axis ``axis`` of an einsum's one data operand is in its result, by its letter
+    ("bhij,hg->bgij": i and j stay; h is summed, so no axis)."""
+    spec = op.const(0, "equation")
+    tensors = _tensor_args(op)
+    if not isinstance(spec, str) or "->" not in spec or "." in spec:
+        return None
+    inputs, output = spec.replace(" ", "").split("->")
+    parts = inputs.split(",")
+    data = [i for i, v in enumerate(tensors) if _from_input(record, v, memo)]
+    if len(parts) != len(tensors) or len(data) != 1 or axis >= len(parts[data[0]]):
+        return None
+    letter = parts[data[0]][axis]
+    return output.index(letter) if letter in output else None
 
 
 def _product_axes(op: Op) -> tuple[int | None, int | None]:
@@ -395,7 +438,7 @@ def _added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
         number = _scalar(chosen[0]) if chosen else None
         if condition is None or number is None or number > BLOCKING or shape is None:
             return None
-        blocked = condition.bool() if op.args[2] in chosen else ~condition.bool()
+        blocked = ~condition.bool() if op.args[2] in chosen else condition.bool()  # where False
         try:
             return Fill(op, number, blocked.expand(shape), op.args[0])
         except RuntimeError:
@@ -449,12 +492,23 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
         nxt = next(record.consumers(index), None)
         if nxt is None:
             return
+        if nxt.name in PRODUCTS and not _of_two(record, nxt, memo):
+            if nxt.name != "einsum":
+                return  # weights times a weight, not the values: the keys' axis stays the scores'
+            moved = [_einsum_axis(record, nxt, i, memo) for i in range(len(axes))]
+            placed: list[int | None] = [None] * (len(nxt.shapes[0]) if nxt.shapes else 0)
+            for original, position in zip(axes, moved, strict=True):
+                if position is not None and original is not None:
+                    placed[position] = original
+            axes = placed  # type: ignore[assignment]
+            index = nxt.index
+            continue
         if nxt.name in PRODUCTS:
             site.consumer = nxt
             position = next(i for i, v in enumerate(_tensor_args(nxt))
                             if v.kind == "op" and v.ref == index)  # fmt: skip
             summed = _weights_summed_axis(nxt, position, len(axes))
-            if summed is not None:
+            if summed is not None and axes[summed] is not None:
                 site.key_axis, site.key_axis_from = (
                     axes[summed],
                     "the axis the product with V sums over",
@@ -527,9 +581,66 @@ def sites(record: Record) -> list[Site]:
         _read_scores(record, site, op.args[0], memo)
         for fill in site.fills:
             _provenance(record, fill)
+        if site.consumer is not None and site.query_axis is not None:
+            first = _tensor_args(site.consumer)[0]
+            if first.kind == "op" and first.ref == op.index:  # weights @ V: queries stay put
+                _merged(record, site, site.consumer, site.query_axis)
         if site.product is not None or site.consumer is not None:
             found.append(site)
     return found
+
+
+def _clean_axis(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int) -> int | None:
+    """Where axis ``axis`` lands when a tensor of ``shape_in`` is reshaped (in its logical
+    order) to ``shape_out``. A reshape maps runs of input axes to runs of output axes between the
+    element counts both share; the axis is kept when its run is itself and one output axis (that
+    axis is returned), merged into one axis or split into several (None: not followed further),
+    and cut up when its run holds other input axes and several output axes (-1: it is mixed with
+    them, as (B, h, T, d) -> (B, T, h * d) mixes heads with positions)."""
+
+    def bounds(shape: tuple[int, ...]) -> list[int]:
+        return [math.prod(shape[:i]) for i in range(len(shape) + 1)]
+
+    b_in, b_out = bounds(shape_in), bounds(shape_out)
+    shared = sorted(set(b_in) & set(b_out))
+    low = max(b for b in shared if b <= b_in[axis])
+    high = min(b for b in shared if b >= b_in[axis + 1])
+    ins = [i for i in range(len(shape_in)) if low <= b_in[i] < high and shape_in[i] > 1]
+    outs = [i for i in range(len(shape_out)) if low <= b_out[i] < high and shape_out[i] > 1]
+    if len(ins) > 1 and len(outs) > 1:
+        return -1
+    if ins == [axis] and len(outs) == 1:
+        return outs[0]
+    return None
+
+
+def _merged(record: Record, site: Site, start: Op, query: int | None) -> None:
+    """Follow the attention's output (queries on axis ``query``) through the layout ops that
+    merge its heads; a reshape that cuts the queries' axis up, mixing it with the heads before
+    it, is heads merged without the transpose."""
+    index = start.index
+    for _ in range(8):
+        if query is None:
+            return
+        nxt = next(record.consumers(index), None)
+        if nxt is None or not nxt.shapes or not nxt.args or nxt.args[0].shape is None:
+            return
+        shape_in = nxt.args[0].shape
+        if nxt.name in {"transpose", "swapaxes"}:
+            a, b = (nxt.const(i, n) for i, n in ((1, "dim0"), (2, "dim1")))
+            if not isinstance(a, int) or not isinstance(b, int):
+                return
+            a, b = a % len(shape_in), b % len(shape_in)
+            query = b if query == a else a if query == b else query
+        elif nxt.name in {"view", "reshape", "flatten"}:
+            landed = _clean_axis(shape_in, nxt.shapes[0], query)
+            if landed == -1:
+                site.merged_without_transpose = nxt
+                return
+            query = landed
+        elif nxt.name not in SAME:
+            return
+        index = nxt.index
 
 
 def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
@@ -540,6 +651,8 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
     site = Site(op, ndim=ndim, softmax_axis=ndim - 1, key_axis=ndim - 1, sdpa=True,
                 key_axis_from="SDPA's contract")  # fmt: skip
     site.width = query.shape[-1] if query is not None and query.shape else None
+    site.query_axis = ndim - 2
+    _merged(record, site, op, ndim - 2)
     mask = op.arg(3, "attn_mask")
     site.sdpa_mask = record.result(mask) if mask is not None and mask.is_tensor else None
     site.is_causal = bool(op.const(5, "is_causal", False))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from harness.doctor.reading.attention import Site, sites
+from harness.doctor.reading.attention import LAST_AXIS, Site, sites
 from harness.doctor.reading.record import Op, Record, record
 
 # How a value is known, strongest first (the issue's order): what the user declared, what the
@@ -69,9 +69,17 @@ def _axis_word(site: Site, axis: int) -> str:
     return "neither the keys' nor the queries' axis (heads or batch)"
 
 
-def _shape(op: Op) -> str:
+def _shape(site: Site) -> str:
+    """The scores' shape: the softmax's input, or for SDPA (B, h, T, S) from its q and k."""
+    op = site.softmax
     first = op.args[0] if op.args else None
-    return "x".join(map(str, first.shape)) if first is not None and first.shape else "?"
+    if first is None or not first.shape:
+        return "?"
+    shape = first.shape
+    key = op.arg(1, "key")
+    if site.sdpa and key is not None and key.shape:
+        shape = (*shape[:-1], key.shape[-2])
+    return "x".join(map(str, shape))
 
 
 def _scale_name(scale: float, width: int, d_model: int) -> str | None:
@@ -115,13 +123,13 @@ def site_facts(
     facts, named = reading.facts, reading.named
     line = site.softmax.where
     kind = "SDPA" if site.sdpa else "softmax"
-    facts.append(Fact("attention", f"{kind} of scores {_shape(site.softmax)}", COMPUTED, line))
+    facts.append(Fact("attention", f"{kind} of scores {_shape(site)}", COMPUTED, line))
     if site.key_axis is not None:
         facts.append(Fact("keys' axis", f"{site.key_axis} ({site.key_axis_from})"))
     if not site.sdpa and site.softmax_axis is not None and site.key_axis is not None:
         over = _axis_word(site, site.softmax_axis)
         facts.append(Fact("softmax axis", f"{site.softmax_axis}: {over}", COMPUTED, line))
-        if site.softmax_axis != site.key_axis:
+        if site.softmax_axis != site.key_axis and site.key_axis_from != LAST_AXIS:
             named.append(Named("softmax_dim", f"the softmax normalizes axis {site.softmax_axis} "
                                f"({over}) of the scores; the keys are on axis {site.key_axis}",
                                line))  # fmt: skip
@@ -129,19 +137,26 @@ def site_facts(
         facts.append(Fact("head width", str(site.width), COMPUTED,
                           site.product.where if site.product else line))  # fmt: skip
     product_line = site.product.where if site.product is not None else line
-    scale_line = next((f.op.where for f in site.factors if f.where != "weights"), product_line)
+    applied = [f for f in site.factors if f.where != "weights" and f.value != 1.0]
+    scale_line = applied[0].op.where if applied else product_line  # nearest the softmax
     if declared_scale is not None:
         facts.append(Fact("scale", f"{declared_scale:.6g}", DECLARED))
     elif site.complete and site.width:
-        where = ", ".join(sorted({f.where for f in site.factors if f.where != "weights"}))
+        where = ", ".join(sorted({f.where for f in applied}))
         said = f"{site.scale:.6g}" + (f" (on the {where})" if where else " (none applied)")
         facts.append(Fact("scale", said, COMPUTED, scale_line))
         trap = _scale_name(site.scale, site.width, d_model)
         if trap is not None and not site.after_softmax:  # else: the scale is misplaced (below)
             expected = 1 / math.sqrt(site.width)
-            named.append(Named(trap, f"the scores are scaled by {site.scale:.6g}; 1/sqrt(head "
-                               f"width {site.width}) is {expected:.6g}{_made(site, made)}",
-                               scale_line))  # fmt: skip
+            each = (
+                "; ".join(f"{f.value:.6g} at {f.op.line}" for f in applied)
+                if len(applied) > 1
+                else ""
+            )
+            named.append(Named(trap, f"the scores are scaled by {site.scale:.6g}"
+                               + (f" ({each})" if each else "")
+                               + f"; 1/sqrt(head width {site.width}) is {expected:.6g}"
+                               f"{_made(site, made)}", scale_line))  # fmt: skip
     elif site.stopped_at is not None:
         facts.append(Fact("scale", "not read: the scores' operands pass through an op it does "
                           f"not follow ({site.stopped_at.name})", COMPUTED,
@@ -165,6 +180,15 @@ def site_facts(
         named.append(Named("mask_rank", f"the mask has more axes than the scores: applying it "
                            f"broadcasts them from {shapes}, every sequence against every "
                            "other", (built or op).where))  # fmt: skip
+    if site.merged_without_transpose is not None:
+        op = site.merged_without_transpose
+        facts.append(Fact("heads merged", f"{op.name} to {'x'.join(map(str, op.shapes[0]))} "
+                          "cuts up the queries' axis", COMPUTED, op.where))  # fmt: skip
+        named.append(Named("head_merge_no_transpose", "the heads are merged by a reshape that "
+                           "cuts up the queries' axis, so each output row mixes positions of "
+                           "several heads (or sequences): move the heads next to the width "
+                           "first (transpose(1, 2) on (B, h, T, d)), then reshape",
+                           op.where))  # fmt: skip
     _future(site, reading, causal, made)
     return reading
 
@@ -236,7 +260,8 @@ def sdpa_mask(site: Site, keep: torch.Tensor | None) -> Named | None:
 
 def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
     """A fill that blocks exactly the cells the declared keep-mask keeps (and keeps the
-    blocked ones): the mask read the wrong way round."""
+    blocked ones): the mask read the wrong way round; or exactly the ones it blocks, with
+    queries and keys swapped: a padding mask applied along the queries."""
     if keep is None or keep.all():
         return None
     for fill in site.fills:
@@ -252,6 +277,12 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
         if torch.equal(cells, kept):
             return Named("mask_bool", "the mask fills exactly the cells the keep-mask keeps "
                          f"(with {fill.value:g}): it is read the wrong way round",
+                         fill.op.where)  # fmt: skip
+        if not torch.equal(kept, kept.transpose(-1, -2)) and torch.equal(
+            cells, ~kept.transpose(-1, -2)
+        ):
+            return Named("padding_on_queries", "the mask blocks the padded queries' rows, not "
+                         "the padded keys' columns: it is applied along the queries' axis",
                          fill.op.where)  # fmt: skip
     return None
 

@@ -12,6 +12,7 @@ results are kept, so that a reading can look at their values (which cells a mask
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import linecache
 import sys
 import weakref
@@ -26,6 +27,16 @@ from torch.overrides import TorchFunctionMode
 # Frames in these folders are torch's or the harness's: the line an op is charged to is the
 # innermost frame outside them (the module's code, or the library the module comes from).
 TORCH = Path(torch.__file__).resolve().parent
+# Libraries that only lay tensors out for their caller (einops' rearrange): an op they run is
+# charged to the line that called them.
+PLUMBING = [
+    TORCH,
+    *(
+        Path(spec.origin).resolve().parent
+        for name in ("einops",)
+        if (spec := importlib.util.find_spec(name)) is not None and spec.origin
+    ),
+]
 HARNESS = Path(__file__).resolve().parents[2]
 PROJECT = HARNESS.parent
 MAX_OPS = 20_000  # a forward that runs more is not read further (a whole model's loop)
@@ -156,7 +167,7 @@ def _source_line() -> tuple[str, str]:
         path = Path(frame.f_code.co_filename)
         if path.is_relative_to(HARNESS):
             return "", ""
-        if not path.is_relative_to(TORCH):
+        if not any(path.is_relative_to(root) for root in PLUMBING):
             code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
             return f"{shown_path(frame.f_code.co_filename)}:{frame.f_lineno}", code
         frame = frame.f_back

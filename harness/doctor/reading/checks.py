@@ -1,0 +1,32 @@
+"""What the recorded forward fails by itself: what it shows ran, where no probe could measure it.
+
+A softmax over another axis than the keys', and heads merged by a reshape that cuts up the
+queries' axis, are wrong whatever the module means; they fail as read. A wrong scale (or a scale
+after the softmax) fails as read only where the comparison with SDPA, which measures it, could not
+run (projections it does not recognize): there the reading is the only measurement, and the scale
+the module means can be declared (--scale).
+"""
+
+from __future__ import annotations
+
+from harness.doctor.findings import FAIL, PASS, Finding
+from harness.doctor.reading.facts import Reading
+
+NAME = "read from the forward"
+MEASURED_BY = "agrees with SDPA"  # the probe that measures a scale
+ALWAYS = ("softmax_dim", "head_merge_no_transpose")
+SCALES = ("missing_scale", "scale_d_model", "double_scale", "wrong_scale", "scale_after_softmax")
+
+
+def read_failures(reading: Reading, findings: list[Finding]) -> list[Finding]:
+    """The failures the reading shows by itself: at most one finding, its traps at their
+    lines (the first cause explains it and what else fails)."""
+    measured = any(f.probe == MEASURED_BY and f.status in (PASS, FAIL) for f in findings)
+    said = []
+    for named in reading.named:
+        if named.trap in ALWAYS or (named.trap in SCALES and not measured):
+            said.append(f"{named.trap}: {named.why} (at {named.line})")
+    if not said:
+        return []
+    unmeasured = "" if measured else f"; {MEASURED_BY} could not run, so this is read, not measured"
+    return [Finding(NAME, FAIL, "; ".join(said) + unmeasured)]
