@@ -3,8 +3,9 @@ and the traps those facts name.
 
 A fact is what ran ("softmax over axis 1 of the (2, 8, 8) scores, the queries' axis, at
 attn.py:34"), not what a name suggests. The doctor prints the facts it went on; a trap named
-from a fact is printed first, at its line, above the failures it explains. A fact never fails
-a module by itself: it names the cause of a failure a probe measured.
+from a fact is printed first, at its line, above the failures it explains. Which facts fail a
+module by themselves is ``harness.doctor.reading.checks``'s to say; the others only name the
+cause of a failure a probe measured.
 """
 
 from __future__ import annotations
