@@ -33,9 +33,7 @@ def named_trap(findings: list[Finding]) -> str:
     masked key, passed over), or "" (none fails, or the first names none: a later probe's name
     may be a consequence, not the cause). Two a finding cannot tell apart
     are both given ("mask_bool or sdpa_mask_inverted")."""
-    failing = [f for f in findings if f.status == FAIL]
-    sdpa = [f for f in failing if f.probe == IDENTIFIES]
-    others = [f for f in failing if f.probe != IDENTIFIES and not _bare_symptom(f)]
+    sdpa, others = _candidates(findings)
     ordered = sdpa + others[:1]
     for finding in ordered:
         if KNOWN_CAUSES in finding.message:  # several, none decided: each is named
@@ -50,6 +48,15 @@ def named_trap(findings: list[Finding]) -> str:
     return ""
 
 
+def _candidates(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """The failures that may name the cause: SDPA's comparison, then the others but bare
+    symptoms, in order."""
+    failing = [f for f in findings if f.status == FAIL]
+    sdpa = [f for f in failing if f.probe == IDENTIFIES]
+    others = [f for f in failing if f.probe != IDENTIFIES and not _bare_symptom(f)]
+    return sdpa, others
+
+
 def _bare_symptom(finding: Finding) -> bool:
     """A symptom's failure (``SYMPTOMS``) that names no trap."""
     return finding.probe in SYMPTOMS and not NAMED.search(finding.message)
@@ -58,9 +65,7 @@ def _bare_symptom(finding: Finding) -> bool:
 def leading(findings: list[Finding]) -> str | None:
     """The failing probe whose evidence names the trap ``named_trap`` gives: printed first,
     before failures that are its symptoms (None: no failure names one)."""
-    failing = [f for f in findings if f.status == FAIL]
-    sdpa = [f for f in failing if f.probe == IDENTIFIES]
-    others = [f for f in failing if f.probe != IDENTIFIES and not _bare_symptom(f)]
+    sdpa, others = _candidates(findings)
     for finding in sdpa + others:
         if named_trap([finding]):
             return finding.probe

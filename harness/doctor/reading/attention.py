@@ -19,24 +19,30 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from harness.doctor.reading.masks import Fill, added_mask, filled, provenance
+from harness.doctor.reading.ops import (
+    ADD,
+    CAPS,
+    DIVIDE,
+    FILL,
+    LAYOUT,
+    MULTIPLY,
+    PRODUCTS,
+    SAME,
+    SDPA,
+    SOFTMAX,
+    data_operand,
+    from_input,
+    scalar,
+    tensor_args,
+)
 from harness.doctor.reading.record import Op, Record, Value
 
-SOFTMAX = {"softmax", "_softmax"}
-SDPA = {"scaled_dot_product_attention"}
-PRODUCTS = {"matmul", "__matmul__", "bmm", "einsum", "baddbmm"}
-MULTIPLY = {"mul", "__mul__", "__rmul__", "mul_", "multiply"}
-DIVIDE = {"div", "__truediv__", "true_divide", "div_", "divide"}
-ADD = {"add", "__add__", "__radd__", "add_"}
-FILL = {"masked_fill", "masked_fill_"}
-# ops whose result is their main operand's values, the same cells: followed without a change
-SAME = {"float", "to", "type", "type_as", "half", "bfloat16", "double", "contiguous", "clone",
-        "dropout", "detach", "nan_to_num", "clamp", "clamp_min", "clamp_max"}  # fmt: skip
-# ops that lay the same values out again: followed, with their axes mapped where they can be
-LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "flatten",
-          "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "tile",
-          "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
-          "unbind", "tensor_split", "split_with_sizes"}  # fmt: skip
-CAPS = {"tanh"}
+# How the keys' axis is known when the product with V is not followed: a guess, which names
+# no trap (q k^T puts the keys last; k q^T would not)
+LAST_AXIS = "the last axis of the scores' product (a guess: the product with V was not followed)"
+
+
 # How the keys' axis is known when the product with V is not followed: a guess, which names
 # no trap (q k^T puts the keys last; k q^T would not)
 LAST_AXIS = "the last axis of the scores' product (a guess: the product with V was not followed)"
@@ -52,20 +58,6 @@ class Factor:
     where: str
     op: Op
     given: Value | None = None  # the argument that holds it (an attribute, a constant, ...)
-
-
-@dataclass
-class Fill:
-    """A mask applied to the scores: the op, the fill value (None: added, not filled), and the
-    boolean cells it blocks, broadcast to the scores (None: not known)."""
-
-    op: Op
-    value: float | None
-    cells: Tensor | None
-    mask: Value | None = None  # the argument that holds the mask
-    own: bool = True  # made by the module itself, not the caller's mask
-    origin: Op | None = None  # where the module built it (a tril, a triu), when it did
-    held: Value | None = None  # the buffer or attribute it is cut from, when it is
 
 
 @dataclass
@@ -118,42 +110,6 @@ class Site:
         return [f for f in self.factors if f.where == "weights"]
 
 
-def _tensor_args(op: Op) -> list[Value]:
-    return [v for v in op.args if v.is_tensor] or op.tensors
-
-
-def _from_input(record: Record, value: Value, memo: dict[int, bool]) -> bool:
-    """Whether ``value`` depends on the call's input (not only on weights and constants)."""
-    if value.kind == "input":
-        return True
-    op = record.producer(value)
-    if op is None:
-        return False
-    if op.index not in memo:
-        memo[op.index] = False  # a cycle cannot happen; this only bounds the recursion
-        memo[op.index] = any(_from_input(record, v, memo) for v in op.tensors)
-    return memo[op.index]
-
-
-def _scalar(value: Value) -> float | None:
-    """A number an op was given: a constant, or a one-element tensor that is not data."""
-    if (
-        value.kind == "constant"
-        and isinstance(value.constant, int | float)
-        and not isinstance(value.constant, bool)
-    ):
-        return float(value.constant)
-    if value.is_tensor and value.scalar is not None and math.prod(value.shape or ()) == 1:
-        return value.scalar
-    return None
-
-
-def _main(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
-    """The operand of an elementwise op that carries the data (depends on the input)."""
-    data = [v for v in _tensor_args(op) if _from_input(record, v, memo)]
-    return data[0] if data else None
-
-
 def _map_axis(op: Op, axis: int, ndim_in: int) -> int | None:
     """Where axis ``axis`` of ``op``'s main operand is in its result (None: not known)."""
     out_ndim = len(op.shapes[0]) if op.shapes else None
@@ -188,7 +144,7 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
     path: list[Op] = []
     while (op := record.producer(value)) is not None and not _of_two(record, op, memo):
         if op.name in PRODUCTS:  # the scores times weights (talking heads): followed by letter
-            data = [v for v in _tensor_args(op) if _from_input(record, v, memo)]
+            data = [v for v in tensor_args(op) if from_input(record, v, memo)]
             if op.name != "einsum" or len(data) != 1:
                 site.stopped_at = op
                 return
@@ -200,24 +156,24 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
             return
         path.append(op)
         if op.name in MULTIPLY | DIVIDE:
-            others = [v for v in _tensor_args(op) + [v for v in op.args if not v.is_tensor]
-                      if not _from_input(record, v, memo)]  # fmt: skip
+            others = [v for v in tensor_args(op) + [v for v in op.args if not v.is_tensor]
+                      if not from_input(record, v, memo)]  # fmt: skip
             for other in others:
-                number = _scalar(other)
+                number = scalar(other)
                 if number is not None and number != 0:
                     factor = 1 / number if op.name in DIVIDE else number
                     site.factors.append(Factor(factor, "scores", op, other))
         elif op.name in FILL:
-            site.fills.append(_fill(record, op))
+            site.fills.append(filled(record, op))
             _rank_raised(record, site, op, memo)
         elif op.name in ADD | {"where"}:
-            added = _added_mask(record, op, memo)
+            added = added_mask(record, op, memo)
             if added is not None:
                 site.fills.append(added)
                 _rank_raised(record, site, op, memo)
         elif op.name in CAPS:
             site.caps.append(op)
-        main = _main(record, op, memo)
+        main = data_operand(record, op, memo)
         if main is None:
             site.stopped_at = op
             return
@@ -254,20 +210,20 @@ def _of_two(record: Record, op: Op, memo: dict[int, bool]) -> bool:
     data times a weight, which mixes heads or projects)."""
     if op.name not in PRODUCTS:
         return False
-    tensors = _tensor_args(op)[1:] if op.name == "baddbmm" else _tensor_args(op)
-    return sum(_from_input(record, v, memo) for v in tensors) >= 2
+    tensors = tensor_args(op)[1:] if op.name == "baddbmm" else tensor_args(op)
+    return sum(from_input(record, v, memo) for v in tensors) >= 2
 
 
 def _einsum_axis(record: Record, op: Op, axis: int, memo: dict[int, bool]) -> int | None:
     """Where axis ``axis`` of an einsum's one data operand is in its result, by its letter
     ("bhij,hg->bgij": i and j stay; h is summed, so no axis)."""
     spec = op.const(0, "equation")
-    tensors = _tensor_args(op)
+    tensors = tensor_args(op)
     if not isinstance(spec, str) or "->" not in spec or "." in spec:
         return None
     inputs, output = spec.replace(" ", "").split("->")
     parts = inputs.split(",")
-    data = [i for i, v in enumerate(tensors) if _from_input(record, v, memo)]
+    data = [i for i, v in enumerate(tensors) if from_input(record, v, memo)]
     if len(parts) != len(tensors) or len(data) != 1 or axis >= len(parts[data[0]]):
         return None
     letter = parts[data[0]][axis]
@@ -297,7 +253,7 @@ def _product_axes(op: Op) -> tuple[int | None, int | None]:
 
 def _summed_width(op: Op) -> int | None:
     """The size of the axis the product sums over (the head width for q k^T)."""
-    tensors = _tensor_args(op)
+    tensors = tensor_args(op)
     if op.name == "baddbmm":
         tensors = tensors[1:]
     if len(tensors) < 2 or tensors[0].shape is None:
@@ -316,7 +272,7 @@ def _summed_width(op: Op) -> int | None:
 def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool]) -> None:
     """Constant factors on the product's two operands, back to their projections (a linear
     op or the input); rotary (a sum of the operand times two tables) is followed through."""
-    tensors = _tensor_args(product)
+    tensors = tensor_args(product)
     if product.name == "baddbmm":
         tensors = tensors[1:]
     complete = True
@@ -332,15 +288,15 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
         if op.name in {"linear", "addmm"} or (op.name in PRODUCTS and _weighted(record, op, memo)):
             return True  # a projection: the operand starts here
         if op.name in MULTIPLY | DIVIDE:
-            given = next((v for v in op.args if not _from_input(record, v, memo)
-                          and _scalar(v) is not None), None)  # fmt: skip
-            number = _scalar(given) if given is not None else None
+            given = next((v for v in op.args if not from_input(record, v, memo)
+                          and scalar(v) is not None), None)  # fmt: skip
+            number = scalar(given) if given is not None else None
             if number is not None and number != 0:
                 factor = 1 / number if op.name in DIVIDE else number
                 site.factors.append(Factor(factor, where, op, given))
             elif any(v.kind == "parameter" for v in op.args):
                 break  # a learned factor: its value is the training's, not read here
-            elif not any(v.is_tensor and not _from_input(record, v, memo) for v in op.args):
+            elif not any(v.is_tensor and not from_input(record, v, memo) for v in op.args):
                 break  # data times data: not a scale
         elif op.name in ADD | {"sub", "cat", "stack"}:
             source = _rotated_source(record, op, memo)
@@ -350,7 +306,7 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
             continue
         elif not (op.name in SAME or op.name in LAYOUT or op.name in {"neg", "__neg__"}):
             break
-        main = _main(record, op, memo)
+        main = data_operand(record, op, memo)
         if main is None:
             break
         value = main
@@ -362,8 +318,8 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
 
 def _weighted(record: Record, op: Op, memo: dict[int, bool]) -> bool:
     """A product of data with a weight (x @ W): a projection written out."""
-    tensors = _tensor_args(op)
-    return sum(_from_input(record, v, memo) for v in tensors) == 1
+    tensors = tensor_args(op)
+    return sum(from_input(record, v, memo) for v in tensors) == 1
 
 
 def _sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0) -> set[int]:
@@ -372,8 +328,8 @@ def _sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0
     op = record.producer(value)
     if op is None or depth > 16:
         return {-1}
-    data = [v for v in op.tensors if _from_input(record, v, memo)]
-    if op.name in MULTIPLY | DIVIDE and any(_scalar(v) is not None for v in op.args):
+    data = [v for v in op.tensors if from_input(record, v, memo)]
+    if op.name in MULTIPLY | DIVIDE and any(scalar(v) is not None for v in op.args):
         return {op.index}  # a scale: the branches meet here, and it is read from here on
     passes = op.name in LAYOUT | SAME | MULTIPLY | {"neg", "__neg__", "chunk", "split", "unbind"}
     if passes and len(data) == 1:
@@ -389,7 +345,7 @@ def _sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0
 def _rotated_source(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
     """The operand a sum of rotated halves comes from (q cos + rotate_half(q) sin), when every
     branch starts at the same op; None when it is a sum of different data."""
-    data = [v for v in op.tensors if _from_input(record, v, memo)]
+    data = [v for v in op.tensors if from_input(record, v, memo)]
     sources: set[int] = set()
     for v in data:
         sources |= _sources(record, v, memo)
@@ -400,86 +356,13 @@ def _rotated_source(record: Record, op: Op, memo: dict[int, bool]) -> Value | No
     return Value("op", index, 0, source.shapes[0] if source.shapes else None)
 
 
-def _fill(record: Record, op: Op) -> Fill:
-    """The cells a ``masked_fill`` blocks and its value."""
-    mask = op.arg(1, "mask")
-    value = _scalar(op.arg(2, "value")) if op.arg(2, "value") is not None else None
-    cells = record.result(mask) if mask is not None else None
-    if cells is None and mask is not None and mask.kind in ("buffer", "attribute", "tensor"):
-        cells = None
-    shape = op.shapes[0] if op.shapes else None
-    if cells is not None and shape is not None:
-        try:
-            cells = cells.bool().expand(shape)
-        except RuntimeError:
-            cells = None
-    return Fill(op, value, cells, mask)
-
-
 def _rank_raised(record: Record, site: Site, op: Op, memo: dict[int, bool]) -> None:
     """A mask of more axes than the scores, which broadcasting gives its rank to them (a
     (B, 1, T, T) mask on (B, T, T) scores: (B, B, T, T), every batch against every other)."""
-    main = _main(record, op, memo)
+    main = data_operand(record, op, memo)
     known = main is not None and main.shape is not None and op.shapes
     if known and len(op.shapes[0]) > len(main.shape) and site.rank_raised is None:
         site.rank_raised = (op, main.shape, op.shapes[0])
-
-
-BLOCKING = -1e4  # an added value this negative (or a fill) blocks its cell
-
-
-def _added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
-    """A mask added to the scores (a tensor that does not depend on the input, with very
-    negative cells), or chosen with ``where``: the cells it blocks."""
-    shape = op.shapes[0] if op.shapes else None
-    if op.name == "where":
-        chosen = [v for v in op.args[1:3] if not _from_input(record, v, memo)]
-        condition = record.result(op.args[0]) if op.args and op.args[0].is_tensor else None
-        number = _scalar(chosen[0]) if chosen else None
-        if condition is None or number is None or number > BLOCKING or shape is None:
-            return None
-        blocked = ~condition.bool() if op.args[2] in chosen else condition.bool()  # where False
-        try:
-            return Fill(op, number, blocked.expand(shape), op.args[0])
-        except RuntimeError:
-            return Fill(op, number, None, op.args[0])
-    for v in _tensor_args(op):
-        tensor = record.result(v)
-        if _from_input(record, v, memo) or tensor is None or not tensor.is_floating_point():
-            continue
-        if (tensor <= BLOCKING).any() and shape is not None:
-            try:
-                return Fill(op, None, (tensor <= BLOCKING).expand(shape), v)
-            except RuntimeError:
-                return Fill(op, None, None, v)
-    return None
-
-
-TRIANGLES = {"tril", "triu", "tril_", "triu_"}
-
-
-def _provenance(record: Record, fill: Fill) -> None:
-    """Whether a fill's mask is the caller's (it comes from a tensor the harness made for the
-    call: the mask it encodes) or the module's own, and the triangle the module built it from."""
-    seen, todo = set(), [fill.mask] if fill.mask is not None else []
-    while todo:
-        value = todo.pop()
-        op = record.producer(value)
-        if op is None:
-            if value.kind in ("tensor",):  # handed in from outside the module
-                fill.own = False
-            elif value.kind in ("buffer", "attribute"):
-                fill.held = value
-            continue
-        if op.index in seen:
-            continue
-        seen.add(op.index)
-        if not op.line:  # the harness made it: the caller's mask
-            fill.own = False
-            continue
-        if op.name in TRIANGLES and (fill.origin is None or op.index < fill.origin.index):
-            fill.origin = op
-        todo += op.tensors
 
 
 def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
@@ -505,7 +388,7 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
             continue
         if nxt.name in PRODUCTS:
             site.consumer = nxt
-            position = next(i for i, v in enumerate(_tensor_args(nxt))
+            position = next(i for i, v in enumerate(tensor_args(nxt))
                             if v.kind == "op" and v.ref == index)  # fmt: skip
             summed = _weights_summed_axis(nxt, position, len(axes))
             if summed is not None and axes[summed] is not None:
@@ -516,7 +399,7 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
             return
         if nxt.name in MULTIPLY | DIVIDE:
             for v in nxt.args:
-                number = _scalar(v) if not _from_input(record, v, memo) else None
+                number = scalar(v) if not from_input(record, v, memo) else None
                 if number is not None and number != 0:
                     factor = 1 / number if nxt.name in DIVIDE else number
                     site.factors.append(Factor(factor, "weights", nxt, v))
@@ -580,9 +463,9 @@ def sites(record: Record) -> list[Site]:
         _read_weights(record, site, memo)
         _read_scores(record, site, op.args[0], memo)
         for fill in site.fills:
-            _provenance(record, fill)
+            provenance(record, fill)
         if site.consumer is not None and site.query_axis is not None:
-            first = _tensor_args(site.consumer)[0]
+            first = tensor_args(site.consumer)[0]
             if first.kind == "op" and first.ref == op.index:  # weights @ V: queries stay put
                 _merged(record, site, site.consumer, site.query_axis)
         if site.product is not None or site.consumer is not None:

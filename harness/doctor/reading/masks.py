@@ -1,0 +1,118 @@
+"""The masks a reading finds on the scores: the cells each blocks (from the recorded values), with
+what, and whether it is the caller's mask or the module's own, cut from a triangle it built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from harness.doctor.reading.ops import from_input, scalar, tensor_args
+from harness.doctor.reading.record import Op, Record, Value
+
+SOFTMAX = {"softmax", "_softmax"}
+SDPA = {"scaled_dot_product_attention"}
+PRODUCTS = {"matmul", "__matmul__", "bmm", "einsum", "baddbmm"}
+MULTIPLY = {"mul", "__mul__", "__rmul__", "mul_", "multiply"}
+DIVIDE = {"div", "__truediv__", "true_divide", "div_", "divide"}
+ADD = {"add", "__add__", "__radd__", "add_"}
+FILL = {"masked_fill", "masked_fill_"}
+# ops whose result is their main operand's values, the same cells: followed without a change
+SAME = {"float", "to", "type", "type_as", "half", "bfloat16", "double", "contiguous", "clone",
+        "dropout", "detach", "nan_to_num", "clamp", "clamp_min", "clamp_max"}  # fmt: skip
+# ops that lay the same values out again: followed, with their axes mapped where they can be
+LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "flatten",
+          "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "tile",
+          "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
+          "unbind", "tensor_split", "split_with_sizes"}  # fmt: skip
+CAPS = {"tanh"}
+# How the keys' axis is known when the product with V is not followed: a guess, which names
+# no trap (q k^T puts the keys last; k q^T would not)
+LAST_AXIS = "the last axis of the scores' product (a guess: the product with V was not followed)"
+
+
+@dataclass
+class Fill:
+    """A mask applied to the scores: the op, the fill value (None: added, not filled), and the
+    boolean cells it blocks, broadcast to the scores (None: not known)."""
+
+    op: Op
+    value: float | None
+    cells: Tensor | None
+    mask: Value | None = None  # the argument that holds the mask
+    own: bool = True  # made by the module itself, not the caller's mask
+    origin: Op | None = None  # where the module built it (a tril, a triu), when it did
+    held: Value | None = None  # the buffer or attribute it is cut from, when it is
+
+
+def filled(record: Record, op: Op) -> Fill:
+    """The cells a ``masked_fill`` blocks and its value."""
+    mask = op.arg(1, "mask")
+    value = scalar(op.arg(2, "value")) if op.arg(2, "value") is not None else None
+    cells = record.result(mask) if mask is not None else None
+    if cells is None and mask is not None and mask.kind in ("buffer", "attribute", "tensor"):
+        cells = None
+    shape = op.shapes[0] if op.shapes else None
+    if cells is not None and shape is not None:
+        try:
+            cells = cells.bool().expand(shape)
+        except RuntimeError:
+            cells = None
+    return Fill(op, value, cells, mask)
+
+
+BLOCKING = -1e4  # an added value this negative (or a fill) blocks its cell
+
+
+def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
+    """A mask added to the scores (a tensor that does not depend on the input, with very
+    negative cells), or chosen with ``where``: the cells it blocks."""
+    shape = op.shapes[0] if op.shapes else None
+    if op.name == "where":
+        chosen = [v for v in op.args[1:3] if not from_input(record, v, memo)]
+        condition = record.result(op.args[0]) if op.args and op.args[0].is_tensor else None
+        number = scalar(chosen[0]) if chosen else None
+        if condition is None or number is None or number > BLOCKING or shape is None:
+            return None
+        blocked = ~condition.bool() if op.args[2] in chosen else condition.bool()  # where False
+        try:
+            return Fill(op, number, blocked.expand(shape), op.args[0])
+        except RuntimeError:
+            return Fill(op, number, None, op.args[0])
+    for v in tensor_args(op):
+        tensor = record.result(v)
+        if from_input(record, v, memo) or tensor is None or not tensor.is_floating_point():
+            continue
+        if (tensor <= BLOCKING).any() and shape is not None:
+            try:
+                return Fill(op, None, (tensor <= BLOCKING).expand(shape), v)
+            except RuntimeError:
+                return Fill(op, None, None, v)
+    return None
+
+
+TRIANGLES = {"tril", "triu", "tril_", "triu_"}
+
+
+def provenance(record: Record, fill: Fill) -> None:
+    """Whether a fill's mask is the caller's (it comes from a tensor the harness made for the
+    call: the mask it encodes) or the module's own, and the triangle the module built it from."""
+    seen, todo = set(), [fill.mask] if fill.mask is not None else []
+    while todo:
+        value = todo.pop()
+        op = record.producer(value)
+        if op is None:
+            if value.kind in ("tensor",):  # handed in from outside the module
+                fill.own = False
+            elif value.kind in ("buffer", "attribute"):
+                fill.held = value
+            continue
+        if op.index in seen:
+            continue
+        seen.add(op.index)
+        if not op.line:  # the harness made it: the caller's mask
+            fill.own = False
+            continue
+        if op.name in TRIANGLES and (fill.origin is None or op.index < fill.origin.index):
+            fill.origin = op
+        todo += op.tensors

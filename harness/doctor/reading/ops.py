@@ -1,0 +1,100 @@
+"""The op names a reading knows, and what it asks of one op's arguments: which are tensors, which
+depend on the call's input (data, not weights or constants), and a number an op was given."""
+
+from __future__ import annotations
+
+import math
+
+from harness.doctor.reading.record import Op, Record, Value
+
+SOFTMAX = {"softmax", "_softmax"}
+SDPA = {"scaled_dot_product_attention"}
+PRODUCTS = {"matmul", "__matmul__", "bmm", "einsum", "baddbmm"}
+MULTIPLY = {"mul", "__mul__", "__rmul__", "mul_", "multiply"}
+DIVIDE = {"div", "__truediv__", "true_divide", "div_", "divide"}
+ADD = {"add", "__add__", "__radd__", "add_"}
+FILL = {"masked_fill", "masked_fill_"}
+# ops whose result is their main operand's values, the same cells: followed without a change
+SAME = {"float", "to", "type", "type_as", "half", "bfloat16", "double", "contiguous", "clone",
+        "dropout", "detach", "nan_to_num", "clamp", "clamp_min", "clamp_max"}  # fmt: skip
+# ops that lay the same values out again: followed, with their axes mapped where they can be
+LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "flatten",
+          "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "tile",
+          "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
+          "unbind", "tensor_split", "split_with_sizes"}  # fmt: skip
+CAPS = {"tanh"}
+# How the keys' axis is known when the product with V is not followed: a guess, which names
+# no trap (q k^T puts the keys last; k q^T would not)
+LAST_AXIS = "the last axis of the scores' product (a guess: the product with V was not followed)"
+
+
+SOFTMAX = {"softmax", "_softmax"}
+
+
+SDPA = {"scaled_dot_product_attention"}
+
+
+PRODUCTS = {"matmul", "__matmul__", "bmm", "einsum", "baddbmm"}
+
+
+MULTIPLY = {"mul", "__mul__", "__rmul__", "mul_", "multiply"}
+
+
+DIVIDE = {"div", "__truediv__", "true_divide", "div_", "divide"}
+
+
+ADD = {"add", "__add__", "__radd__", "add_"}
+
+
+FILL = {"masked_fill", "masked_fill_"}
+
+
+# ops whose result is their main operand's values, the same cells: followed without a change
+SAME = {"float", "to", "type", "type_as", "half", "bfloat16", "double", "contiguous", "clone",
+        "dropout", "detach", "nan_to_num", "clamp", "clamp_min", "clamp_max"}  # fmt: skip
+
+
+# ops that lay the same values out again: followed, with their axes mapped where they can be
+LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "flatten",
+          "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "tile",
+          "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
+          "unbind", "tensor_split", "split_with_sizes"}  # fmt: skip
+
+
+CAPS = {"tanh"}
+
+
+def tensor_args(op: Op) -> list[Value]:
+    return [v for v in op.args if v.is_tensor] or op.tensors
+
+
+def from_input(record: Record, value: Value, memo: dict[int, bool]) -> bool:
+    """Whether ``value`` depends on the call's input (not only on weights and constants)."""
+    if value.kind == "input":
+        return True
+    op = record.producer(value)
+    if op is None:
+        return False
+    if op.index not in memo:
+        memo[op.index] = False  # a cycle cannot happen; this only bounds the recursion
+        memo[op.index] = any(from_input(record, v, memo) for v in op.tensors)
+    return memo[op.index]
+
+
+def scalar(value: Value) -> float | None:
+    """A number an op was given: a constant, or a one-element tensor that is not data."""
+    if (
+        value.kind == "constant"
+        and isinstance(value.constant, int | float)
+        and not isinstance(value.constant, bool)
+    ):
+        return float(value.constant)
+    if value.is_tensor and value.scalar is not None and math.prod(value.shape or ()) == 1:
+        return value.scalar
+    return None
+
+
+def data_operand(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
+    """The operand of an elementwise op that carries the data (depends on the input)."""
+    data = [v for v in tensor_args(op) if from_input(record, v, memo)]
+    return data[0] if data else None
