@@ -23,45 +23,6 @@ LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "fl
           "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
           "unbind", "tensor_split", "split_with_sizes"}  # fmt: skip
 CAPS = {"tanh"}
-# How the keys' axis is known when the product with V is not followed: a guess, which names
-# no trap (q k^T puts the keys last; k q^T would not)
-LAST_AXIS = "the last axis of the scores' product (a guess: the product with V was not followed)"
-
-
-SOFTMAX = {"softmax", "_softmax"}
-
-
-SDPA = {"scaled_dot_product_attention"}
-
-
-PRODUCTS = {"matmul", "__matmul__", "bmm", "einsum", "baddbmm"}
-
-
-MULTIPLY = {"mul", "__mul__", "__rmul__", "mul_", "multiply"}
-
-
-DIVIDE = {"div", "__truediv__", "true_divide", "div_", "divide"}
-
-
-ADD = {"add", "__add__", "__radd__", "add_"}
-
-
-FILL = {"masked_fill", "masked_fill_"}
-
-
-# ops whose result is their main operand's values, the same cells: followed without a change
-SAME = {"float", "to", "type", "type_as", "half", "bfloat16", "double", "contiguous", "clone",
-        "dropout", "detach", "nan_to_num", "clamp", "clamp_min", "clamp_max"}  # fmt: skip
-
-
-# ops that lay the same values out again: followed, with their axes mapped where they can be
-LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "flatten",
-          "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "tile",
-          "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
-          "unbind", "tensor_split", "split_with_sizes"}  # fmt: skip
-
-
-CAPS = {"tanh"}
 
 
 def tensor_args(op: Op) -> list[Value]:
