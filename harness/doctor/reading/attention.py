@@ -110,16 +110,23 @@ class Site:
         return [f for f in self.factors if f.where == "weights"]
 
 
+def _swapped(op: Op, ndim: int) -> tuple[int, int] | None:
+    """The two axes a ``transpose`` (or ``swapaxes``) of an ``ndim``-axis tensor swaps,
+    counted from 0; None when they are not constants."""
+    a, b = (op.const(i, n) for i, n in ((1, "dim0"), (2, "dim1")))
+    if not isinstance(a, int) or not isinstance(b, int):
+        return None
+    return a % ndim, b % ndim
+
+
 def _map_axis(op: Op, axis: int, ndim_in: int) -> int | None:
-    """Where axis ``axis`` of ``op``'s main operand is in its result (None: not known)."""
+    """Where axis ``axis`` of a layout op's input is in its result (None: not known)."""
     out_ndim = len(op.shapes[0]) if op.shapes else None
-    if op.name in SAME or op.name in FILL or op.name in CAPS:
-        return axis
     if op.name in {"transpose", "swapaxes"}:
-        a, b = (op.const(i, n) for i, n in ((1, "dim0"), (2, "dim1")))
-        if not isinstance(a, int) or not isinstance(b, int):
+        pair = _swapped(op, ndim_in)
+        if pair is None:
             return None
-        a, b = a % ndim_in, b % ndim_in
+        a, b = pair
         return b if axis == a else a if axis == b else axis
     if out_ndim == ndim_in and op.args and op.args[0].shape == op.shapes[0]:
         return axis  # a layout op that changed nothing
@@ -134,7 +141,8 @@ def _map_axis(op: Op, axis: int, ndim_in: int) -> int | None:
     return None
 
 
-def _elementwise(record: Record, op: Op, memo: dict[int, bool]) -> bool:
+def _elementwise(op: Op) -> bool:
+    """An op that keeps its main operand's cells where they are (a scale, a mask, a cap)."""
     return op.name in SAME | FILL | CAPS | MULTIPLY | DIVIDE | ADD or op.name in {"sub", "where"}
 
 
@@ -151,7 +159,7 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
             path.append(op)
             value = data[0]
             continue
-        if not (_elementwise(record, op, memo) or op.name in LAYOUT):
+        if not (_elementwise(op) or op.name in LAYOUT):
             site.stopped_at = op
             return
         path.append(op)
@@ -192,7 +200,7 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
         if step.name == "einsum":
             key, query = (None if a is None else _einsum_axis(record, step, a, memo)
                           for a in (key, query))  # fmt: skip
-        elif _elementwise(record, step, memo):  # the same cells; a wider mask adds leading axes
+        elif _elementwise(step):  # the same cells; a wider mask adds leading axes
             key, query = (None if a is None else a + out_ndim - ndim for a in (key, query))
         else:
             key = None if key is None else _map_axis(step, key, ndim)
@@ -404,10 +412,10 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
                     factor = 1 / number if nxt.name in DIVIDE else number
                     site.factors.append(Factor(factor, "weights", nxt, v))
         elif nxt.name in {"transpose", "swapaxes"}:
-            a, b = (nxt.const(i, n) for i, n in ((1, "dim0"), (2, "dim1")))
-            if not isinstance(a, int) or not isinstance(b, int):
+            pair = _swapped(nxt, len(axes))
+            if pair is None:
                 return
-            a, b = a % len(axes), b % len(axes)
+            a, b = pair
             axes[a], axes[b] = axes[b], axes[a]
         elif nxt.name == "permute":
             order = [v.constant for v in nxt.args[1:]]
@@ -510,11 +518,7 @@ def _merged(record: Record, site: Site, start: Op, query: int | None) -> None:
             return
         shape_in = nxt.args[0].shape
         if nxt.name in {"transpose", "swapaxes"}:
-            a, b = (nxt.const(i, n) for i, n in ((1, "dim0"), (2, "dim1")))
-            if not isinstance(a, int) or not isinstance(b, int):
-                return
-            a, b = a % len(shape_in), b % len(shape_in)
-            query = b if query == a else a if query == b else query
+            query = _map_axis(nxt, query, len(shape_in))
         elif nxt.name in {"view", "reshape", "flatten"}:
             landed = _clean_axis(shape_in, nxt.shapes[0], query)
             if landed == -1:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from harness.doctor.reading.attention import LAST_AXIS, Site, sites
-from harness.doctor.reading.record import Op, Record, record
+from harness.doctor.reading.record import Op, record
 
 # How a value is known, strongest first (the issue's order): what the user declared, what the
 # record computed, what the module states (attributes, buffers), its config, a default.
@@ -247,16 +247,24 @@ def sdpa_mask(site: Site, keep: torch.Tensor | None) -> Named | None:
         return None
     if mask.dtype != torch.bool:
         return None
-    kept = keep.to(mask.device)
-    kept = kept[:, None] if mask.dim() == 4 and kept.dim() == 3 else kept
-    try:
-        kept = kept.expand(mask.shape)
-    except RuntimeError:
+    kept = keep_like(keep, mask)
+    if kept is None:
         return None
     if torch.equal(mask, ~kept) and not keep.all():
         return Named("sdpa_mask_inverted", "the bool mask SDPA is given is True where the "
                      "keep-mask blocks: SDPA attends where True", line)  # fmt: skip
     return None
+
+
+def keep_like(keep: torch.Tensor, cells: torch.Tensor) -> torch.Tensor | None:
+    """The declared (B, T, T) keep-mask laid out as ``cells`` (a head axis added for 4-D
+    scores); None when it does not broadcast to them."""
+    kept = keep.to(cells.device)
+    kept = kept[:, None] if cells.dim() == 4 and kept.dim() == 3 else kept
+    try:
+        return kept.expand(cells.shape)
+    except RuntimeError:
+        return None
 
 
 def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
@@ -269,11 +277,8 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
         cells = fill.cells
         if cells is None or cells.dim() < 2 or fill.value is None or fill.value > -1e3:
             continue
-        kept = keep.to(cells.device)
-        kept = kept[:, None] if cells.dim() == 4 and kept.dim() == 3 else kept
-        try:
-            kept = kept.expand(cells.shape)
-        except RuntimeError:
+        kept = keep_like(keep, cells)
+        if kept is None:
             continue
         if torch.equal(cells, kept):
             return Named("mask_bool", "the mask fills exactly the cells the keep-mask keeps "
@@ -290,7 +295,7 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
 
 def read(
     module: nn.Module,
-    call: object,
+    call: Callable[[], object],
     inputs: dict[str, torch.Tensor],
     d_model: int,
     keep: torch.Tensor | None = None,
@@ -300,7 +305,7 @@ def read(
 ) -> Reading:
     """One recorded call (``call()``) of ``module``, read: facts and named traps. ``keep`` is
     the keep-mask the call was given (True: attend), to read a fill's direction against."""
-    found: Record = record(module, call, inputs)  # type: ignore[arg-type]
+    found = record(module, call, inputs)
     reading = Reading()
     raised = [op for op in found.ops if op.raised]
     if raised:

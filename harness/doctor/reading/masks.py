@@ -30,8 +30,6 @@ def filled(record: Record, op: Op) -> Fill:
     mask = op.arg(1, "mask")
     value = scalar(op.arg(2, "value")) if op.arg(2, "value") is not None else None
     cells = record.result(mask) if mask is not None else None
-    if cells is None and mask is not None and mask.kind in ("buffer", "attribute", "tensor"):
-        cells = None
     shape = op.shapes[0] if op.shapes else None
     if cells is not None and shape is not None:
         try:
