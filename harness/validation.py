@@ -83,7 +83,7 @@ WARNED_BY_DESIGN = {
     "fully_masked_row": "NaN on a row with no allowed key, which the fixed.py files that share "
     "that trap get too (a -inf fill, the fix of mask_bool)",
     "fill_overflow_half": "a -1e9 fill, right in float32, that raises under autocast to float16: "
-    "a failure for a module declared to run in float16 (--float16)",
+    "a failure for a module declared to run in float16 (--dtype float16)",
 }
 
 
@@ -120,7 +120,7 @@ def detection_markdown(table: pd.DataFrame) -> str:
         "",
         "A warning, not a failure, by design: NaN for a query with no allowed key "
         "(`fully_masked_row`). Float16 overflow of Q K^T at large activations "
-        "(`qk_overflow_half`) fails only a module declared to run in float16 (`--float16`, "
+        "(`qk_overflow_half`) fails only a module declared to run in float16 (`--dtype float16`, "
         "as that card's user knows): most fixed.py files compute (Q K^T) / sqrt(d_k) exactly "
         "like that buggy module, and for them it is a note under float16 robustness, since "
         "it says nothing about code that does not run in float16.",

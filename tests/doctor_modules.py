@@ -748,3 +748,21 @@ class MinGPTStyle(CausalSelfAttention):
 
     def forward(self, x, layer_past=None):
         return super().forward(x)
+
+
+class MaskSwitchesCausal(nn.Module):
+    """Whisper's SDPA layer's contract: any mask turns on SDPA's own causal masking, and the
+    mask's values are never read (its model only ever passes the causal triangle)."""
+
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.query, self.key = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.value, self.out = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.n_head, -1).transpose(1, 2)
+                   for p in (self.query, self.key, self.value))  # fmt: skip
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=mask is not None and T > 1)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))

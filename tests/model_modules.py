@@ -1156,3 +1156,81 @@ class OverriddenPositionsGPT(RestartingPassedCacheGPT):
 
     def forward(self, idx, cache=None, position_ids=None):
         return super().forward(idx, cache)
+
+
+def rotate(t: torch.Tensor, speed: float) -> torch.Tensor:
+    """Rotary on (N, T, d), the positions counted ``speed`` times as fast: a scaled rotary that
+    SDPA with standard RoPE does not reproduce."""
+    T, d = t.shape[-2:]
+    angles = torch.arange(T)[:, None] * speed * 10000 ** (-torch.arange(0, d, 2) / d)  # (T, d/2)
+    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)  # (T, d)
+    first, second = t.chunk(2, dim=-1)
+    return t * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+class SequenceFirstAttention(nn.Module):
+    """Attention on (T, B, C) hidden states, as fairseq's and ESM's layers take them, with an
+    additive (T, T) mask its model hands it and ``scaling`` kept as its own attribute, as
+    fair-esm's. ``scaled=False`` drops the multiplication; ``scaling=1.0`` sets the attribute
+    to 1 (fair-esm's scaling set to 1); ``speed``: scaled rotary on q and k."""
+
+    def __init__(self, config: GPTConfig, scaled: bool = True, scaling: float | None = None,
+                 speed: float | None = None):  # fmt: skip
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.out = nn.Linear(config.n_embd, config.n_embd)
+        self.scaling = scaling or (config.n_embd // config.n_head) ** -0.5
+        self.scaled, self.speed = scaled, speed
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        T, B, C = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # (T, B, C) each
+        q, k, v = (t.reshape(T, B * self.n_head, -1).transpose(0, 1) for t in (q, k, v))
+        if self.speed is not None:
+            q, k = rotate(q, self.speed), rotate(k, self.speed)  # (B h, T, d)
+        if self.scaled:
+            q = q * self.scaling
+        scores = q @ k.transpose(1, 2)  # (B h, T, T)
+        if mask is not None:
+            scores = scores + mask
+        y = F.softmax(scores, dim=-1) @ v  # (B h, T, d)
+        return self.out(y.transpose(0, 1).reshape(T, B, C))
+
+
+class SequenceFirstBlock(nn.Module):
+    def __init__(self, config: GPTConfig, attention: nn.Module):
+        super().__init__()
+        self.ln = nn.LayerNorm(config.n_embd)
+        self.attn = attention
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return x + self.attn(self.ln(x), mask)
+
+
+class SequenceFirstLM(nn.Module):
+    """A decoder whose blocks take (T, B, C), its causal mask an additive buffer it registers
+    (-inf above the diagonal, as Whisper's decoder keeps it); no generate(), nothing named
+    causal. ``masked=False``: its layers never get the mask (causal_leak); the rest goes to
+    each layer (``SequenceFirstAttention``)."""
+
+    def __init__(self, config: GPTConfig, masked: bool = True, **layer: object):
+        super().__init__()
+        self.masked = masked
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.blocks = nn.ModuleList(
+            SequenceFirstBlock(config, SequenceFirstAttention(config, **layer))  # type: ignore[arg-type]
+            for _ in range(config.n_layer)
+        )
+        self.head = nn.Linear(config.n_embd, config.vocab_size)
+        mask = torch.full((config.block_size, config.block_size), float("-inf")).triu(1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        T = idx.shape[1]
+        x = (self.wte(idx) + self.wpe(torch.arange(T))).transpose(0, 1)  # (T, B, C)
+        mask = self.mask[:T, :T] if self.masked else None
+        for block in self.blocks:
+            x = block(x, mask)
+        return {"logits": self.head(x.transpose(0, 1))}  # a dict, as fair-esm returns

@@ -90,21 +90,23 @@ def test_a_mask_read_right_for_padding_but_leaking_the_future_gets_no_convention
     assert "ignored or broken" in found["mask convention"].message, d.text()
 
 
-def _permutation_message(module, config):
-    found = {f.probe: f for f in diagnose(module, config).findings}
+def test_a_module_that_masks_the_future_itself_is_probed_as_causal_and_says_where():
+    d = diagnose(dm.SelfAttention(32, 4), Config())  # its name says nothing; its forward does
+    found = {f.probe: f for f in d.findings}
+    assert "it masks the future itself at " in found["causality"].message, d.text()
+    assert found["permutation equivariance"].status == "skip" and d.healthy, d.text()
+
+
+def test_a_module_that_looks_ahead_is_shown_the_leak_before_positions_are_offered():
+    """An encoder's layer (is_causal = False) whose band lets key t + 1 through: its flag
+    outranks its forward, so it is not probed as causal and the permutation probe shows the
+    look-ahead before offering --positions."""
+    module = dm.EncoderSelfAttention(32, 4, diagonal=1)
+    found = {f.probe: f for f in diagnose(module, Config()).findings}
+    message = found["permutation equivariance"].message
     assert found["permutation equivariance"].status == "fail"
-    return found["permutation equivariance"].message
-
-
-def test_a_causal_module_run_without_causal_is_pointed_to_causal_not_positional():
-    message = _permutation_message(dm.SelfAttention(32, 4), Config())  # its name says nothing
-    assert "pass --causal" in message and "--positional" not in message
-
-
-def test_a_module_that_looks_ahead_is_shown_the_leak_before_positional_is_offered():
-    message = _permutation_message(dm.SelfAttention(32, 4, diagonal=1), Config())
     assert "output at position 0 depends on input 1" in message
-    assert message.index("depends on input") < message.index("--positional")
+    assert message.index("depends on input") < message.index("--positions")
 
 
 def test_a_module_that_hard_codes_float32_runs_in_float32():

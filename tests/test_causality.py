@@ -42,7 +42,8 @@ class NeedsItsMask(nn.Module):
 def test_nanogpt_layer_is_healthy_without_causal_and_says_why():
     findings, text = found(dm.CausalSelfAttention(32, 4))
     said = findings[NAME]
-    assert said.status == PASS and "its class is named CausalSelfAttention" in said.message, text
+    assert said.status == PASS and "it masks the future itself at " in said.message, text
+    assert "doctor_modules.py:" in said.message and "masked_fill" in said.message  # its line
     assert "probed as causal, as with --causal" in said.message
     assert findings["permutation equivariance"].status == SKIP, text
     assert findings["causal no-leak"].status == PASS, text
@@ -93,9 +94,29 @@ def test_a_causal_name_does_not_excuse_a_future_leak():
     assert leak.status == FAIL and "causal_leak" in leak.message, text
 
 
-def test_a_layer_that_says_it_is_causal_and_forgot_the_mask_fails():
-    findings, text = found(dm.CausalSelfAttention(32, 4, diagonal=128))  # no mask left at all
-    assert findings[NAME].status == PASS, text
+def test_a_class_name_alone_says_nothing_so_a_dropped_mask_needs_causal():
+    """nanoGPT's class with its triangle opened up (no key masked): neither a flag, its
+    forward nor a buffer says causal, and the name is no evidence; declared, it fails."""
+    findings, text = found(dm.CausalSelfAttention(32, 4, diagonal=128))
+    assert NAME not in findings and findings["causal no-leak"].status == SKIP, text
+    declared_causal = diagnose(dm.CausalSelfAttention(32, 4, diagonal=128), Config(causal=True))
+    leak = {f.probe: f for f in declared_causal.findings}["causal no-leak"]
+    assert leak.status == FAIL and leak.traps == ("causal_leak",), declared_causal.text()
+
+
+def test_a_mask_one_diagonal_off_shows_causal_intent_and_leaks():
+    findings, text = found(dm.SelfAttention(32, 4, diagonal=1))  # tril(1): keeps key t + 1
+    assert "it masks the future itself at " in findings[NAME].message, text
+    leak = findings["causal no-leak"]
+    assert leak.status == FAIL and "causal_leak" in leak.traps, text
+
+
+def test_a_registered_causal_mask_the_forward_never_applies_still_says_causal():
+    """The mask line deleted, the buffer kept: what the module registers says causal."""
+    module = dm.SelfAttention(32, 4, diagonal=128)  # its own `bias` opened up, used
+    module.register_buffer("causal_mask", torch.ones(32, 32).tril())  # kept, never applied
+    findings, text = found(module)
+    assert "it registers a causal mask, `causal_mask`" in findings[NAME].message, text
     assert findings["causal no-leak"].status == FAIL, text
 
 
@@ -137,11 +158,17 @@ def test_a_module_that_may_be_handed_its_mask_by_keyword_is_left_to_its_caller()
 
 def test_what_counts_as_saying_causal():
     assert declared(nn.Linear(2, 2)) is None
-    assert declared(type("NonCausalAttention", (nn.Module,), {})()) is None
-    said = declared(type("CausalAttention", (nn.Module,), {"is_causal": False})())
-    assert said == (False, "it sets is_causal = False")  # the flag outranks the name
-    buffer = type("CausalSelfAttention", (nn.Module,), {})()
+    assert declared(type("CausalSelfAttention", (nn.Module,), {})()) is None  # a name is not
+    said = declared(type("Attention", (nn.Module,), {"is_causal": False})())
+    assert said[:2] == (False, "it sets is_causal = False")
+    buffer = type("Attention", (nn.Module,), {})()
     buffer.register_buffer("causal", torch.ones(2, 2).tril())  # a mask, not a word
-    assert declared(buffer) == (True, "its class is named CausalSelfAttention")
+    assert declared(buffer)[:2] == (True, "it registers a causal mask, `causal`")
+    additive = type("Attention", (nn.Module,), {})()  # Whisper's: -inf above the diagonal
+    additive.register_buffer("mask", torch.full((4, 4), float("-inf")).triu(1))
+    assert declared(additive)[:2] == (True, "it registers a causal mask, `mask`")
+    window = type("Attention", (nn.Module,), {})()  # both sides banded: no causal table
+    window.register_buffer("band", torch.ones(4, 4).tril(1).triu(-1))
+    assert declared(window) is None
     flagged = type("Attention", (nn.Module,), {"causal": True})()
-    assert declared(flagged) == (True, "it sets causal = True")
+    assert declared(flagged)[:2] == (True, "it sets causal = True")

@@ -278,6 +278,10 @@ EXACT_ERRORS = {
         ["list", LONG],
         f"unrecognized arguments: {'a' * 60}… (100000 characters)",
     ),
+    "retired flag": (
+        ["doctor", "x.py:X", "--float16"],
+        "unrecognized arguments: --float16 (--float16 is gone: say --dtype float16)",
+    ),
     "cpu has one index": (
         ["run", "--device", "cpu:1"],
         "device 'cpu:1' does not exist: the CPU is one device, cpu",

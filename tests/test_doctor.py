@@ -112,11 +112,11 @@ def _sdpa_finding(module, config):
 
 @pytest.mark.parametrize("positional", [True, False])  # declared, or a mere bias buffer
 def test_a_position_bias_sdpa_cannot_add_has_its_scale_measured_from_the_weights(positional):
-    config = Config(causal=True, positional=positional)
+    config = Config(causal=True, positions="absolute" if positional else "auto")
     d, sdpa = _sdpa_finding(dm.AlibiCausal(64, 4), config)
     assert d.healthy and sdpa.status == "pass", d.text()
     assert "bias B of positions alone" in sdpa.message and "s = 0.25" in sdpa.message
-    d, sdpa = _sdpa_finding(dm.alibi_unscaled(64, 4), Config(causal=True, positional=True))
+    d, sdpa = _sdpa_finding(dm.alibi_unscaled(64, 4), Config(causal=True, positions="relative"))
     assert sdpa.status == "fail" and "missing_scale" in sdpa.message, d.text()
 
 
@@ -138,7 +138,7 @@ def test_a_scale_that_is_no_known_form_fails_unnamed():
 
 
 def test_a_position_term_that_reads_the_query_is_not_compared_rather_than_failed():
-    d, sdpa = _sdpa_finding(dm.QueryRelative(64, 4), Config(positional=True))
+    d, sdpa = _sdpa_finding(dm.QueryRelative(64, 4), Config(positions="absolute"))
     assert sdpa.status == "skip" and "bias B of positions alone" in sdpa.message, d.text()
 
 
@@ -205,7 +205,12 @@ def test_json_has_every_finding_and_the_verdict():
     assert data["target"] == "mine" and data["healthy"] is False
     assert data["config"]["strict"] is True
     assert [f["status"] for f in data["findings"]] == [PASS, WARN, SKIP]
-    assert data["findings"][1] == {"probe": "warn probe", "status": WARN, "message": "evidence 1"}
+    assert data["findings"][1] == {
+        "probe": "warn probe",
+        "status": WARN,
+        "message": "evidence 1",
+        "traps": [],
+    }
     assert json.loads(_diagnosis(PASS, WARN).to_json())["healthy"] is True
 
 
@@ -481,7 +486,7 @@ def test_a_context_shorter_than_the_probes_shortens_them():
 
 
 def test_a_module_of_one_fixed_length_is_probed_at_that_length():
-    d = diagnose(dm.OneWindow(32, 4, tokens=8), Config(positional=True))
+    d = diagnose(dm.OneWindow(32, 4, tokens=8), Config(positions="absolute"))
     shape = {f.probe: f for f in d.findings}["shape contract"]
     assert d.healthy and "only at 8 tokens" in shape.message, d.text()
 
@@ -564,7 +569,10 @@ def test_a_rotary_base_read_off_the_inv_freq_of_its_rotary_embedding():
 
 
 def test_a_module_that_masks_the_future_undeclared_is_compared_with_causal_sdpa():
-    d, sdpa = _sdpa_finding(dm.SelfAttention(32, 4), Config())
+    d, sdpa = _sdpa_finding(dm.SelfAttention(32, 4), Config())  # causal, as its forward shows
+    assert sdpa.status == PASS and d.config.causal, d.text()
+    # an encoder's layer that masks the future though its flag says not: compared as it is
+    d, sdpa = _sdpa_finding(dm.EncoderSelfAttention(32, 4), Config())
     assert sdpa.status == PASS and "it masks the future by itself" in sdpa.message, d.text()
     # a module handed the doctor's causal (B, T, T) mask does not mask the future by itself
     mha = torch.nn.MultiheadAttention(32, 4, batch_first=True)
@@ -596,3 +604,17 @@ def test_grouped_heads_are_followed_through_layers_named_by_their_role(tile):
     d = diagnose(dm.RaschkaGQA(32, 4, tile=tile), Config(causal=True, kv_grouping="blocks"))
     grouped = {f.probe: f for f in d.findings}["grouped heads"]
     assert grouped.status == (FAIL if tile else PASS), d.text()
+
+
+def test_a_layer_a_mask_turns_causal_is_warned_that_its_values_are_never_read():
+    """Whisper's SDPA layer: is_causal whenever a mask is passed, the mask itself unread. As
+    its model calls it (the causal mask, every time) it is right: warnings, with the fact at
+    its line; a layer that drops its mask outright still fails (the test above)."""
+    d = diagnose(dm.MaskSwitchesCausal(64, 4), Config(mask="additive", mask_shape="qk"))
+    found = {f.probe: f for f in d.findings}
+    assert d.healthy and d.config.causal, d.text()
+    assert found["padding no-leak"].status == WARN, d.text()
+    assert "never read" in found["padding no-leak"].message
+    assert found["causal no-leak"].status == WARN, d.text()
+    [unread] = [f for f in d.facts if f.name == "mask" and "never read" in f.value]
+    assert "only is_causal=True" in unread.value and "doctor_modules.py:" in unread.line

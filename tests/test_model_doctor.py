@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from harness import cli
-from harness.doctor import Config, diagnose_model
-from harness.doctor.findings import FAIL, Finding
+from harness.doctor import Config, diagnose, diagnose_model
+from harness.doctor.findings import FAIL, Finding, failed, named, passed
 from harness.doctor.model.call import ModelCall, takes_token_ids
+from harness.doctor.model.diagnosis import first_trap
 from harness.doctor.model.layers import attention_layers
 from harness.doctor.model.replay import Replay, _rotary_table
 from harness.doctor.named import named_trap
@@ -49,7 +50,7 @@ def _model(diagnosis, probe):
 def test_a_healthy_model_exits_0_with_its_layers_in_one_group(capsys):
     code, out, _ = run_cli(capsys, "doctor", f"{TARGET}:GPT")
     assert code == 0, out
-    assert "h.0.attn (+1 like it)" in out and "causal (declared)" in out
+    assert "h.0.attn (+1 like it)" in out and "causal (declared: " in out
     assert "PASS  causal no-leak" in out and out.rstrip().endswith("=> healthy")
 
 
@@ -122,27 +123,33 @@ def test_a_replayed_call_gives_the_models_own_layer_output():
     assert torch.equal(out, seen["out"])
 
 
-def test_the_trap_named_is_the_one_the_evidence_names():
-    findings = [Finding("a", "pass", "(causal_leak: fine)"),
-                Finding("b", FAIL, "it behaves like the scale applied twice (1/d_k): double_scale"),
-                Finding("c", FAIL, "(stale_cache: appended twice)")]  # fmt: skip
+def test_the_trap_named_is_the_one_the_evidence_carries():
+    findings = [Finding("a", "pass", "fine", ("causal_leak",)),
+                Finding("b", FAIL, "the scale applied twice", ("double_scale",)),
+                Finding("c", FAIL, "appended twice", ("stale_cache",))]  # fmt: skip
     assert named_trap(findings) == "double_scale"
     assert named_trap(findings[:1]) == ""  # none fails
     unnamed = [Finding("d", FAIL, "output of sequence 0 depends on sequence 1"), *findings]
     assert named_trap(unnamed) == ""  # the first failure names none
-    window = Finding("sliding window", FAIL, "0..4, not 1..4 (sliding_window_off_by_one: w + 1)")
+    window = Finding("sliding window", FAIL, "0..4, not 1..4", ("sliding_window_off_by_one",))
     unnamed_sdpa = Finding("agrees with SDPA", FAIL, "no known trap's arithmetic comes near it")
     assert named_trap([unnamed_sdpa, window]) == "sliding_window_off_by_one"
-    sdpa = Finding("agrees with SDPA", FAIL, "it matches softmax over the queries (softmax_dim)")
-    leak = Finding("causal no-leak", FAIL, "position 0 depends on input 1 (causal_leak: ...)")
+    sdpa = Finding("agrees with SDPA", FAIL, "softmax over the queries", ("softmax_dim",))
+    leak = Finding("causal no-leak", FAIL, "position 0 depends on input 1", ("causal_leak",))
     assert named_trap([leak, sdpa]) == "softmax_dim"  # the cause, not its consequence
     assert named_trap([leak, Finding("agrees with SDPA", FAIL, "off by 0.3")]) == "causal_leak"
-    glossed = Finding("b", FAIL, "squashes its fill: softcap_after_mask (cap, then mask)")
-    assert named_trap([glossed]) == "softcap_after_mask"
-    either = Finding("b", FAIL, "read the other way round: mask_bool or sdpa_mask_inverted")
+    either = Finding("b", FAIL, "read the other way round", ("mask_bool", "sdpa_mask_inverted"))
     assert named_trap([either]) == "mask_bool or sdpa_mask_inverted"  # both, undecided
-    function = Finding("agrees with SDPA", FAIL, "tiled, not as repeat_interleave makes them")
-    assert named_trap([function]) == ""  # a function's name is not a trap's
+    words = Finding("agrees with SDPA", FAIL, "it behaves like ...: double_scale")
+    assert named_trap([words]) == ""  # a name in the words alone is not read back
+
+
+def test_evidence_joined_keeps_the_traps_it_names():
+    said = "weight 0.5 on a masked key" + named(", a later one (causal_leak)", "causal_leak")
+    outcome = failed(said + "; more", "softmax_dim")
+    assert outcome.message == "weight 0.5 on a masked key, a later one (causal_leak); more"
+    assert outcome.traps == ("causal_leak", "softmax_dim")
+    assert failed("plain").traps == () and passed(said).traps == ()
 
 
 transformers = pytest.importorskip("transformers")
@@ -206,7 +213,7 @@ def test_a_bug_form_matched_with_another_rotary_pairing_than_sdpas_nearest_says_
 
 def test_an_unnamed_symptom_gives_way_to_the_next_failure_that_names_a_trap():
     symptom = Finding("attention weights", FAIL, "weight 0.13 on a masked key")
-    cause = Finding("padding no-leak", FAIL, "reaches the queries (padding_on_queries)")
+    cause = Finding("padding no-leak", FAIL, "reaches the queries", ("padding_on_queries",))
     assert named_trap([symptom, cause]) == "padding_on_queries"
     unnamed = Finding("causal no-leak", FAIL, "output 0 depends on input 7")
     assert named_trap([unnamed, cause]) == ""  # a later name may be a consequence
@@ -434,7 +441,7 @@ def test_a_sliding_window_shorter_than_the_padding_is_judged_on_rows_with_a_key(
         assert limit and float(limit[1]) < 0.1, found.message
 
 
-def test_a_model_without_generate_is_causal_by_its_attentions_name_and_mask():
+def test_a_model_without_generate_is_causal_by_its_registered_mask():
     diagnosis = diagnose_model(small(model_modules.LeakyNoGenerateGPT))
     assert ("model", "causal no-leak") in failing(diagnosis), diagnosis.text()
 
@@ -582,20 +589,24 @@ def test_a_model_whose_layers_run_no_softmax_is_still_held_to_what_they_say():
 
 
 def test_causes_a_finding_cannot_tell_apart_are_all_named_not_the_first():
-    evidence = (
-        "one token per step differs from the full forward from position 4 on (by 0.2). Known "
-        "causes: stale_cache (keys written to the wrong slots, or the current token left out), "
-        "rope_cache_offset (each chunk's positions counted from 0)"
-    )
-    found = Finding("cached generation", FAIL, evidence)
-    assert named_trap([found]) == "stale_cache or rope_cache_offset"
+    """A cache anchored top-left (the catalogue's cache_causal_alignment) decodes wrong; the
+    decode alone cannot tell that from positions restarting or a stale cache: all three."""
+    from harness.catalogue import registry
+    from harness.validation import build, config_for
+
+    pair = registry.load("cache_causal_alignment")
+    diagnosis = diagnose(build(pair, "buggy"), config_for(pair.card))
+    [found] = [f for f in diagnosis.findings if f.probe == "cached decoding"]
+    assert found.status == FAIL and "Known causes" in found.message, found
+    trio = "cache_causal_alignment or rope_cache_offset or stale_cache"
+    assert named_trap([found]) == trio
 
 
 def test_a_cache_argument_says_decoder_when_nothing_else_does():
     """No generate(), no causal name or buffer: its cache argument says it generates, so its
     dropped mask is a leak, not an encoder's reading both ways."""
     diagnosis = diagnose_model(small(model_modules.MaskFreeCachedGPT))
-    assert diagnosis.notes[0].startswith("causal (declared)"), diagnosis.notes
+    assert diagnosis.notes[0].startswith("causal (declared: "), diagnosis.notes
     assert _model(diagnosis, "causal no-leak").status == FAIL, diagnosis.text()
 
 
@@ -622,7 +633,7 @@ def test_a_model_that_makes_its_cache_is_a_decoder_when_nothing_else_says():
     """gpt-fast's setup_caches: a model that makes a cache generates, so its dropped mask is a
     leak, not an encoder's reading both ways (measured, it would pass as one)."""
     diagnosis = diagnose_model(small(model_modules.MaskFreeInputPosGPT))
-    assert diagnosis.notes[0].startswith("causal (declared)"), diagnosis.notes
+    assert diagnosis.notes[0].startswith("causal (declared: "), diagnosis.notes
     assert _model(diagnosis, "causal no-leak").status == FAIL, diagnosis.text()
 
 
@@ -681,3 +692,39 @@ def test_position_ids_a_model_ignores_are_not_taken_as_passed():
     assert "its forward ignores the position ids it is given" in found.message
     assert "rope_cache_offset" in named_trap([found]), found.message
     assert "counted on from it" not in found.message
+
+
+def _sequence_first_lm(**bug):
+    torch.manual_seed(0)
+    return model_modules.SequenceFirstLM(model_modules.GPTConfig(), **bug)
+
+
+def test_layers_a_model_calls_with_sequence_first_tensors_are_found_and_probed():
+    """(T, B, C) hidden states: the layer is found, turned round for the probes, healthy; its
+    causality is read off the additive mask the model registers (no name, no generate())."""
+    diagnosis = diagnose_model(_sequence_first_lm())
+    assert [g.paths for g in diagnosis.groups] == [["blocks.0.attn", "blocks.1.attn"]]
+    assert diagnosis.healthy, diagnosis.text()
+    assert "causal (declared: it registers a causal mask, `mask`)" in diagnosis.notes[0]
+
+
+def test_a_scale_dropped_in_every_sequence_first_layer_is_named_at_its_line():
+    diagnosis = diagnose_model(_sequence_first_lm(scaled=False))
+    (group,) = diagnosis.groups
+    assert first_trap(group.diagnosis) == "missing_scale", diagnosis.text()
+
+
+def test_a_registered_causal_mask_makes_a_model_whose_layers_never_get_it_leak():
+    diagnosis = diagnose_model(_sequence_first_lm(masked=False))
+    found = _model(diagnosis, "causal no-leak")
+    assert found.status == FAIL and found.traps == ("causal_leak",), diagnosis.text()
+
+
+def test_a_scaling_attribute_does_not_excuse_the_wrong_scale_the_forward_shows():
+    """Where SDPA compares at neither scale (a scaled rotary it does not reproduce), a layer's
+    ``scaling = 1`` does not make its unscaled scores the design (fair-esm's bug); the usual
+    scaling with the same rotary is healthy."""
+    diagnosis = diagnose_model(_sequence_first_lm(scaling=1.0, speed=2.0))
+    (group,) = diagnosis.groups
+    assert first_trap(group.diagnosis) == "missing_scale", diagnosis.text()
+    assert diagnose_model(_sequence_first_lm(speed=2.0)).healthy

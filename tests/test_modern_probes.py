@@ -10,7 +10,6 @@ import torch
 from torch import Tensor
 
 from harness.doctor import FAIL, PASS, SKIP, WARN, Config, diagnose
-from harness.doctor.stated import ROTARY_WORDS, code_names
 from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from harness.masks import MaskSpec
@@ -71,13 +70,14 @@ def test_a_module_without_a_cache_skips_the_generation_probes_and_says_why():
 
 def test_positions_the_output_ignores_are_not_positions_even_where_rotary_is_named():
     """x-transformers' Attention takes ``pos`` and names rotary, and ignores both unless
-    configured: the permutation probe still runs, the position probes are not failures."""
+    configured: its forward rotates nothing, so it has no positions (no warning that it might
+    be rotary, as ESM-1's layer, whose class names rotary, once got); declared, it fails."""
     module = make(gm.IgnoresPos)
     subject = Subject(module, Config())
     assert subject.position_scheme == "none" and "ignores `pos`" in subject.position_source
     assert probe(module, Config(), "permutation equivariance").status == PASS
     order = probe(module, Config(), "token order")
-    assert order.status == WARN and "rope_wrong_axis" in order.message, order
+    assert order.status == SKIP, order
     declared = probe(module, Config(positions="relative"), "token order")
     assert declared.status == FAIL, declared
 
@@ -97,6 +97,12 @@ def test_a_shift_that_moves_the_scores_and_not_the_values_names_the_pairing():
     assert "rope_on_value" not in found.message, found
 
 
+def test_a_window_of_both_sides_is_not_a_causal_mask():
+    """A band blocks keys far ahead and far behind: no causal intent is read off it."""
+    d = diagnose(make(gm.BandAttention), Config())
+    assert not d.config.causal and not any(f.probe == "causality" for f in d.findings), d.text()
+
+
 def test_a_bidirectional_window_is_held_to_one_reach_each_side():
     """Its reach is reported, not held to w (conventions differ); uneven reach fails."""
     found = probe(make(gm.BandAttention), Config(), "sliding window")
@@ -105,24 +111,16 @@ def test_a_bidirectional_window_is_held_to_one_reach_each_side():
     assert uneven.status == FAIL and "a bidirectional module" in uneven.message, uneven
 
 
-def test_a_docstring_that_mentions_rotary_does_not_make_a_module_rotary():
-    """StartPos's docstring names ``is_causal`` and a bug report, IgnoresPos's code names
-    rotary: only code counts."""
-    assert "rotary_pos_emb" in code_names(make(gm.IgnoresPos))
-    gm.LayerPast.__doc__ += " Not rotary: no rope, no freqs_cis."
-    assert not any("rotary" in n or "rope" in n for n in code_names(make(gm.LayerPast)))
-    assert Subject(make(gm.LayerPast), CAUSAL).position_scheme == "none"
-
-
-@pytest.mark.parametrize(
-    ("name", "rotary"),
-    [("apply_rope", True), ("rope_cache", True), ("applyRope", True), ("RoPE", True),
-     ("rotate_half", True), ("freqs_cis", True), ("europe", False), ("tropes", False),
-     ("Ropes", False), ("rotation", False)],
-)  # fmt: skip
-def test_rotary_is_named_by_rope_as_a_word_of_a_name(name, rotary):
-    """litgpt's apply_rope and build_rope_cache name rotary; words that contain rope do not."""
-    assert bool(ROTARY_WORDS.search(name)) is rotary
+def test_rotary_is_what_the_forward_does_not_what_the_code_names():
+    """IgnoresPos's code names rotary_pos_emb and never rotates: its forward shows no rotation,
+    and it is not taken for rotary; a module that rotates is, at its line."""
+    d = diagnose(make(gm.IgnoresPos), CAUSAL)
+    assert not any(f.name == "rotary" for f in d.facts), d.text()
+    found = {f.probe: f for f in d.findings}
+    assert "rotates" not in found["position shift"].message, d.text()
+    rotating = diagnose(*catalogue("rope_on_value", "fixed"))
+    [fact] = [f for f in rotating.facts if f.name == "rotary"]
+    assert "fixed.py:" in fact.line, rotating.text()
 
 
 @pytest.mark.parametrize(

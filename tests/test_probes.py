@@ -161,8 +161,8 @@ def test_a_masked_module_is_permutation_equivariant():
 def test_positions_break_permutation_unless_declared():
     module = make(dm.LearnedPositions, 64, 4)
     f = probe(module, KEEP, "permutation equivariance")
-    assert f.status == FAIL and "--positional" in f.message, f
-    declared = Config(mask="keep", positional=True)
+    assert f.status == FAIL and "--positions relative" in f.message, f
+    declared = Config(mask="keep", positions="absolute")
     assert probe(module, declared, "permutation equivariance").status == SKIP
 
 
@@ -290,7 +290,7 @@ def test_a_module_in_training_mode_is_probed_in_eval_mode():
 
 def test_float16_overflow_before_the_scale_fails_a_module_declared_to_run_in_float16():
     module, config = catalogue("qk_overflow_half")
-    assert config.float16  # what the card's user knows
+    assert config.dtype == "float16"  # what the card's user knows
     f = probe(module, config, "float16 robustness")
     assert f.status == FAIL and "qk_overflow_half" in f.message, f
     assert probe(module, config, "bfloat16 robustness").status == PASS
@@ -301,8 +301,8 @@ def test_float16_overflow_before_the_scale_fails_a_module_declared_to_run_in_flo
 def test_textbook_float16_overflow_is_a_note_not_a_warning_unless_float16_is_declared():
     """Most correct code computes (Q K^T) / sqrt(d): a warning there would fire on all of it."""
     module, config = catalogue("qk_overflow_half")
-    f = probe(module, replace(config, float16=False), "float16 robustness")
-    assert f.status == PASS and "declare --float16" in f.message, f
+    f = probe(module, replace(config, dtype="float32"), "float16 robustness")
+    assert f.status == PASS and "declare --dtype float16" in f.message, f
     textbook, fixed_config = catalogue("mask_bool", "fixed")
     f = probe(textbook, fixed_config, "float16 robustness")
     assert f.status == PASS, f
@@ -320,13 +320,13 @@ def test_a_module_worse_than_sdpa_in_bfloat16_fails():
 
 def test_an_error_in_float16_only_is_a_failure_where_it_runs_in_float16():
     module, undeclared_config = catalogue("fill_overflow_half")
-    config = replace(undeclared_config, float16=True)  # its user says it runs in float16
+    config = replace(undeclared_config, dtype="float16")  # its user says it runs in float16
     f = probe(module, config, "float16 robustness")
     assert f.status == FAIL and f.message.startswith("raises under torch.autocast"), f
     assert "fill_overflow_half" in f.message
     assert probe(module, config, "bfloat16 robustness").status == PASS
     # undeclared, a -1e9 fill that is right in float32 (the Annotated Transformer's) is a warning
-    undeclared = probe(module, replace(config, float16=False), "float16 robustness")
+    undeclared = probe(module, replace(config, dtype="float32"), "float16 robustness")
     assert undeclared.status == WARN and "fill_overflow_half" in undeclared.message, undeclared
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.defaults import DTYPE_NAMES, LEARN_STEPS
-from harness.doctor.options import GROUPS, OPTIONS, Option
+from harness.doctor.options import GROUPS, OPTIONS, RETIRED, Option
 from harness.errors import UsageError, shorten
 
 PROG = "python -m harness"
@@ -22,7 +22,9 @@ class Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of printing usage and exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(shorten_echoes(message))
+        echoed = message.partition(UNRECOGNIZED)[2].split()
+        retired = [f"{flag} is gone: say {now}" for flag, now in RETIRED.items() if flag in echoed]
+        raise UsageError(shorten_echoes(message) + "".join(f" ({said})" for said in retired))
 
 
 # What argparse echoes of the command line: a quoted value ('...' or "...", as repr writes it),

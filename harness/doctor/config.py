@@ -61,7 +61,6 @@ class Config:
     causal: bool = option("causal")
     mask_shape: str = option("mask_shape")
     mask_dtype: str = option("mask_dtype")
-    positional: bool = option("positional")
     positions: str = option("positions")
     kv_heads: int | None = option("kv_heads")
     window: int | None = option("window")
@@ -75,7 +74,7 @@ class Config:
     call: Callable[..., object] | None = field(
         default=None, repr=False, metadata={"option": BY_NAME["call"]}
     )
-    float16: bool = option("float16")
+    dtype: str = option("dtype")
     strict: bool = option("strict")
     batch: int = option("batch")
     seq_len: int = option("seq_len")

@@ -131,7 +131,7 @@ def detect(module: nn.Module, config: Config) -> tuple[Config, Finding | None]:
         return config, Finding(NAME, FAIL, f"forward takes {names}, but every call raises: "
                                            f"{errors[0]}")  # fmt: skip
     if ran is not None and ignored(module, ran):
-        return config, Finding(NAME, FAIL, IGNORED.format(names=names))
+        return config, Finding(NAME, FAIL, IGNORED.format(names=names), ("causal_leak",))
     return config, Finding(
         NAME,
         FAIL,

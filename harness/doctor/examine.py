@@ -17,7 +17,7 @@ from harness.doctor.causes import explain
 from harness.doctor.config import Config, quietly_seeded
 from harness.doctor.convention import NAME as CONVENTION
 from harness.doctor.convention import detect
-from harness.doctor.findings import FAIL, SKIP, Diagnosis, Finding, failed, skipped
+from harness.doctor.findings import FAIL, SKIP, Diagnosis, Finding, Said, failed, skipped
 from harness.doctor.guard import TIMEOUT, UserCodeError, guarded
 from harness.doctor.named import leading
 from harness.doctor.probes import PROBES, Probe
@@ -36,11 +36,11 @@ SETUP = "calling the module"  # the finding when the module cannot even be calle
 NOT_TAKEN = "the module or its adapter does not take this probe's input"
 
 
-def evidence(exc: Exception) -> str:
+def evidence(exc: Exception) -> Said:
     """What an exception from the user's code is reported as; a mask fill past float16's
     range named as its trap, wherever it raises (a model that autocasts itself)."""
     said = str(exc) if isinstance(exc, UserCodeError) else f"raises: {describe(exc)}"
-    return said + (HALF_FILL_NAMED if HALF_FILL.search(said) else "")
+    return said + (HALF_FILL_NAMED if HALF_FILL.search(said) else Said(""))
 
 
 def examine(name: str, probe: Probe, subject: Subject, timeout: float | None = TIMEOUT) -> Finding:
@@ -55,19 +55,20 @@ def examine(name: str, probe: Probe, subject: Subject, timeout: float | None = T
         outcome = skipped(f"{NOT_TAKEN}: {describe(exc)}")
     except Exception as exc:
         outcome = failed(evidence(exc))
-    return Finding(name, outcome.status, outcome.message)
+    return Finding.of(name, outcome)
 
 
-def read_forward(subject: Subject, timeout: float | None) -> Reading:
-    """The one recorded forward, read; a call that exits, hangs or breaks leaves a reading
-    that says so (the probes report it as their own failures)."""
+def read_forward(subject: Subject, timeout: float | None) -> Callable[[bool], Reading]:
+    """The one recorded forward, to be read as causal or not; a call that exits, hangs or
+    breaks leaves a reading that says so (the probes report it as their own failures)."""
     try:
         with guarded(timeout), quietly_seeded(subject.config.seed):
-            return watch(subject)
+            return watch(subject).reading
     except UsageError:
         raise
     except Exception as exc:
-        return Reading(facts=[Fact("recorded forward", f"stopped: {evidence(exc)}")])
+        stopped = Reading(facts=[Fact("recorded forward", f"stopped: {evidence(exc).text}")])
+        return lambda causal: stopped
 
 
 def diagnose(
@@ -102,14 +103,18 @@ def diagnose(
         report(step)
         with guarded(timeout):
             subject = Subject(module, config)
-            said = causal_as_said(subject)  # causal in its own words
+        reading_of = read_forward(subject, timeout)
+        subject.reading = reading_of(config.causal)
+        with guarded(timeout):
+            said = causal_as_said(subject, subject.reading)  # causal, as it shows
             if said is not None:
                 subject = Subject(module, said[0])
+                subject.masks_future_itself = said[2].computed
     except UsageError:
         raise
     except Exception as exc:  # the module exits, hangs or breaks before any probe can run
-        return Diagnosis(name, config, [Finding(step, FAIL, evidence(exc))])
-    reading = read_forward(subject, timeout)
+        return Diagnosis(name, config, [Finding.of(step, failed(evidence(exc)))])
+    reading = subject.reading = reading_of(subject.config.causal)
     diagnosis = Diagnosis(name, subject.config, facts=reading.facts)  # as probed
     diagnosis.findings.extend(f for f in (detected, said and said[1]) if f)
     for probe_name, probe in PROBES.items():

@@ -26,23 +26,68 @@ KNOWN_CAUSES = "Known causes: "
 
 
 @dataclass(frozen=True)
+class Said:
+    """Evidence and the catalogue traps it names, as values (several: ones it cannot tell
+    apart, most likely first). Joined with ``+`` to text or to another ``Said``, the traps
+    travel with the words; formatted into an f-string they would not, so join, don't format."""
+
+    text: str
+    traps: tuple[str, ...] = ()
+
+    def __add__(self, other: Said | str) -> Said:
+        if isinstance(other, Said):
+            return Said(self.text + other.text, _union(self.traps, other.traps))
+        return Said(self.text + other, self.traps)
+
+    def __radd__(self, other: str) -> Said:
+        return Said(other + self.text, self.traps)
+
+    def __bool__(self) -> bool:
+        return bool(self.text)
+
+    def __str__(self) -> str:  # the words alone: formatted, the traps stay behind
+        return self.text
+
+
+def _union(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(first + second))
+
+
+def named(text: str, *traps: str) -> Said:
+    """``text``, which names ``traps``."""
+    return Said(text, traps)
+
+
+def as_said(evidence: Said | str) -> Said:
+    return evidence if isinstance(evidence, Said) else Said(evidence)
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """What a probe returns: its status and the evidence (or the reason it was skipped)."""
+    """What a probe returns: its status, the evidence (or the reason it was skipped) and the
+    catalogue traps the evidence names."""
 
     status: str
     message: str = ""
+    traps: tuple[str, ...] = ()
 
 
-def passed(message: str) -> Outcome:
-    return Outcome(PASS, message)
+def _outcome(status: str, evidence: Said | str, traps: tuple[str, ...]) -> Outcome:
+    said = as_said(evidence)
+    return Outcome(status, said.text, _union(said.traps, traps))
 
 
-def failed(message: str) -> Outcome:
-    return Outcome(FAIL, message)
+def passed(message: Said | str) -> Outcome:
+    """A pass names no cause, whatever its words mention."""
+    return Outcome(PASS, as_said(message).text)
 
 
-def warned(message: str) -> Outcome:
-    return Outcome(WARN, message)
+def failed(message: Said | str, *traps: str) -> Outcome:
+    return _outcome(FAIL, message, traps)
+
+
+def warned(message: Said | str, *traps: str) -> Outcome:
+    return _outcome(WARN, message, traps)
 
 
 def skipped(message: str) -> Outcome:
@@ -60,11 +105,17 @@ def config_json(config: Config) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class Finding:
-    """One probe's result: pass, fail, warn or skip, with evidence or the reason."""
+    """One probe's result: pass, fail, warn or skip, with evidence or the reason, and the
+    catalogue traps the evidence names (values, never read back out of the words)."""
 
     probe: str
     status: str
     message: str = ""
+    traps: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, probe: str, outcome: Outcome) -> Finding:
+        return cls(probe, outcome.status, outcome.message, outcome.traps)
 
 
 def findings_table(findings: list[Finding]) -> pd.DataFrame:

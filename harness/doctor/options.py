@@ -17,6 +17,9 @@ MASK_DTYPES = ("bool", "float")
 POSITIONS = ("auto", "none", "absolute", "relative")
 PAIRINGS = ("auto", "half", "interleaved")
 GROUPINGS = ("auto", "blocks", "strided")
+DTYPES = ("float32", "bfloat16", "float16")  # what --dtype says it runs in
+# Flags that said again what another says, and what says it now.
+RETIRED = {"--positional": "--positions relative or absolute", "--float16": "--dtype float16"}
 TIMEOUT = 60.0  # seconds per guarded step (each probe), unless told otherwise; 0: none
 
 
@@ -77,13 +80,10 @@ OPTIONS = (
         "module's batch_first attribute when it has one)",
     ),
     Option(
-        "positional", group="positions", kind="flag", default=False,
-        help="it uses positions: skip the permutation probe",
-    ),
-    Option(
         "positions", group="positions", kind="choice", default="auto", choices=POSITIONS,
         help="its position scheme: relative (rotary, ALiBi: a shift of every position changes "
-        "nothing, a swap of two tokens does), absolute (learned or sinusoidal), none; auto: "
+        "nothing, a swap of two tokens does), absolute (learned or sinusoidal), none (no "
+        "positions: the permutation probe holds it to permutation equivariance); auto: "
         "detected (default)",
     ),
     Option(
@@ -157,12 +157,13 @@ OPTIONS = (
         "string); repeatable",
     ),
     Option(
-        "float16", group="computes", kind="flag", default=False,
-        help="it runs in float16 (autocast or .half()) where activations grow large, as "
-        "mixed-precision training and Stable Diffusion's UNet do: Q K^T overflowing where "
-        "scaling Q first stays finite then fails (qk_overflow_half), and so does a mask fill "
-        "past float16's range such as -1e9 (fill_overflow_half); without it they are a note "
-        "and a warning, since textbook attention does the same",
+        "dtype", group="computes", kind="choice", default="float32", choices=DTYPES,
+        help="the dtype it runs in where it is used (autocast or .half()): float32, bfloat16 "
+        "(float32's range: nothing overflows), or float16, where "
+        "activations grow large, as mixed-precision training and Stable Diffusion's UNet run: "
+        "Q K^T overflowing where scaling Q first stays finite then fails (qk_overflow_half), and "
+        "so does a mask fill past float16's range such as -1e9 (fill_overflow_half); otherwise "
+        "they are a note and a warning, since textbook attention does the same (float32)",
     ),
     Option(
         "seed", group="probes", kind="seed", default=0,

@@ -3,13 +3,8 @@ sliding window, partial rotary, the rotary base, the names its class's code uses
 
 from __future__ import annotations
 
-import inspect
-import io
 import re
-import textwrap
-import tokenize
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
@@ -85,13 +80,6 @@ def declared_context(module: nn.Module) -> int | None:
     return min(tables) if tables else None
 
 
-# Rotary named in code: rotary, rotate_half, freqs_cis, ALiBi, and rope as a word of its own in a
-# name (rope, apply_rope, rope_cache, applyRope; never europe or tropes).
-ROTARY_WORDS = re.compile(
-    r"(?i:rotary|rotate_half|freqs_cis|\balibi)|(?<![A-Za-z])(?i:rope)(?![a-z])|(?<=[a-z])Rope(?![a-z])"
-)
-
-
 WINDOW_NAMES = ("sliding_window", "window_size", "window", "attention_window",
                 "local_window_size", "window_len")  # fmt: skip
 
@@ -104,30 +92,6 @@ def window_of(module: nn.Module, config: Config) -> tuple[int | None, str]:
     if found is not None:
         return found, "read off the module"
     return None, "no window declared (--window) or found on the module"
-
-
-def code_names(module: nn.Module) -> list[str]:
-    """The names in the code of the module's class and its bases up to nn.Module (what their
-    methods call): identifiers only, so that a comment or docstring that mentions rotary does
-    not count."""
-    names = []
-    for cls in type(module).__mro__:
-        if cls in (nn.Module, object) or cls.__module__.startswith("torch."):
-            continue
-        names += _class_names(cls)
-    return names
-
-
-@lru_cache(maxsize=256)
-def _class_names(cls: type) -> tuple[str, ...]:
-    """The identifiers in the code of ``cls`` itself, read once per class (``getsource`` parses
-    the class's whole file)."""
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (OSError, TypeError, tokenize.TokenError, SyntaxError):
-        return ()
-    return tuple(token.string for token in tokens if token.type == tokenize.NAME)
 
 
 def head_width(module: nn.Module) -> int:

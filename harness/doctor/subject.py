@@ -23,10 +23,10 @@ from harness.doctor.calling import (
     plan_call,
 )
 from harness.doctor.config import Config, float32_rounding
+from harness.doctor.reading.facts import Reading
+from harness.doctor.reading.watch import watch
 from harness.doctor.stated import (
-    ROTARY_WORDS,
     SOFTCAP_NAMES,
-    code_names,
     declared_context,
     rope_base,
     rotary_dims,
@@ -72,10 +72,16 @@ class Subject:
         else:
             self.plan = plan_call(self.module, self.takes_mask, config.mask_arg,
                                   config.rotary_dims)  # fmt: skip
-        self.sequence_first = config.sequence_first or getattr(module, "batch_first", 1) is False
+        # an adapter (a model's recorded call) hands the layer what it takes itself
+        said = getattr(module, "batch_first", 1) is False and config.call is None
+        self.sequence_first = config.sequence_first or said
         if isinstance(module, nn.MultiheadAttention) and wrap:
             self.sequence_first = False  # its wrapper turns it round itself
         self.original = module  # the module as given (its class's code is read for rotary)
+        # its recorded forward showed it masking the future itself with the mask it was given
+        # (its own triangle, or SDPA's is_causal): causal as it is called, not only as it says
+        self.masks_future_itself = False
+        self._reading: Reading | None = None  # its one recorded forward, read
         self.new_cache, self.cache_source = cache_convention(self.module, self.plan)
         self.window, self.window_source = window_of(self.module, config)
         # the layer's own, else its caller's (the model doctor's replay: the model's context)
@@ -175,9 +181,26 @@ class Subject:
         return getattr(self.config.call, "kv_grouping", "auto")
 
     @property
+    def reading(self) -> Reading:
+        """Its one recorded forward, read (``diagnose`` records it once and sets it; a subject
+        made alone records it on first use; a call that breaks leaves an empty reading)."""
+        if self._reading is None:
+            try:
+                self._reading = watch(self).reading(self.config.causal)
+            except UsageError:
+                raise
+            except Exception:
+                self._reading = Reading()
+        return self._reading
+
+    @reading.setter
+    def reading(self, reading: Reading) -> None:
+        self._reading = reading
+
+    @property
     def positional(self) -> bool:
         """Positions matter: no permutation equivariance expected."""
-        return self.config.positional or self.position_scheme != "none"
+        return self.position_scheme != "none"
 
     def responds_to_positions(self) -> bool:
         """Moving half of the tokens one position on (positions passed) changes the output."""
@@ -429,7 +452,8 @@ POSITION_EMBEDDING = re.compile(r"pos|relative|\brel_", re.IGNORECASE)
 
 def position_scheme(subject: Subject) -> Positions:
     """Declared by --positions; else detected: rotary tables in the signature, positions the
-    output responds to (rotary if its code names it), or rotary named in its code."""
+    output responds to (rotary if its recorded forward rotates its queries or keys), or a
+    rotation its recorded forward shows."""
     config, plan = subject.config, subject.plan
     if config.positions != "auto":
         return Positions(config.positions, "declared (--positions)")
@@ -443,9 +467,8 @@ def position_scheme(subject: Subject) -> Positions:
         ignores = getattr(config.call, "ignores_positions", False)
         if ignores or subject.responds_to_positions():
             return Positions("relative", "its model hands it rotary tables", firm=not ignores)
-    code = " ".join(code_names(subject.original))
-    words = sorted({w.lower() for w in ROTARY_WORDS.findall(code)})
-    named = f"its code names {words[0]}" if words else ""
+    rotated = subject.reading.rotary
+    named = f"its forward rotates its queries or keys at {rotated}" if rotated else ""
     given = next((n for n in plan.positions if n not in OFFSET_NAMES), None)
     if getattr(config.call, "ignores_positions", False):  # its caller has no positions to give
         given = None
@@ -453,8 +476,6 @@ def position_scheme(subject: Subject) -> Positions:
         if named:
             return Positions("relative", f"its output follows `{given}` and {named}")
         return Positions("absolute", f"its output follows `{given}`")
-    if config.positional:
-        return Positions("absolute", "declared (--positional)")
     embedding = next((n for n, m in subject.original.named_modules()
                       if isinstance(m, nn.Embedding) and POSITION_EMBEDDING.search(n)),
                      None)  # fmt: skip

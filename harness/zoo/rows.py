@@ -195,6 +195,6 @@ def diagnose_row(
     if row.caught and trap:  # named where the bug shows, not only somewhere in the model
         named = [named_trap(g.diagnosis.findings).split(" or ") for g in diagnosis.groups]
         row.caught = any(trap in n for n in named) or any(
-            f.probe == expect and trap in f.message for _, f in failures
+            f.probe == expect and trap in f.traps for _, f in failures
         )
     return row

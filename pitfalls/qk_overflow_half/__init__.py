@@ -23,5 +23,5 @@ CARD = Card(
     input_scale=150.0,
     shape=Shape(batch=2, seq_len=6, d_model=64, d_k=64, d_v=16),
     sources=("stanford-crfm/mistral#66", "huggingface/transformers PR #13573"),
-    doctor={"float16": True},  # what its user knows: it runs in float16 with large activations
+    doctor={"dtype": "float16"},  # what its user knows: it runs in float16 with large activations
 )

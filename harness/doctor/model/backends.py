@@ -94,7 +94,9 @@ def low_precision(patient: Patient) -> Outcome:
             return failed(
                 f"under autocast({name}): {rows} of {len(got)} real tokens' logits are not "
                 "finite (fill_overflow_half: a -1e9 or -inf fill; qk_overflow_half: scores past "
-                "the dtype's range)"
+                "the dtype's range)",
+                "fill_overflow_half",
+                "qk_overflow_half",
             )
         scale = reference.abs().max().item()
         errors.append(f"{name} {(got - reference).abs().max().item() / scale:.2g}")

@@ -202,7 +202,7 @@ def logits_of(output: object) -> Tensor:
     if isinstance(output, Tensor):
         return output
     for name in ("logits", "last_hidden_state", "prediction_logits"):
-        value = getattr(output, name, None)
+        value = output.get(name) if isinstance(output, Mapping) else getattr(output, name, None)
         if isinstance(value, Tensor):
             return value
     if isinstance(output, tuple | list) and output and isinstance(output[0], Tensor):

@@ -23,6 +23,7 @@ from harness.doctor.model.patient import Patient, declared_causal, layer_causal
 from harness.doctor.model.replay import Replay
 from harness.doctor.named import IDENTIFIES
 from harness.doctor.probes.scale import unscaled_by_design
+from harness.doctor.reading.checks import NAME as READ
 from harness.errors import UsageError
 from harness.reference import HEAD_DIM_ATTRS, int_attribute
 
@@ -82,8 +83,9 @@ def layer_plan(
     # a position bias its model adds: SDPA would not add it, so the layer's scale is measured
     # from its weights instead (softmax(s q k^T + B), B the same for every input)
     biased = positions == "bias"
-    return replace(config, call=replay, causal=config.causal or said,
-                   positional=config.positional or biased, **mask), skip  # fmt: skip
+    positions = "absolute" if biased and config.positions == "auto" else config.positions
+    return replace(config, call=replay, causal=config.causal or said, positions=positions,
+                   **mask), skip  # fmt: skip
 
 
 def probe_layer(
@@ -97,7 +99,10 @@ def probe_layer(
     declared scale's comparison decides (Gemma2's softcap put after the mask is named only at
     its own scale), else the layer's word, and its low-precision floor is that of its own
     scale. ESM scales its queries itself and declares 1: SDPA agrees at 1/sqrt(d), and that
-    stays."""
+    stays. What the forward computed outranks what the layer states: a scale the recorded
+    forward shows wrong (``read from the forward``), where SDPA could compare at neither scale,
+    is not excused by a ``scaling`` attribute that says the same wrong number (fair-esm's
+    ``self.scaling`` set to 1)."""
     with guarded(timeout), quietly_seeded(config.seed):
         layer, skip = layer_plan(config, group, causal, replay)
 
@@ -111,8 +116,14 @@ def probe_layer(
     if declared is None or layer.scale is not None or _sdpa(diagnosis) in (PASS, WARN):
         return diagnosis
     other = run(replace(layer, scale=declared))
-    uncompared = _sdpa(diagnosis) == SKIP
-    return other if _sdpa(other) in (PASS, WARN) or uncompared else diagnosis
+    if _sdpa(other) in (PASS, WARN):
+        return other
+    if _sdpa(diagnosis) != SKIP:
+        return diagnosis  # compared at 1/sqrt(d), and not agreeing at its word either
+    read = any(f.probe == READ and f.status == FAIL for f in diagnosis.findings)
+    if read and _sdpa(other) == SKIP:
+        return diagnosis  # nothing measured backs its word, and the forward shows it wrong
+    return other
 
 
 def _sdpa(diagnosis: Diagnosis) -> str:
@@ -156,8 +167,8 @@ def _diagnose_model(
         with guarded(timeout), quietly_seeded(config.seed):
             groups = grouped(attention_layers(model, call, config.seed))
             layers = [g.module for g in groups]
-            said = True if config.causal else declared_causal(model, layers, call)
-            patient = Patient.of(model, call, bool(said), config.seed, built)
+            said = (True, "--causal") if config.causal else declared_causal(model, layers, call)
+            patient = Patient.of(model, call, bool(said and said[0]), config.seed, built)
             patient.attends = bool(groups)
             if said is None:  # measured: earlier logits ignore later tokens
                 patient.causal = properties.masks_future(patient)
@@ -165,9 +176,9 @@ def _diagnose_model(
     except UsageError:
         raise
     except Exception as exc:
-        found.properties.append(Finding(FINDING, FAIL, evidence(exc)))
+        found.properties.append(Finding.of(FINDING, failed(evidence(exc))))
         return found
-    how = "declared" if said is not None else (
+    how = f"declared: {said[1]}" if said is not None else (
         "measured: earlier logits ignore later tokens" if causal
         else "measured: later tokens reach earlier logits")  # fmt: skip
     found.notes.append(
@@ -182,6 +193,7 @@ def _diagnose_model(
     unscaled = {type(g.module): g.path for g in groups if unscaled_by_design(g.module)}
     for group in groups:
         replay = Replay(model, group.path, call, config.seed)
+        replay.sequence_first = group.call.slot.sequence_first if group.call else None
         layer_config = config
         first = unscaled.get(type(group.module))
         if first not in (None, group.path) and config.scale is None:
@@ -193,7 +205,7 @@ def _diagnose_model(
         except UsageError:
             raise
         except Exception as exc:  # the model cannot be run to record this layer's calls
-            diagnosis = Diagnosis(group.path, config, [Finding(SETUP, FAIL, evidence(exc))])
+            diagnosis = Diagnosis(group.path, config, [Finding.of(SETUP, failed(evidence(exc)))])
         found.groups.append(LayerGroup(group.paths, group.cls, diagnosis))
     for name, probe in MODEL_PROBES.items():
         report(name)
@@ -220,7 +232,7 @@ def runs(model: nn.Module, call: ModelCall, seed: int, timeout: float | None) ->
     except Exception as exc:
         raise UsageError(
             f"{type(model).__name__}.forward raises on token ids (B={BATCH}, T={SEQ_LEN}): "
-            f"{evidence(exc)}"
+            f"{evidence(exc).text}"
         ) from None
 
 
@@ -239,4 +251,4 @@ def _examine(name: str, probe: Callable[[Patient], Outcome], patient: Patient,
         raise
     except Exception as exc:
         outcome = failed(evidence(exc))
-    return Finding(name, outcome.status, outcome.message)
+    return Finding.of(name, outcome)

@@ -186,7 +186,8 @@ def cached_generation(patient: Patient) -> Outcome:
         retried, _ = decode(patient, ids, chunks, cache=fresh, positions=True)
         if max_change(retried.logits, full) <= floor:
             return failed(f"{evidence}; with position ids passed it agrees: the model's own "
-                          "positions restart under a cache (rope_cache_offset)")  # fmt: skip
+                          "positions restart under a cache (rope_cache_offset)",
+                          "rope_cache_offset")  # fmt: skip
         fresh = new_cache() if new_cache is not None else None
         moved, _ = decode(patient, ids, chunks, cache=fresh, positions=True, gap=PREFILL)
         if max_change(moved.logits, retried.logits) <= floor:  # passing them proves nothing
@@ -194,24 +195,26 @@ def cached_generation(patient: Patient) -> Outcome:
             can_retry = False
     if lengths:
         return failed(f"{evidence}; {lengths[0]} (stale_cache: appended twice or never "
-                      "cleared)")  # fmt: skip
+                      "cleared)", "stale_cache")  # fmt: skip
     if [w[0] for w in wrong] == ["long prefill"]:
         return failed(f"{evidence}, while prompts of {PREFILL} agree: a prompt longer than a "
                       "rolling cache's slots wraps, and its last keys land in slots their "
                       "positions do not own (stale_cache: written in order instead of at "
-                      "position % slots)")  # fmt: skip
+                      "position % slots)", "stale_cache")  # fmt: skip
     restart = positions_restart(patient) if call.cache is None else None
     if restart:
         return failed(
             f"{evidence}; the rotary table the model hands its layers for a token fed at "
             f"position {PREFILL} is position 0's: its positions restart under the cache it keeps "
-            "(rope_cache_offset: each call's positions counted from 0 instead of from its start)"
+            "(rope_cache_offset: each call's positions counted from 0 instead of from its start)",
+            "rope_cache_offset",
         )
     if patient.attends and [w[0] for w in wrong] == ["chunked prefill"]:
         return failed(
             f"{evidence}, while one token per step agrees: a chunk of several queries over more "
             "keys is masked as if it started at key 0 (cache_causal_alignment: a causal mask "
-            "anchored top-left for fewer queries than keys)"
+            "anchored top-left for fewer queries than keys)",
+            "cache_causal_alignment",
         )
     stepped = [w[0] for w in wrong][:1] == ["one token per step"]
     first_only = _first_keys_only(patient, new_cache) if stepped else None
@@ -220,23 +223,26 @@ def cached_generation(patient: Patient) -> Outcome:
             f"{evidence}; the token fed at position {PREFILL} does not see the token at "
             f"{PREFILL - 2} through the cache (changing it moves nothing there), as its full "
             "forward does: its mask lets one query see the first key only (cache_causal_alignment:"
-            " a causal mask anchored top-left for fewer queries than keys)"
+            " a causal mask anchored top-left for fewer queries than keys)",
+            "cache_causal_alignment",
         )
-    stale = ("stale_cache (keys written to or read from the wrong slots, or the current token "
-             "left out)")  # fmt: skip
+    stale = ("stale_cache", "keys written to or read from the wrong slots, or the current token "
+             "left out")  # fmt: skip
     if first_only is False and (can_retry or restart is False):
         return failed(
             f"{evidence}; the token fed at position {PREFILL} sees the earlier tokens through "
             "the cache, and its positions are counted on from it, so the cache holds the wrong "
-            f"keys: {stale}"
+            f"keys: {stale[0]} ({stale[1]})",
+            "stale_cache",
         )
-    causes = [] if first_only is False else ["cache_causal_alignment (a causal mask anchored "
-                                             "top-left for fewer queries than keys)"]  # fmt: skip
+    causes = [] if first_only is False else [("cache_causal_alignment", "a causal mask anchored "
+                                              "top-left for fewer queries than keys")]  # fmt: skip
     causes.append(stale)
     if not can_retry and restart is not False:
-        causes.append("rope_cache_offset (each chunk's positions counted from 0 instead of from "
-                      "where the cache ends)")  # fmt: skip
-    return failed(f"{evidence}. {KNOWN_CAUSES}{', '.join(causes)}")
+        causes.append(("rope_cache_offset", "each chunk's positions counted from 0 instead of "
+                       "from where the cache ends"))  # fmt: skip
+    listed = ", ".join(f"{trap} ({gloss})" for trap, gloss in causes)
+    return failed(f"{evidence}. {KNOWN_CAUSES}{listed}", *(trap for trap, _ in causes))
 
 
 def follows_positions(patient: Patient) -> bool:
@@ -307,6 +313,7 @@ def cache_reuse(patient: Patient) -> Outcome:
     if apart > floor:
         return failed(
             f"after another prompt and reset(), decoding moves by {apart:.3g} from a "
-            "fresh cache's (stale_cache: the reset keeps the previous prompt's keys)"
+            "fresh cache's (stale_cache: the reset keeps the previous prompt's keys)",
+            "stale_cache",
         )
     return passed(f"reset after another prompt: {apart:.2g} (floor {floor:.2g})")

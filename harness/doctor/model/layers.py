@@ -1,10 +1,11 @@
 """A model's attention layers, found by what they compute and how the model calls them.
 
-Every submodule the model calls with hidden states (B, T, d) is a candidate. It attends when
-called again as the model called it, with one position's hidden state changed, its output
-moves at another position (it mixes positions) and the call runs a softmax or an attention
-kernel. The attention layers are the innermost ones: a block that holds an attention layer
-mixes positions too, through it. Layers of one class with one configuration are one group,
+Every submodule the model calls with hidden states, (B, T, d) or (T, B, d), is a candidate
+(a sequence-first layer is turned round to (B, T, d) for the probes). It attends when called
+again as the model called it, with one position's hidden state changed, its output moves at
+another position (it mixes positions) and the call runs a softmax or an attention kernel. The
+attention layers are the innermost ones: a block that holds an attention layer mixes positions
+too, through it. Layers of one class with one configuration are one group,
 probed once.
 """
 
@@ -63,7 +64,7 @@ class Call:
         """The output (B, T, ...) with ``x`` as hidden states."""
         args, kwargs = self.slot.put(*fresh(self.args, self.kwargs), x)
         with torch.no_grad(), seeded(0):  # the same dropout (left on in eval) each run
-            return split_output(self.module(*args, **kwargs))[0]
+            return split_output(self.slot.output(self.module(*args, **kwargs)))[0]
 
     def masks_future(self) -> bool:
         """Called as recorded, changing the second half of the hidden states leaves the first
@@ -156,7 +157,8 @@ def _recording(model: nn.Module) -> Iterator[_Seen]:
 
 
 def record_calls(model: nn.Module, call: ModelCall, seed: int) -> list[Call]:
-    """The calls of one seeded forward whose arguments hold hidden states (B, T, d)."""
+    """The calls of one seeded forward whose arguments hold hidden states, (B, T, d) or
+    (T, B, d)."""
     ids = call.tokens(BATCH, SEQ_LEN, seed)
     with _recording(model) as seen, torch.no_grad():
         call.run(model, ids)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from harness.doctor.causality import registered_mask
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, left_padded, state_of
 from harness.metrics import rounding
 from harness.runner import as_dtype
@@ -24,55 +25,35 @@ def layer_causal(layer: nn.Module) -> bool | None:
     return flag if isinstance(flag, bool) else None
 
 
-def _causal_table(t: Tensor) -> bool:
-    """A square lower-triangular mask: 1/True (or 0 in an additive one) on and below the
-    diagonal, 0/False (a large negative fill) above; or one diagonal off, as a causal mask
-    built wrong is (``tril(diagonal=1)``: causal_leak, still a causal model's intent)."""
-    if t.dim() < 2 or t.shape[-1] != t.shape[-2] or t.shape[-1] < 2 or t.is_complex():
-        return False
-    t = t.reshape(-1, *t.shape[-2:])[0]
-    allowed = t > -1 if t.is_floating_point() and bool((t < 0).any()) else t != 0
-    return any(torch.equal(allowed, torch.ones_like(allowed).tril(k)) for k in (0, 1, -1))
-
-
-def says_causal(layer: nn.Module) -> bool:
-    """An attention layer that says it is causal by its class name (nanoGPT's
-    ``CausalSelfAttention``) or holds a causal mask (a lower-triangular buffer, nanoGPT's
-    ``bias``)."""
-    if "causal" in type(layer).__name__.lower():
-        return True
-    return any(_causal_table(b) for b in layer.buffers(recurse=False))
-
-
-def declared_causal(model: nn.Module, layers: list[nn.Module], call: ModelCall) -> bool | None:
-    """What the model says it is: causal when every attention layer says so (``is_causal``; an
-    encoder's layers say otherwise), else not when its config says it reads both ways, else
-    causal when a layer says so by its name or its mask (``says_causal``; any submodule, where
-    no attention layer was found), else whether it can
-    generate (transformers' ``can_generate()``, else a ``generate`` method), else
-    a causal LM by its class name (``...ForCausalLM``, ``...LMHeadModel``), else whether its
-    forward takes a cache or a start position, or it has a method that makes the cache it keeps
-    (gpt-fast's ``setup_caches``, litgpt's ``set_kv_cache``): only a decoder does; None when
-    nothing says."""
+def declared_causal(
+    model: nn.Module, layers: list[nn.Module], call: ModelCall
+) -> tuple[bool, str] | None:
+    """What the model is, and how that is known: causal when every attention layer says so
+    (``is_causal``; an encoder's layers say otherwise), else not when its config says it reads
+    both ways, else causal when it registers a causal mask (nanoGPT's ``bias`` in each layer,
+    Whisper's decoder's additive ``mask``), else whether it can generate (transformers'
+    ``can_generate()``, else a ``generate`` method), else whether its forward takes a cache or
+    a start position, or it has a method that makes the cache it keeps (gpt-fast's
+    ``setup_caches``, litgpt's ``set_kv_cache``): only a decoder does; None when nothing says
+    (it is measured). A class's name says nothing."""
     flags = [flag for flag in map(layer_causal, layers) if flag is not None]
     if flags:
-        return all(flags)
+        return all(flags), f"its attention layers set is_causal = {all(flags)}"
     config = getattr(model, "config", None)
-    if any(getattr(config, name, None) == value for name, value in BIDIRECTIONAL.items()):
-        return False
-    # no layer found (its softmax or its mask gone): any submodule that says so speaks for it
-    if any(says_causal(layer) for layer in layers or list(model.modules())[1:]):
-        return True
+    for name, value in BIDIRECTIONAL.items():
+        if getattr(config, name, None) == value:
+            return False, f"its config sets {name} = {value}"
+    buffer = registered_mask(model)
+    if buffer is not None:
+        return True, f"it registers a causal mask, `{buffer}`"
     can_generate = getattr(model, "can_generate", None)
     if callable(can_generate):
-        return bool(can_generate())
+        return bool(can_generate()), f"can_generate() is {bool(can_generate())}"
     if callable(getattr(model, "generate", None)):
-        return True
-    name = type(model).__name__
-    if "CausalLM" in name or "LMHead" in name:
-        return True
-    cached = call.cache is not None or call.start is not None or call.makes_cache(model)
-    return True if cached else None
+        return True, "it has a generate() method"
+    if call.cache is not None or call.start is not None or call.makes_cache(model):
+        return True, "it keeps a cache of past tokens"
+    return None
 
 
 def max_change(a: Tensor, b: Tensor) -> float:

@@ -28,19 +28,22 @@ def eval_determinism(patient: Patient) -> Outcome:
             f"{rows} of {first.shape[0] * first.shape[1]} positions' logits are not finite on "
             "ordinary ids, the same every time: a query left with no key to attend to "
             "(fully_masked_row: a mask that blocks the diagonal, as triu(diagonal=0), or a "
-            "row of -inf)"
+            "row of -inf)",
+            "fully_masked_row",
         )
     if moved > 0 and _fresh_copies_agree(patient, ids, pristine):
         return failed(
             f"a second identical forward differs from the first by {moved:.3g}, while two "
             "fresh copies called once agree: a forward reads state an earlier one left "
             "(stale_cache: keys read from the cache before this call writes them, or never "
-            "cleared)"
+            "cleared)",
+            "stale_cache",
         )
     if moved > 0:
         return failed(
             f"two identical forwards in eval mode differ by {moved:.3g}: dropout left on, or "
-            "sampling (dropout_in_eval: F.dropout without training=self.training)"
+            "sampling (dropout_in_eval: F.dropout without training=self.training)",
+            "dropout_in_eval",
         )
     return passed("two identical forwards agree exactly")
 
@@ -84,7 +87,8 @@ def causal_no_leak(patient: Patient) -> Outcome:
         return failed(
             f"changing tokens {j}.. moves the logits of position {first} (before them) by "
             f"{moved:.3g}, over the {floor:.2g} floor: the future leaks into the past "
-            "(causal_leak: a causal mask dropped or built wrong)"
+            "(causal_leak: a causal mask dropped or built wrong)",
+            "causal_leak",
         )
     return passed(f"tokens {j}.. changed: earlier logits move by {moved:.2g} (floor {floor:.2g})")
 
@@ -99,7 +103,8 @@ def batch_independence(patient: Patient) -> Outcome:
         return failed(
             f"a sequence's logits in a batch of {BATCH} differ from its logits alone by "
             f"{moved:.3g}, over the {floor:.2g} floor: sequences mix (transpose: an axis swap "
-            "or reshape that crosses the batch)"
+            "or reshape that crosses the batch)",
+            "transpose",
         )
     return passed(f"batch of {BATCH} vs alone: {moved:.2g} (floor {floor:.2g})")
 
@@ -132,7 +137,8 @@ def left_padding(patient: Patient) -> Outcome:
             f"{PAD} padding tokens on the left make real tokens' logits non-finite: a padding "
             "query with no key to attend gives NaN, and NaN reaches the real tokens through "
             "the next layer (fully_masked_row: a -inf fill, or a mask added twice that reaches "
-            "-inf, on a row with no allowed key)"
+            "-inf, on a row with no allowed key)",
+            "fully_masked_row",
         )
     ignored = patient.logits(padded, **{**given, "mask": torch.ones_like(mask)})[0, PAD:]
     if max_change(ignored, got) <= floor:
@@ -142,14 +148,18 @@ def left_padding(patient: Patient) -> Outcome:
         return failed(
             f"{evidence}; the model takes an attention mask but no position ids, and counts "
             f"positions from the padding: its real tokens sit {PAD} positions on "
-            "(left_pad_positions: count them from the mask, as OPT's learned positions do)"
+            "(left_pad_positions: count them from the mask, as OPT's learned positions do)",
+            "left_pad_positions",
         )
     if call.positions is None:  # an encoder: its caller pads on the right
         return warned(
             f"{evidence}; the model takes no position ids, so its real tokens sit {PAD} "
-            "positions on (left_pad_positions: pad it on the right, or give it position ids)"
+            "positions on (left_pad_positions: pad it on the right, or give it position ids)",
+            "left_pad_positions",
         )
     return failed(
         f"{evidence}, with the model's mask and positions: the padding reaches real tokens "
-        "(sdpa_mask_inverted: a mask read the other way round; padding_on_queries)"
+        "(sdpa_mask_inverted: a mask read the other way round; padding_on_queries)",
+        "sdpa_mask_inverted",
+        "padding_on_queries",
     )

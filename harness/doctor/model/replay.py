@@ -21,9 +21,10 @@ from torch import Tensor, nn
 
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, keeps_state, no_autocast
 from harness.doctor.stated import declared_context
+from harness.errors import UsageError
 from harness.inputs import generator
 from harness.masks import lowest
-from harness.runner import as_dtype
+from harness.runner import as_dtype, describe
 
 
 class Recorded(BaseException):
@@ -44,24 +45,49 @@ class Slot:
 
     indices: tuple[int, ...] = ()
     names: tuple[str, ...] = ()
+    # the model passes them (T, B, d), as fairseq's layers and nn.MultiheadAttention's default
+    # take them; the slot turns them round, so a caller always sees (B, T, d)
+    sequence_first: bool = False
 
     @classmethod
-    def find(cls, args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, seq_len: int) -> Slot:
-        """The first floating tensor of shape (B, T, d) among the arguments, wherever the
-        call passes that same tensor."""
+    def find(
+        cls, args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, seq_len: int,
+        sequence_first: bool | None = None,
+    ) -> Slot:  # fmt: skip
+        """The first floating tensor of shape (B, T, d) among the arguments, else of (T, B, d),
+        wherever the call passes that same tensor; only in the layout given, when one is (a
+        batch as long as its sequences cannot tell the two apart)."""
+        layouts = ((False, (batch, seq_len)), (True, (seq_len, batch)))
+        for first_is_sequence, shape in layouts:
+            if sequence_first is not None and first_is_sequence != sequence_first:
+                continue
 
-        def hidden(value: object) -> bool:
-            return (isinstance(value, Tensor) and value.is_floating_point() and value.dim() == 3
-                    and tuple(value.shape[:2]) == (batch, seq_len))  # fmt: skip
+            def hidden(value: object, shape: tuple[int, int] = shape) -> bool:
+                return (isinstance(value, Tensor) and value.is_floating_point()
+                        and value.dim() == 3 and tuple(value.shape[:2]) == shape)  # fmt: skip
 
-        first = next((v for v in (*args, *kwargs.values()) if hidden(v)), None)
-        if first is None:
-            raise LookupError("no (B, T, d) hidden states among the layer's arguments")
-        return cls(indices=tuple(i for i, v in enumerate(args) if v is first),
-                   names=tuple(k for k, v in kwargs.items() if v is first))  # fmt: skip
+            first = next((v for v in (*args, *kwargs.values()) if hidden(v)), None)
+            if first is not None:
+                return cls(indices=tuple(i for i, v in enumerate(args) if v is first),
+                           names=tuple(k for k, v in kwargs.items() if v is first),
+                           sequence_first=first_is_sequence)  # fmt: skip
+        raise LookupError("no (B, T, d) or (T, B, d) hidden states among the layer's arguments")
 
     def take(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
-        return args[self.indices[0]] if self.indices else kwargs[self.names[0]]
+        """The hidden states, (B, T, d)."""
+        x = args[self.indices[0]] if self.indices else kwargs[self.names[0]]
+        return x.transpose(0, 1) if self.sequence_first else x
+
+    def output(self, result: Any) -> Any:
+        """The layer's output (or its first element, the attention weights as they are) as
+        (B, T, ...)."""
+        if not self.sequence_first:
+            return result
+        if isinstance(result, Tensor):
+            return result.transpose(0, 1)
+        if isinstance(result, tuple | list) and result and isinstance(result[0], Tensor):
+            return (result[0].transpose(0, 1), *result[1:])
+        return result
 
     def holds(self, index: int | None = None, name: str | None = None) -> bool:
         """Whether the argument at ``index`` (or named ``name``) is the hidden states."""
@@ -70,6 +96,8 @@ class Slot:
     def put(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], x: Tensor
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments with ``x`` (B, T, d) as the hidden states, in the layer's layout."""
+        x = x.transpose(0, 1) if self.sequence_first else x
         args = tuple(x if i in self.indices else v for i, v in enumerate(args))
         return args, {**kwargs, **dict.fromkeys(self.names, x)}
 
@@ -197,6 +225,7 @@ class Replay:
         self.context = declared_context(model)  # the longest sequence the model takes
         self._copies: dict[tuple[torch.dtype, torch.device], nn.Module] = {}
         self._calls: dict[tuple[object, ...], tuple[Slot, tuple[Any, ...], dict[str, Any]]] = {}
+        self.sequence_first: bool | None = None  # its layout, where the model's forward showed it
 
     @property
     def kv_grouping(self) -> str:
@@ -236,10 +265,27 @@ class Replay:
                 given["positions"] = positions.to(x.device, torch.long)
             ids = self.call.tokens(B, T, self.seed).to(x.device)
             args, kwargs = self._record(ids, x.dtype, x.device, given)
-            self._calls[key] = (Slot.find(args, kwargs, B, T), *as_built(args, kwargs))
+            slot = Slot.find(args, kwargs, B, T, self.sequence_first)
+            self._calls[key] = (slot, *as_built(args, kwargs))
         return self._calls[key]
 
     def _record(
+        self, ids: Tensor, dtype: torch.dtype, device: torch.device, given: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The layer's arguments; a model that cannot make them for ``ids`` (more tokens than
+        its table of positions holds) does not take that probe's input: the layer is not
+        failed for what its model cannot do before calling it."""
+        try:
+            return self._arguments(ids, dtype, device, given)
+        except (LookupError, NotImplementedError, UsageError):
+            raise
+        except Exception as exc:
+            B, T = ids.shape
+            raise NotImplementedError(
+                f"its model does not run on {B} x {T} tokens before this layer: {describe(exc)}"
+            ) from exc
+
+    def _arguments(
         self, ids: Tensor, dtype: torch.dtype, device: torch.device, given: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The layer's arguments from a model copy in ``dtype``; for a model whose earlier
@@ -352,7 +398,7 @@ class Replay:
             if torch.is_autocast_enabled(x.device.type):
                 raise NotImplementedError(no_autocast(self.model))
             self._fit_cache(module, x)
-        return module(*args, **kwargs)
+        return slot.output(module(*args, **kwargs))
 
     @cached_property
     def makes_cache(self) -> bool:

@@ -12,7 +12,7 @@ import torch
 from harness import metrics
 from harness.doctor.causality import declared
 from harness.doctor.config import float32_rounding
-from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.findings import Outcome, Said, failed, named, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.inputs import generator
@@ -127,8 +127,10 @@ def _mixing(subject: Subject) -> str | None:
 def probe_permutation(subject: Subject) -> Outcome:
     """Permuting the positions permutes the output, when positions are not used."""
     cfg = subject.config
-    if cfg.causal or subject.positional:
-        return skipped("causal or positional (--positional, or rotary tables)")
+    if cfg.causal:
+        return skipped("causal: a later token moved changes what earlier ones see")
+    if subject.positional:
+        return skipped(f"it uses positions ({subject.position_source})")
     if not subject.deterministic:
         return skipped("not deterministic in eval mode (above)")
     module = subject.copy()
@@ -151,13 +153,16 @@ def probe_permutation(subject: Subject) -> Outcome:
 def _order_hint(subject: Subject) -> str:
     """Why a module may not be permutation equivariant, without pointing to a flag that would
     hide a failure: a module that never looks ahead is told about --causal (which runs the
-    causal probes), one that does is shown the evidence before --positional is offered."""
+    causal probes), one that does is shown the evidence before --positions is offered."""
     try:  # with no mask passed: does the module itself keep outputs from looking ahead?
         leak = subject.leak_by_itself
     except Exception:
-        return "if it uses positions on purpose, pass --positional; if it is causal, --causal"
+        return (
+            "if it uses positions on purpose, pass --positions relative or absolute; if it is "
+            "causal, --causal"
+        )
     if leak is None:
-        said = declared(subject.module)
+        said = declared(subject.original)
         if said is not None and not said[0]:  # an encoder's layer, in its own words
             return (
                 f"no output depends on a later input, though {said[1]}: a bidirectional layer "
@@ -167,7 +172,8 @@ def _order_hint(subject: Subject) -> str:
         return "no output depends on a later input: if it masks the future, pass --causal"
     return (
         f"{leak}: if it is meant to be causal, that is a future leak (pass --causal to probe "
-        "it); if it uses positions on purpose (rotary, ALiBi, learned), pass --positional"
+        "it); if it uses positions on purpose, pass --positions relative (rotary, ALiBi) or "
+        "absolute (learned, sinusoidal)"
     )
 
 
@@ -209,44 +215,45 @@ def probe_weights(subject: Subject) -> Outcome:
         leaked = dead[live].abs().max().item() if live.any() else 0.0
         if leaked > EXACT:
             flattened = _flattened(w, allowed, live, subject.softcap)
-            named = flattened or _window_edge(dead, subject.window) or _future(dead, cfg.causal)
-            return failed(f"weight {leaked:.3g} on a masked key" + named)
+            why = flattened or _window_edge(dead, subject.window) or _future(dead, cfg.causal)
+            return failed(f"weight {leaked:.3g} on a masked key" + why)
     saturated = metrics.saturated_fraction(rows) if rows.numel() else 0.0
     if metrics.degenerate(saturated):
         return failed(_saturated(saturated))
     return passed("rows sum to 1, zero where masked, not saturated")
 
 
-def _window_edge(dead: torch.Tensor, window: int | None) -> str:
+def _window_edge(dead: torch.Tensor, window: int | None) -> Said:
     """sliding_window_off_by_one, when a windowed module's weight on masked keys lies only on
     the key just before its window (key t - w for query t): it holds w + 1 keys. Else nothing."""
     T = dead.shape[-1]
     if window is None or dead.shape[-2] != T or window >= T:
-        return ""
+        return Said("")
     ago = torch.arange(T)[:, None] - torch.arange(T)[None, :]  # (T, T): how far back
     weighted = dead.abs().gt(EXACT)
     if not bool((weighted & (ago == window)).any()) or bool((weighted & (ago != window)).any()):
-        return ""
-    return (
+        return Said("")
+    return named(
         f", only on the key just before its window of {window}: it holds {window + 1} keys "
-        "(sliding_window_off_by_one: keep keys t - w < s <= t)"
+        "(sliding_window_off_by_one: keep keys t - w < s <= t)",
+        "sliding_window_off_by_one",
     )
 
 
-def _future(dead: torch.Tensor, causal: bool) -> str:
+def _future(dead: torch.Tensor, causal: bool) -> Said:
     """Where a causal module's weight on masked keys lies on later keys: the leak named."""
     if not causal:
-        return ""
+        return Said("")
     T = dead.shape[-1]
     later = torch.ones(T, T, dtype=torch.bool).triu(1)  # (T, T): key after query
     if dead.shape[-2] != T or not (dead.abs() * later).gt(EXACT).any():
-        return ""
-    return ", a later one: the future is not masked (causal_leak)"
+        return Said("")
+    return named(", a later one: the future is not masked (causal_leak)", "causal_leak")
 
 
 def _flattened(
     w: torch.Tensor, allowed: torch.Tensor, live: torch.Tensor, cap: float | None
-) -> str:
+) -> Said:
     """softcap_after_mask, when every masked key of a row has one and the same weight while the
     allowed keys' weights differ: the mask's fill was squashed to one finite logit after it was
     added (tanh capping turns any fill into -cap); a mask dropped or built wrong leaves masked
@@ -254,19 +261,20 @@ def _flattened(
     masked = ~allowed & live[..., None]  # (..., T, S): masked keys of rows that have a key
     rows = masked.sum(-1) >= 2  # rows whose masked keys can be compared
     if not rows.any():
-        return ""
+        return Said("")
     inf = torch.tensor(float("inf"), dtype=w.dtype)
     highest = w.where(masked, -inf).amax(-1)[rows]
     lowest = w.where(masked, inf).amin(-1)[rows]
     spread = w.where(allowed, -inf).amax(-1) - w.where(allowed, inf).amin(-1)
     alike = bool(((highest - lowest) <= 1e-6 * highest).all() and (lowest > EXACT).all())
     if not alike or not bool((spread[rows] > 1e-6).any()):
-        return ""
+        return Said("")
     to = f" -{cap:g}" if cap else " one finite logit"
-    return (
+    return named(
         f"; every masked key of a row gets the same weight: the mask's fill was squashed to{to} "
         "after it was added, as capping the scores after the mask does: softcap_after_mask "
-        "(cap the scores, then mask them)"
+        "(cap the scores, then mask them)",
+        "softcap_after_mask",
     )
 
 
@@ -275,7 +283,7 @@ OTHER_AXES = ((-2, "the queries (dim=-2)"), (0, "the batch (F.softmax without di
               (1, "the heads (F.softmax without dim on 4-D scores)"))  # fmt: skip
 
 
-def _other_axis(w: torch.Tensor, allowed: torch.Tensor | None) -> str:
+def _other_axis(w: torch.Tensor, allowed: torch.Tensor | None) -> Said:
     """softmax_dim, when the weights are distributions along another axis (NaN where every
     entry along it is masked, as the tutorial's causal mask makes them); else nothing."""
     blocked = torch.zeros_like(w, dtype=torch.bool) if allowed is None else ~allowed
@@ -287,15 +295,19 @@ def _other_axis(w: torch.Tensor, allowed: torch.Tensor | None) -> str:
         fine = ((sums - 1).abs() <= 1e-6) | none_left
         nan_where_blocked = bool((w.isnan() <= blocked.all(axis, keepdim=True)).all())
         if bool(fine.all()) and nan_where_blocked:
-            return f"; they sum to 1 over {words} instead: softmax_dim (softmax(dim=-1))"
-    return ""
+            return named(
+                f"; they sum to 1 over {words} instead: softmax_dim (softmax(dim=-1))",
+                "softmax_dim",
+            )
+    return Said("")
 
 
-def _saturated(fraction: float, where: str = "") -> str:
-    return (
+def _saturated(fraction: float, where: str = "") -> Said:
+    return named(
         f"{fraction:.0%} of rows put >= {metrics.SATURATED:g} of their weight on one key at "
         f"initialisation{where}: projection weights too large for the scale, init_unit_variance "
-        "(nn.Linear's default or xavier init, not normal_(std=1))"
+        "(nn.Linear's default or xavier init, not normal_(std=1))",
+        "init_unit_variance",
     )
 
 

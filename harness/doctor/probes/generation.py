@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from harness.consistency import Agreement, agreements
 from harness.doctor.caches import Returned
 from harness.doctor.calling import AdapterPlan
-from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.findings import Outcome, Said, failed, named, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.masks import KEY_LAYOUTS, causal_keep
@@ -135,7 +135,7 @@ def probe_decoding(subject: Subject) -> Outcome:
     if unmasked is not None:
         return unmasked
     if off := _length_off(lengths, subject.window):
-        return failed(f"{off} (stale_cache: appended twice or never cleared)")
+        return failed(f"{off} (stale_cache: appended twice or never cleared)", "stale_cache")
     rolling = subject.window is not None and any(held < fed for fed, held in lengths)
     counted = "; cache length = tokens fed" if lengths else ""
     if rolling:
@@ -175,37 +175,42 @@ def _without_mask(subject: Subject, x: Tensor) -> Outcome | None:
     wrong = [a for a in _agreements(subject, x, None, ("decode", "chunked")) if not a.agrees]
     if not wrong:
         return None
-    words = (
+    words = named(
         "without a mask (its own causal masking, as callers that pass none rely on): "
         + "; ".join(str(a) for a in wrong)
         + " (cache_causal_alignment: is_causal=True anchors the mask at the top-left when "
-        "fewer queries than keys are fed)"
+        "fewer queries than keys are fed)",
+        "cache_causal_alignment",
     )
     if any(a.scenario == "decode" for a in wrong):
         return failed(words)  # even one new token at a time: no caller can use it so
     return warned(  # transformers' layers do this too: their model passes a mask then
-        f"{words}; a caller must pass a mask whenever it feeds several tokens through a cache"
+        words + "; a caller must pass a mask whenever it feeds several tokens through a cache"
     )
 
 
-def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement) -> str:
+def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement) -> Said:
     """The catalogue trap a decode mismatch matches: positions that restart on each cached call
     (fixed by passing positions explicitly), else a causal mask anchored top-left."""
     explicit = _explicit_positions(subject, x)
     if explicit is not None:
         retried = _agreements(subject, x, keep, (wrong.scenario,), explicit)[0]
         if retried.agrees:
-            return (
+            return named(
                 "; with positions passed explicitly it agrees: the module's default positions "
-                "restart at 0 on each cached call (rope_cache_offset)"
+                "restart at 0 on each cached call (rope_cache_offset)",
+                "rope_cache_offset",
             )
     beyond = [] if wrong.steps is None else (wrong.steps > wrong.threshold).nonzero().flatten()
     first = f" from position {int(beyond[0])} on" if len(beyond) else ""
-    return (
+    return named(
         f"; wrong{first}: the cached calls do not compute what the full forward does. Known "
         "causes: cache_causal_alignment (a causal mask anchored top-left, e.g. is_causal=True "
         "with fewer queries than keys), rope_cache_offset (positions restarting at 0 on each "
-        "call), stale_cache (keys written to or read from the wrong slots)"
+        "call), stale_cache (keys written to or read from the wrong slots)",
+        "cache_causal_alignment",
+        "rope_cache_offset",
+        "stale_cache",
     )
 
 
@@ -221,7 +226,8 @@ def probe_reuse(subject: Subject) -> Outcome:
     if fresh.agrees and not reused.agrees:
         return failed(
             f"after another prompt and reset(): {reused} while a fresh cache agrees "
-            "(stale_cache: the reset keeps the previous prompt's keys and values)"
+            "(stale_cache: the reset keeps the previous prompt's keys and values)",
+            "stale_cache",
         )
     if not fresh.agrees:
         return skipped("decoding with a fresh cache already differs (see cached decoding)")

@@ -119,12 +119,14 @@ def probe_grouped(subject: Subject) -> Outcome:
         return warned(
             f"{words}: sound for weights trained so (x-transformers lays heads out this way), "
             "wrong for checkpoints laid out in blocks (Llama, Mistral, Qwen: gqa_kv_grouping); "
-            "declare --kv-grouping blocks or strided"
+            "declare --kv-grouping blocks or strided",
+            "gqa_kv_grouping",
         )
     expected = strided if declared == "strided" else blocks
     j = next(j for j in range(kv_heads) if found[j] != expected[j])
     want = expected[j]
     why = " (gqa_kv_grouping: K/V heads tiled with repeat)" if found == strided else ""
     return failed(
-        f"K/V head {j} reaches query heads {sorted(found[j])} instead of {sorted(want)}{why}"
+        f"K/V head {j} reaches query heads {sorted(found[j])} instead of {sorted(want)}{why}",
+        *(("gqa_kv_grouping",) if why else ()),
     )

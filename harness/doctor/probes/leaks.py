@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from harness.dependency import MAX_SPLITS, Leak, Redraws, as_call, future_leak, splits
-from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.findings import Outcome, Said, failed, named, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.inputs import generator
@@ -20,15 +20,17 @@ from harness.metrics import first_nonfinite, rounding
 
 LARGE = 300.0  # activation scale for the large-logit leak checks (float64: no overflow)
 # A leak that shows only at large logits is a finite fill that they outgrow (old GPT-2's -1e4).
-FILL = (
+FILL = named(
     " and not at ordinary ones: the mask's fill is a finite constant these logits outgrow: "
-    "fill_too_small (fill with -inf, or torch.finfo(dtype).min)"
+    "fill_too_small (fill with -inf, or torch.finfo(dtype).min)",
+    "fill_too_small",
 )
 # A NaN that shows only at large logits is no leak: softmax itself stays finite there, so an exp
 # of the scores without the row max subtracted overflowed.
-OVERFLOW = (
+OVERFLOW = named(
     " and not at ordinary ones: NaN, not a leak, as exp of large scores without the row max "
-    "subtracted gives (naive_exp_softmax: subtract the row max, or use torch.softmax)"
+    "subtracted gives (naive_exp_softmax: subtract the row max, or use torch.softmax)",
+    "naive_exp_softmax",
 )
 NO_MASK = "no mask to probe with (forward takes none, or no convention of it worked: see above)"
 
@@ -54,14 +56,14 @@ CAPPED = (
 )
 
 
-def _large(scale: float, nan: bool, cap: float | None = None) -> str:
+def _large(scale: float, nan: bool, cap: float | None = None) -> Said:
     """What a leak found at ``scale`` means: nothing more at ordinary activations; at large ones a
     finite fill the logits outgrow (in a module that caps its scores at ``cap``, the cap put
     after the mask), or (a NaN) an exp that overflowed."""
     if scale == 1.0:
-        return ""
-    fill = CAPPED.format(cap=cap) if cap else FILL
-    return f" with activations scaled by {scale:g}{OVERFLOW if nan else fill}"
+        return Said("")
+    fill = named(CAPPED.format(cap=cap), "softcap_after_mask") if cap else FILL
+    return f" with activations scaled by {scale:g}" + (OVERFLOW if nan else fill)
 
 
 def _future_leak(subject: Subject, scale: float) -> Leak | None:
@@ -71,7 +73,7 @@ def _future_leak(subject: Subject, scale: float) -> Leak | None:
     return future_leak(subject.bound(keep), x, None, MAX_SPLITS if scale == 1.0 else LARGE_SPLITS)
 
 
-def _causal_leak(subject: Subject) -> str | None:
+def _causal_leak(subject: Subject) -> Said | None:
     """Evidence of a future leak (also with large logits), or None."""
     for scale in (1.0, LARGE):
         leak = _future_leak(subject, scale)
@@ -88,7 +90,7 @@ def _left_padded(subject: Subject) -> tuple[Tensor, Tensor]:
     return keep, keep.any(dim=1)  # (B, T)
 
 
-def _padding_leak(subject: Subject, scales: tuple[float, ...] = (1.0, LARGE)) -> str | None:
+def _padding_leak(subject: Subject, scales: tuple[float, ...] = (1.0, LARGE)) -> Said | None:
     """Evidence that real outputs depend on padded inputs (also with large logits), or None."""
     cfg = subject.config
     keep, real = _left_padded(subject)
@@ -103,13 +105,13 @@ def _padding_leak(subject: Subject, scales: tuple[float, ...] = (1.0, LARGE)) ->
             where = _large(scale, bool(change[b, t].isnan()), subject.softcap)
             padded = (~real[b]).nonzero().flatten().tolist()
             if change[b, t].isnan():
-                return f"real output {t} of sequence {b} is NaN with padding{where}"
+                return f"real output {t} of sequence {b} is NaN with padding" + where
             if not padded:  # it moved although its own sequence has no padding
-                return f"real output {t} of sequence {b} depends on other sequences' padding"
+                return Said(f"real output {t} of sequence {b} depends on other sequences' padding")
             s = redraws.latest(torch.arange(cfg.batch) == b, t, padded)
             return (
                 f"real output {t} of sequence {b} depends on padded input {s}: it moves by "
-                f"{change[b, t].item():.3g} when its padding changes{where}"
+                f"{change[b, t].item():.3g} when its padding changes" + where
             )
     return None
 
@@ -124,35 +126,38 @@ def _responds(subject: Subject) -> bool:
     return bool((change[real] > 0).all())
 
 
-def _convention_hint(subject: Subject, check: Callable[[Subject], str | None]) -> str:
+def _convention_hint(subject: Subject, check: Callable[[Subject], Said | None]) -> Said:
     """A hint when the same check passes with the opposite bool convention, read so that it
     still lets every real output see real inputs (a reading that hides them all passes any
     leak check, and says nothing)."""
     other = {"keep": "drop", "drop": "keep"}.get(subject.config.mask)
     if other is None:
-        return ""
+        return Said("")
     flipped = Subject(subject.module, replace(subject.config, mask=other))
     try:
         passes = check(flipped) is None and _responds(flipped)
     except Exception:
-        return ""
+        return Said("")
     if not passes:
-        return ""
+        return Said("")
+    inverted = ("mask_bool", "sdpa_mask_inverted")
     if getattr(subject.config.call, "from_model", False):  # the mask is its model's own
-        return (
+        return named(
             " (it passes with the mask read the other way round: the layer inverts the mask its "
             "own model builds, blocking exactly the keys it should attend: mask_bool, a "
             "keep-mask filled where it is True, or sdpa_mask_inverted, a blocked-is-True mask "
-            "given where True attends)"
+            "given where True attends)",
+            *inverted,
         )
-    return (
+    return named(
         f" (it passes with --mask {other}: is that the module's convention? If not, the module "
         f"blocks exactly the keys it should attend: mask_bool, a keep-mask filled where it is "
-        f"True, or sdpa_mask_inverted, a blocked-is-True mask given where True attends)"
+        f"True, or sdpa_mask_inverted, a blocked-is-True mask given where True attends)",
+        *inverted,
     )
 
 
-def _on_queries(subject: Subject) -> str:
+def _on_queries(subject: Subject) -> Said:
     """A hint when the padding mask reaches the queries instead of the keys: real queries' outputs
     are what they are with no mask at all, while padded queries' are not."""
     cfg = subject.config
@@ -163,13 +168,14 @@ def _on_queries(subject: Subject) -> str:
         free = subject.call(module, x, torch.ones_like(keep))[0].double()
     real, apart = real.to(masked.device), (masked - free).abs().nan_to_num(math.inf)
     if apart[~real].numel() == 0 or not (apart[~real] > 0).any():
-        return ""  # no padded query moved: the mask is not read at all (or reads nothing here)
+        return Said("")  # no padded query moved: the mask is not read at all (or reads nothing)
     if apart[real].max().item() > rounding(free[real].abs().max().item(), torch.float32):
-        return ""
-    return (
+        return Said("")
+    return named(
         ": real queries' outputs are those of no mask at all while padded queries' change: the "
         "padding mask is applied to the queries, not the keys (padding_on_queries: mask the key "
-        "axis, mask[:, None, :])"
+        "axis, mask[:, None, :])",
+        "padding_on_queries",
     )
 
 
@@ -205,23 +211,31 @@ def probe_causal(subject: Subject) -> Outcome:
     cfg = subject.config
     if not cfg.causal and (not subject.takes_mask or cfg.mask_shape in KEY_LAYOUTS):
         if one_ahead(subject):
-            return failed(ONE_AHEAD)
+            return failed(ONE_AHEAD, "causal_leak")
         return skipped("not causal (--causal) and takes no (B, T, T) mask")
     leak = _causal_leak(subject)
     if leak:
         hint = _convention_hint(subject, _causal_leak)
-        if not hint and "scaled by" not in leak:  # at ordinary activations, no other reading
-            hint = (": the future is not masked (causal_leak: a mask dropped or built wrong, "
-                    "e.g. tril(diagonal=1); keep key s for query t only when s <= t)")  # fmt: skip
+        if not hint and "scaled by" not in leak.text:  # at ordinary activations, no other reading
+            hint = named(": the future is not masked (causal_leak: a mask dropped or built wrong, "
+                         "e.g. tril(diagonal=1); keep key s for query t only when s <= t)",
+                         "causal_leak")  # fmt: skip
         return failed(leak + hint)
     if cfg.causal and subject.takes_mask and subject.plan.mask_optional:
         x = subject.x(cfg.batch, cfg.seq_len, 3)
         alone = future_leak(subject.bound(None), x, None)  # called with no mask at all
+        if alone and subject.masks_future_itself:  # Whisper's layer: a mask turns it causal
+            return warned(
+                f"called without a mask, {alone}: it masks the future itself only when it is "
+                "given a mask (see the facts read from its forward), so a caller that passes "
+                "none gets a bidirectional layer"
+            )
         if alone:
             return failed(
                 f"called without a mask, {alone}: it does not mask the future by itself, as "
                 "--causal says (its caller must pass a causal mask; causal_leak if its own "
-                "causal mask is built wrong, e.g. tril(diagonal=1))"
+                "causal mask is built wrong, e.g. tril(diagonal=1))",
+                "causal_leak",
             )
     return passed(f"no output depends on a later input (also at x {LARGE:g})")
 
@@ -232,6 +246,13 @@ def probe_padding(subject: Subject) -> Outcome:
     if not subject.takes_mask:
         return skipped(no_mask(subject))
     leak = _padding_leak(subject)
+    reading = subject.reading
+    if leak and reading.mask_unread and reading.masks_future:  # Whisper's decoder layer
+        return warned(
+            leak + f": the mask's values are never read (at {reading.mask_unread}); given any "
+            "mask it masks the future itself, so a padding mask is ignored: right only for a "
+            "caller that passes nothing but the causal mask"
+        )
     if leak:
         return failed(leak + (_on_queries(subject) or _convention_hint(subject, _padding_leak)))
     if not _responds(subject):

@@ -7,7 +7,7 @@ At large activations float16 overflows somewhere for everyone; the module fails 
 textbook attention (Q K^T, then the scale) stays finite, and passes where attention that
 scales Q first overflows too: float16's range, not the module. Overflowing like textbook code
 while scaling Q first stays finite (the catalogue's ``qk_overflow_half``) fails a module
-declared to run in float16 (--float16) and is a note otherwise: all textbook code does it.
+declared to run in float16 (--dtype float16) and is a note otherwise: all textbook code does it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from harness import metrics
 from harness.devices import dtype_name
-from harness.doctor.findings import Outcome, failed, passed, skipped, warned
+from harness.doctor.findings import Outcome, failed, named, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.subject import Subject
 from harness.masks import live_queries
@@ -50,7 +50,8 @@ def probe_determinism(subject: Subject) -> Outcome:
     if diff > 0:
         return failed(
             f"two identical calls in eval mode differ by up to {diff:.3g}: dropout left on "
-            "(dropout_in_eval), or state an earlier call left"
+            "(dropout_in_eval), or state an earlier call left",
+            "dropout_in_eval",
         )
     return passed("identical")
 
@@ -86,8 +87,11 @@ def _sound(reading: Recognized, x: Tensor, allowed: Tensor | None, autocast) -> 
 
 # torch's words for a Python number that does not fit the tensor's dtype (masked_fill(-1e9))
 HALF_FILL = re.compile(r"cannot be converted to type \S*(Half|BFloat16) without overflow")
-HALF_FILL_NAMED = (": a mask fill such as -1e9 past the dtype's range (fill_overflow_half: "
-                   "fill with torch.finfo(scores.dtype).min)")  # fmt: skip
+HALF_FILL_NAMED = named(
+    ": a mask fill such as -1e9 past the dtype's range (fill_overflow_half: fill with "
+    "torch.finfo(scores.dtype).min)",
+    "fill_overflow_half",
+)
 
 
 def probe_half(subject: Subject, dtype: torch.dtype) -> Outcome:
@@ -110,11 +114,11 @@ def probe_half(subject: Subject, dtype: torch.dtype) -> Outcome:
         raised = f"raises under torch.autocast({name}): {describe(exc)}"
         if not HALF_FILL.search(str(exc)):
             return failed(raised)
-        if subject.config.float16:  # declared to run so: it crashes there
+        if subject.config.dtype == "float16":  # declared to run so: it crashes there
             return failed(raised + HALF_FILL_NAMED)
         return warned(
-            f"{raised}{HALF_FILL_NAMED}; right in float32, as the Annotated Transformer's -1e9 "
-            "is: declare --float16 if it runs in float16, to hold it to that"
+            raised + HALF_FILL_NAMED + "; right in float32, as the Annotated Transformer's -1e9 "
+            "is: declare --dtype float16 if it runs in float16, to hold it to that"
         )
     with torch.no_grad():
         exact = subject.call(exact_module, x, keep)[0]
@@ -172,7 +176,8 @@ def _moderate(subject: Subject, module: nn.Module, index: int | None, keep: Tens
         f"with logits up to {MODERATE_LOGIT:g} under autocast(float16): output"
         f"{first_nonfinite(out.detach())}, where textbook attention on its projections stays "
         "finite: exp of a logit past about 11 overflows float16 (naive_exp_softmax: subtract "
-        "the row max before exp, or use torch.softmax)"
+        "the row max before exp, or use torch.softmax)",
+        "naive_exp_softmax",
     )
 
 
@@ -203,7 +208,7 @@ def _large(subject: Subject, module: nn.Module, index: int | None, keep: Tensor 
            allowed: Tensor | None, ordinary: Outcome) -> Outcome | None:  # fmt: skip
     """float16 at large activations: None when the module stays finite there. Overflowing as
     textbook attention does (where scaling Q first stays finite) fails a module declared to run
-    in float16 (--float16); for others, which textbook code all is, it is a note on the
+    in float16 (--dtype float16); for others, which textbook code all is, it is a note on the
     ``ordinary`` pass, not a warning that would fire on correct code."""
     cfg = subject.config
     x = subject.x(cfg.batch, cfg.seq_len, 9, HALF_LARGE).float()
@@ -216,10 +221,10 @@ def _large(subject: Subject, module: nn.Module, index: int | None, keep: Tensor 
         first_nonfinite(big.detach())
     )
     if index is None:  # projections not recognized: no textbook attention to hold it to
-        if subject.config.float16:
+        if subject.config.dtype == "float16":
             return warned(f"{where} (Q K^T passing float16's 65504? scale Q first)")
         return passed(f"{ordinary.message}; {where} (projections not recognized: not judged "
-                      "unless declared --float16)")  # fmt: skip
+                      "unless declared --dtype float16)")  # fmt: skip
     reading = subject.readings(module)[index]
     with torch.no_grad(), autocast:
         first = attend(reading, x, allowed, scaled_first_attention)
@@ -232,14 +237,15 @@ def _large(subject: Subject, module: nn.Module, index: int | None, keep: Tensor 
     if torch.isfinite(textbook).all():
         return failed(f"{where}, where textbook attention on its projections stays finite")
     like = f"{where}, like textbook (Q K^T) / sqrt(d) code, while scaling Q first stays finite"
-    if subject.config.float16:
+    if subject.config.dtype == "float16":
         return failed(
-            f"{like}, and it is declared to run in float16 (--float16): qk_overflow_half "
-            "(scale Q first, or compute Q K^T in float32)"
+            f"{like}, and it is declared to run in float16 (--dtype float16): qk_overflow_half "
+            "(scale Q first, or compute Q K^T in float32)",
+            "qk_overflow_half",
         )
     return passed(
         f"{ordinary.message}; {like} (qk_overflow_half if it runs in float16 with large "
-        "activations: declare --float16 to judge that)"
+        "activations: declare --dtype float16 to judge that)"
     )
 
 

@@ -97,7 +97,8 @@ def probe_shift(subject: Subject) -> Outcome:
                 return failed(
                     f"{said}, and with (cos, sin) tables laid out in pairs (2i, 2i + 1) instead "
                     "of halves (i, i + d/2) a shift changes nothing: it pairs dimensions the "
-                    "other way than the tables its caller builds (rope_pairing_mismatch)"
+                    "other way than the tables its caller builds (rope_pairing_mismatch)",
+                    "rope_pairing_mismatch",
                 )
             if not _values_move(subject, keep, [base, shifted[0]], SHIFT_SHARE * scale):
                 return failed(
@@ -107,12 +108,14 @@ def probe_shift(subject: Subject) -> Outcome:
                     "(rope_pairing_mismatch: one in pairs (2i, 2i + 1), the other in halves "
                     "(i, i + d/2)), or angles that lose precision far from 0 "
                     "(rope_low_precision) "
-                    f"[{subject.position_source}]"
+                    f"[{subject.position_source}]",
+                    "rope_pairing_mismatch",
                 )
             return failed(
                 f"{said}, also with every token the same: the values carry absolute positions "
                 "(rope_on_value: rotary applied to V, or an absolute embedding) "
-                f"[{subject.position_source}]"
+                f"[{subject.position_source}]",
+                "rope_on_value",
             )
     low = _low_precision(subject, x, keep, base, shifted, offsets)
     if low is not None:
@@ -189,7 +192,8 @@ def _low_precision(subject: Subject, x: Tensor, keep: Tensor | None, base: Tenso
                 f"under autocast(bfloat16), shifting every position by {offset:,} gives error "
                 f"{error.max_abs:.3g} against {limit:.3g} (2x its error at positions 0..T-1, plus "
                 "atol): positions or "
-                "their angles computed in bfloat16 (rope_low_precision)"
+                "their angles computed in bfloat16 (rope_low_precision)",
+                "rope_low_precision",
             )
     return None
 
@@ -221,7 +225,8 @@ def probe_order(subject: Subject) -> Outcome:
             f"swapping tokens 0 and 1 moves later outputs by {change:.3g} (rounding: "
             f"{rounding:.2g}): position-blind [{found.source}]; if it is meant to be rotary, "
             "that is rope_wrong_axis (rotation along the wrong axis; --positions relative "
-            "makes this a failure, --positions none silences it)"
+            "makes this a failure, --positions none silences it)",
+            *(("rope_wrong_axis",) if found.scheme == "relative" else ()),
         )
     return passed(f"swapping tokens 0 and 1 moves later outputs by {change:.3g}")
 
@@ -264,7 +269,8 @@ def probe_left_padding(subject: Subject) -> Outcome:
         return failed(
             f"{PAD} padding tokens on the left move the real tokens' outputs by {change:.3g}: "
             f"their positions count the padding (left_pad_positions){cure}, or the padding "
-            "mask is not applied (see padding no-leak)"
+            "mask is not applied (see padding no-leak)",
+            "left_pad_positions",
         )
     return passed(f"{PAD} padding tokens on the left change real outputs by {change:.3g}")
 
@@ -294,6 +300,7 @@ def probe_packed(subject: Subject) -> Outcome:
     if change > rounding:
         return failed(
             f"the second packed document's outputs move by {change:.3g} when the first "
-            "document changes: tokens attend across documents (packing_cross_document)"
+            "document changes: tokens attend across documents (packing_cross_document)",
+            "packing_cross_document",
         )
     return passed(f"the second packed document ignores the first (change {change:.3g})")

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from harness import metrics
 from harness.doctor.causality import declared
 from harness.doctor.config import ROTARY_STYLE
-from harness.doctor.findings import Outcome, failed, passed, skipped
+from harness.doctor.findings import Outcome, Said, failed, named, passed, skipped
 from harness.doctor.probes.inside import projection_input, submodule_name
 from harness.doctor.probes.registry import probe
 from harness.doctor.probes.scale import judged, measure
@@ -29,6 +29,8 @@ from harness.reference import (
     recognize,
     softcapped,
 )
+
+BEHAVES = "it behaves like"  # how a fitted trap is said
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ def _before_output(
 def _nearest(readings: list[Recognized], x: Tensor, allowed: Tensor | None, out: Tensor,
              live: Tensor, tolerance: float, styles: tuple[str | None, ...] = (None,),
              disagreement: float = math.inf, dims: int | None = None,
-             base: float = ROPE_BASE, sdpa_style: str | None = None) -> str:  # fmt: skip
+             base: float = ROPE_BASE, sdpa_style: str | None = None) -> Said:  # fmt: skip
     """The variant the output matches (on any reading of the projections, with any of the
     rotary ``styles``, named where it is not ``sdpa_style``, SDPA's nearest); else the nearest
     one with its distance, when it explains at least half of the ``disagreement`` with SDPA
@@ -210,12 +212,17 @@ def _nearest(readings: list[Recognized], x: Tensor, allowed: Tensor | None, out:
     err, variant, style = min(errors, key=lambda e: e[0], default=(math.inf, VARIANTS[0], None))
     if err <= tolerance:  # the pairing that matches, which SDPA's nearest need not be
         paired = f" with RoPE ({style})" if style != sdpa_style else ""
-        return f"; it behaves like {variant.words}{paired} (within {err:.2g}): {variant.trap}"
+        return named(
+            f"; {BEHAVES} {variant.words}{paired} (within {err:.2g}): {variant.trap}",
+            *variant.trap.split(" or "),
+        )
     if not torch.isfinite(out[live.to(out.device)]).all():
-        return "; its output has NaN or Inf where SDPA's is finite"
+        return Said("; its output has NaN or Inf where SDPA's is finite")
     if err > disagreement / 2:
-        return "; no known trap's arithmetic comes near it"
-    return f"; no known trap matches (nearest: {variant.words}, {variant.trap}, {err:.3g} off)"
+        return Said("; no known trap's arithmetic comes near it")
+    return Said(
+        f"; no known trap matches (nearest: {variant.words}, {variant.trap}, {err:.3g} off)"
+    )
 
 
 def _references(
@@ -255,7 +262,8 @@ def _tiled(subject: Subject, readings: list[Recognized], x: Tensor, allowed: Ten
         return failed(
             "it matches SDPA only with its grouped K/V heads tiled (repeat) instead of each "
             "serving its own block of query heads as repeat_interleave makes them, against "
-            "the declared blocks (gqa_kv_grouping)"
+            "the declared blocks (gqa_kv_grouping)",
+            "gqa_kv_grouping",
         )
     return passed(
         f"within {tolerance:.2g} with its grouped K/V heads tiled (repeat: strided grouping, as "
@@ -295,7 +303,8 @@ def _other_pairing(subject: Subject, readings: list[Recognized], x: Tensor,
         return failed(
             f"it pairs rotary dimensions the other way than the declared --rope-pairing "
             f"{declared}: weights laid out for one pairing read with the other "
-            "(rope_pairing_mismatch)"
+            "(rope_pairing_mismatch)",
+            "rope_pairing_mismatch",
         )
     return None
 
@@ -347,11 +356,11 @@ def probe_sdpa(subject: Subject) -> Outcome:
     """Agreement with F.scaled_dot_product_attention on the module's own projections."""
     # the doctor made its rotary tables, or the module rotates positions 0..T-1 itself: SDPA with
     # standard RoPE can do the same
+    if not subject.deterministic:  # nor can its weights be read off its output
+        return skipped("not deterministic in eval mode (see above)")
     rotary = subject.position_scheme == "relative"
     if subject.positional and not rotary:
         return _measured(subject, f"uses positions ({subject.position_source}): SDPA would not")
-    if not subject.deterministic:
-        return skipped("not deterministic in eval mode (see above)")
     if subject.sinks:
         return skipped(
             f"attention sinks (`{subject.sinks}`: one more logit per head in each softmax, as "
@@ -388,7 +397,7 @@ def probe_sdpa(subject: Subject) -> Outcome:
     capped = f", scores capped at {subject.softcap:g}" if subject.softcap else ""
     described = readings[best[0]][3] + (f", RoPE ({best[1]}{turned})" if rotary else "") + capped
     if undeclared:
-        said = declared(subject.module)
+        said = declared(subject.original)
         against = f", though {said[1]}" if said and not said[0] else "; --causal says so"
         described += f", causal (it masks the future by itself{against})"
     if out.shape != ref.shape:
@@ -420,13 +429,14 @@ def probe_sdpa(subject: Subject) -> Outcome:
         described += f", read at the input of `{inner.name}`"
     nearest = _nearest(as_is, x, allowed, out, live, tolerance, styles, error,
                        subject.rotary_dims, subject.rope_base, best[1])  # fmt: skip
-    if subject.softcap and "it behaves like" not in nearest:
+    if subject.softcap and BEHAVES not in nearest.text:
         after = softcapped(subject.softcap, after_mask=True)
         if _matches(_references(readings, x, allowed, styles, strided, subject.rotary_dims,
                                 after, subject.rope_base), out, live, tolerance):  # fmt: skip
-            nearest = (f"; it behaves like its softcap applied after the mask, which squashes "
-                       f"the mask to -{subject.softcap:g}: softcap_after_mask")  # fmt: skip
-    if rotary and "it behaves like" not in nearest:
+            nearest = named(f"; {BEHAVES} its softcap applied after the mask, which squashes "
+                            f"the mask to -{subject.softcap:g}: softcap_after_mask",
+                            "softcap_after_mask")  # fmt: skip
+    if rotary and BEHAVES not in nearest.text:
         return (
             _other_pairing(subject, readings, x, allowed, out, live, tolerance)
             or _whole_head(subject, readings, x, allowed, out, live, tolerance, styles)

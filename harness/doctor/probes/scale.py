@@ -158,7 +158,8 @@ def judged(subject: Subject, found: Measured) -> Outcome:
         named = ": the scale applied after the softmax: scale_after_softmax" if after else ""
         return failed(
             f"its weights' rows sum to {found.row_sum:.4g}, not 1 (its weights read off its "
-            f"output on {found.described}){named}"
+            f"output on {found.described}){named}",
+            *(("scale_after_softmax",) if after else ()),
         )
     scale, words, trap = min(forms, key=lambda form: abs(math.log(found.scale / form[0])))
     how = (
@@ -170,4 +171,4 @@ def judged(subject: Subject, found: Measured) -> Outcome:
         return failed(f"{how}, where {said} is meant: no known trap's scale")
     if not trap:
         return passed(f"{how}, the {said} meant (SDPA cannot add the bias: compared this way)")
-    return failed(f"{how}, where {said} is meant: {words}: {trap}")
+    return failed(f"{how}, where {said} is meant: {words}: {trap}", trap)

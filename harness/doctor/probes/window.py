@@ -51,7 +51,8 @@ def probe_window(subject: Subject) -> Outcome:
         )
     return failed(
         f"output {t} depends on inputs {_span(seen)}, not {_span(want)} (window {window}, "
-        f"{source}; {len(wrong)} of {seq_len} outputs wrong){why}"
+        f"{source}; {len(wrong)} of {seq_len} outputs wrong){why}",
+        *(("sliding_window_off_by_one",) if why else ()),
     )
 
 

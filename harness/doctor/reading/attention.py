@@ -81,6 +81,7 @@ class Site:
     sdpa: bool = False
     rank_raised: tuple[Op, tuple[int, ...], tuple[int, ...]] | None = None  # a mask's, and how
     merged_without_transpose: Op | None = None  # the reshape that cuts the queries' axis up
+    rotated: Op | None = None  # where the queries or keys are rotated (q cos + rotate_half(q) sin)
     sdpa_mask: Tensor | None = None  # the attn_mask an SDPA call was given
     is_causal: bool = False
 
@@ -310,6 +311,7 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
             source = _rotated_source(record, op, memo)
             if source is None:
                 break
+            site.rotated = site.rotated or op
             value = source
             continue
         elif not (op.name in SAME or op.name in LAYOUT or op.name in {"neg", "__neg__"}):

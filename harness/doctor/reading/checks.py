@@ -22,11 +22,9 @@ def read_failures(reading: Reading, findings: list[Finding]) -> list[Finding]:
     """The failures the reading shows by itself: at most one finding, its traps at their
     lines (the first cause explains it and what else fails)."""
     measured = any(f.probe == MEASURED_BY and f.status in (PASS, FAIL) for f in findings)
-    said = []
-    for named in reading.named:
-        if named.trap in ALWAYS or (named.trap in SCALES and not measured):
-            said.append(f"{named.trap}: {named.why} (at {named.line})")
-    if not said:
+    shown = [n for n in reading.named if n.trap in ALWAYS or (n.trap in SCALES and not measured)]
+    if not shown:
         return []
+    said = "; ".join(f"{n.trap}: {n.why} (at {n.line})" for n in shown)
     unmeasured = "" if measured else f"; {MEASURED_BY} could not run, so this is read, not measured"
-    return [Finding(NAME, FAIL, "; ".join(said) + unmeasured)]
+    return [Finding(NAME, FAIL, said + unmeasured, tuple(dict.fromkeys(n.trap for n in shown)))]

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
 from harness.doctor.reading.attention import LAST_AXIS, Site, sites
-from harness.doctor.reading.record import Op, record
+from harness.doctor.reading.record import Op, Record
 
 # How a value is known, strongest first (the issue's order): what the user declared, what the
 # record computed, what the module states (attributes, buffers), its config, a default.
@@ -60,6 +59,12 @@ class Reading:
     named: list[Named] = field(default_factory=list)
     raised: Op | None = None
     attention_found: bool = False
+    # where the module masks the future itself: its own mask blocks keys after their query and
+    # none before it (a causal triangle, or one built a diagonal off), or SDPA is told
+    # is_causal=True; "" where the record shows neither
+    masks_future: str = ""
+    rotary: str = ""  # where its queries or keys are rotated; "" where the record shows none
+    mask_unread: str = ""  # where a mask it was given goes unread (no fill, no attn_mask)
 
 
 def _axis_word(site: Site, axis: int) -> str:
@@ -167,6 +172,9 @@ def site_facts(
                           factor.op.where))  # fmt: skip
         named.append(Named("scale_after_softmax", f"the weights are multiplied by "
                            f"{factor.value:.6g} after the softmax", factor.op.where))  # fmt: skip
+    if site.rotated is not None:
+        rotated = "the queries or keys are rotated (each plus its halves turned, times tables)"
+        facts.append(Fact("rotary", rotated, COMPUTED, site.rotated.where))
     for fill in site.fills:
         value = "added" if fill.value is None else f"filled with {fill.value:g}"
         facts.append(Fact("mask", value, COMPUTED, fill.op.where))
@@ -198,6 +206,8 @@ def _future(site: Site, reading: Reading, causal: bool, made: Callable[[str], st
     """Whether the module's own masks block the future (keys after their query), as a causal
     module's must: the first open key ahead of a query, when one is. A leak is named only for a
     module declared or found causal."""
+    if site.sdpa and site.is_causal:
+        reading.masks_future = reading.masks_future or site.softmax.where
     unmasked = site.sdpa_mask is None and not site.is_causal if site.sdpa else not site.fills
     if unmasked and causal:
         reading.facts.append(Fact("future", "no mask on the scores at all", COMPUTED))
@@ -211,6 +221,9 @@ def _future(site: Site, reading: Reading, causal: bool, made: Callable[[str], st
     ahead = torch.ones(T, T, dtype=torch.bool).triu(1)
     own = [f for f in site.fills if f.own and f.cells is not None]
     line = next((f.origin.where for f in own if f.origin is not None), own[0].op.where)
+    behind = torch.ones(T, T, dtype=torch.bool).tril(-1)
+    if blocked[ahead].any() and not blocked[behind].any():  # not a window of both sides
+        reading.masks_future = reading.masks_future or line
     if blocked[ahead].all():
         said = "blocked (every key after its query)"
         if blocked.diagonal().any():
@@ -230,6 +243,18 @@ def _future(site: Site, reading: Reading, causal: bool, made: Callable[[str], st
     if causal:
         reading.named.append(Named("causal_leak", f"the module's causal mask leaves key t + "
                                    f"{gap} open to query t{built}", line))  # fmt: skip
+
+
+def unread_mask(site: Site) -> list[Fact]:
+    """A mask the module is given that no op of this attention reads: an SDPA call with no
+    ``attn_mask`` (only ``is_causal``, as Whisper's decoder layer makes it whenever a mask is
+    passed), or scores with no fill at all."""
+    if site.sdpa_mask is not None or site.fills:
+        return []
+    how = "the SDPA call gets no attn_mask" if site.sdpa else "nothing is filled or added"
+    causal = ", only is_causal=True" if site.is_causal else ""
+    said = f"given, but its values are never read: {how}{causal}"
+    return [Fact("mask", said, COMPUTED, site.softmax.where)]
 
 
 def sdpa_mask(site: Site, keep: torch.Tensor | None) -> Named | None:
@@ -293,19 +318,17 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
     return None
 
 
-def read(
-    module: nn.Module,
-    call: Callable[[], object],
-    inputs: dict[str, torch.Tensor],
+def interpret(
+    found: Record,
     d_model: int,
     keep: torch.Tensor | None = None,
     declared_scale: float | None = None,
     made: Callable[[str], str] = lambda name: "",
     causal: bool = False,
 ) -> Reading:
-    """One recorded call (``call()``) of ``module``, read: facts and named traps. ``keep`` is
-    the keep-mask the call was given (True: attend), to read a fill's direction against."""
-    found = record(module, call, inputs)
+    """One recorded call (``record``), read: facts and named traps, for a module held to be
+    ``causal`` or not (read again, not recorded again, once the doctor knows which). ``keep``
+    is the keep-mask the call was given (True: attend), to read a fill's direction against."""
     reading = Reading()
     raised = [op for op in found.ops if op.raised]
     if raised:
@@ -316,8 +339,15 @@ def read(
         for misread in (fills_kept_cells(site, keep), sdpa_mask(site, keep)):
             if misread is not None:
                 one.named.append(misread)
+        unread = unread_mask(site) if keep is not None else []
+        one.facts += unread
+        if unread:
+            reading.mask_unread = reading.mask_unread or unread[0].line
         reading.facts += [f for f in one.facts if f not in reading.facts]  # a head per site
         reading.named += [n for n in one.named if n not in reading.named]
+        reading.masks_future = reading.masks_future or one.masks_future
+        if site.rotated is not None:
+            reading.rotary = reading.rotary or site.rotated.where
         reading.attention_found = True
     fused = next((op for op in found.ops if op.name in FUSED), None)
     if not reading.attention_found and fused is not None:

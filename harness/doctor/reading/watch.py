@@ -1,12 +1,16 @@
 """The doctor's one recorded forward: the subject called as the probes call it, on ordinary
-inputs (seeded, its mask as declared), read (``harness.doctor.reading.facts``)."""
+inputs (seeded, its mask as declared), recorded once and read (``harness.doctor.reading.facts``)
+for the causality the doctor settles on."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.doctor.reading.facts import Reading, read
-from harness.doctor.reading.record import built_at
+from torch import Tensor
+
+from harness.doctor.reading.facts import Reading, interpret
+from harness.doctor.reading.record import Record, built_at, record
 
 if TYPE_CHECKING:
     from harness.doctor.subject import Subject
@@ -14,22 +18,35 @@ if TYPE_CHECKING:
 SEED = 11  # the recorded call's inputs: any seed; not one a probe uses
 
 
-def watch(subject: Subject) -> Reading:
-    """Record one call of a copy of the subject on ordinary inputs, and read it."""
+@dataclass
+class Watched:
+    """One recorded call of a copy of the subject, and the keep-mask it was given."""
+
+    subject: Subject
+    found: Record
+    keep: Tensor | None
+
+    def reading(self, causal: bool) -> Reading:
+        """The record read for a module held to be ``causal`` (a leak is named only then)."""
+        subject = self.subject
+        return interpret(
+            self.found,
+            subject.d_model,
+            keep=self.keep,
+            declared_scale=subject.config.scale,
+            made=lambda name: made_where(subject, name),
+            causal=causal,
+        )
+
+
+def watch(subject: Subject) -> Watched:
+    """Record one call of a copy of the subject on ordinary inputs."""
     config = subject.config
     module = subject.copy()
     x = subject.x(config.batch, config.seq_len, SEED)
     keep = subject.ordinary_keep(config.batch, config.seq_len)
-    return read(
-        module,
-        lambda: subject.call(module, x, keep),
-        {"x": x},
-        subject.d_model,
-        keep=keep,
-        declared_scale=config.scale,
-        made=lambda name: made_where(subject, name),
-        causal=config.causal,
-    )
+    found = record(module, lambda: subject.call(module, x, keep), {"x": x})
+    return Watched(subject, found, keep)
 
 
 def made_where(subject: Subject, name: str) -> str:
