@@ -380,7 +380,8 @@ def _projection_list(module: nn.Module) -> tuple[str, list[nn.Module]] | None:
 def _heads_list(module: nn.Module) -> tuple[str, list[Recognized]] | None:
     """A ModuleList of single-head attentions (each with its own q, k and v), recognized."""
     for name, child in module.named_children():
-        if isinstance(child, nn.ModuleList) and len(child) > 0:
+        # a ModuleList may hold None (PerceiverIO's layers with weights tied away): no heads
+        if isinstance(child, nn.ModuleList) and len(child) > 0 and None not in list(child):
             each = [next(iter(_recognize_one(head, True)), None) for head in child]
             if all(r is not None and r[1] is None and r[2] == 1 for r in each):
                 return name, each  # type: ignore[return-value]

@@ -1234,3 +1234,18 @@ class SequenceFirstLM(nn.Module):
         for block in self.blocks:
             x = block(x, mask)
         return {"logits": self.head(x.transpose(0, 1))}  # a dict, as fair-esm returns
+
+
+class ShortPositionsGPT(GPT):
+    """Its learned positions a bare parameter of 16 rows (open_clip's positional_embedding is
+    one too), fewer than its config's block_size says: it cannot make 64 tokens for a layer."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.pos = nn.Parameter(torch.zeros(16, config.n_embd))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx) + self.pos[: idx.shape[1]]  # (B, T, C); T <= 16 only
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))

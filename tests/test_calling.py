@@ -282,3 +282,35 @@ def test_the_tables_the_doctor_makes_and_its_reference_share_the_modules_rope_ba
     module.rope_theta = 1e6  # what a transformers layer's config says (Qwen2's)
     d, found = _sdpa(module, Config(causal=True))
     assert found.status == "pass" and "RoPE" in found.message, d.text()
+
+
+def test_an_adapter_says_what_it_knows_as_attributes_read_in_one_place():
+    from harness.doctor import adapters
+    from harness.doctor.protocol import Adapter
+
+    plain = Adapter(None)
+    assert (plain.kv_grouping, plain.from_model, plain.context, plain.make_cache()) == (
+        "auto", False, None, None)  # fmt: skip
+
+    def call(module, x, *, positions, mask, cache):
+        return module(x)
+
+    call.kv_grouping, call.context, call.unused_by_model = "blocks", 64, ["w"]
+    said = Adapter(call)
+    assert (said.kv_grouping, said.context, said.unused_by_model) == ("blocks", 64, {"w"})
+    assert Adapter(adapters.x_transformers).make_cache() is adapters.XCache  # its own
+
+
+class OwnRotaryObject(dm.SelfAttention):
+    """MEGABYTE's form: an optional ``rotary_emb`` it reads as an object (``.cos``), not the
+    (cos, sin) tables the doctor makes; left None, it runs."""
+
+    def forward(self, x, rotary_emb=None):
+        if rotary_emb is not None:
+            x = x * rotary_emb.cos
+        return super().forward(x)
+
+
+def test_an_optional_table_in_another_form_is_left_to_its_default():
+    d = diagnose(OwnRotaryObject(32, 4), Config(positions="none"))
+    assert d.healthy, d.text()

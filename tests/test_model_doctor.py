@@ -728,3 +728,10 @@ def test_a_scaling_attribute_does_not_excuse_the_wrong_scale_the_forward_shows()
     (group,) = diagnosis.groups
     assert first_trap(group.diagnosis) == "missing_scale", diagnosis.text()
     assert diagnose_model(_sequence_first_lm(speed=2.0)).healthy
+
+
+def test_a_shape_its_model_cannot_make_is_not_the_layers_failure():
+    diagnosis = diagnose_model(small(model_modules.ShortPositionsGPT))
+    assert diagnosis.healthy, diagnosis.text()
+    shapes = next(f for f in diagnosis.groups[0].diagnosis.findings if f.probe == "shape contract")
+    assert "not taken: seq_len == d_model" in shapes.message, shapes.message

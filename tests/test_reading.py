@@ -334,3 +334,25 @@ def test_a_flagged_catalogue_bug_is_named_as_its_own_trap_and_the_words_say_it(p
         assert named == [""], d.text()
     else:
         assert pair.card.id in named, d.text()
+
+
+class MaskMadeLikeTheInput(nn.Module):
+    """Meta's Llama's way: a causal mask built from constants, then ``.type_as(x)``."""
+
+    def __init__(self, d_model):
+        super().__init__()
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x):
+        T = x.shape[1]
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        mask = torch.full((T, T), float("-inf")).triu(1).type_as(x)  # no data: x's dtype only
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask
+        return F.softmax(scores, dim=-1) @ v
+
+
+def test_a_mask_made_like_the_input_is_a_mask_not_data():
+    d = diagnose(MaskMadeLikeTheInput(32), Config())
+    future = [f for f in d.facts if f.name == "future"]
+    assert future and future[0].value.startswith("blocked"), d.text()
+    assert d.healthy and d.config.causal, d.text()

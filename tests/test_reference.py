@@ -275,3 +275,12 @@ def test_rope_styles_match_the_half_split_and_the_complex_forms():
         * torch.polar(torch.ones_like(angles), angles)
     ).flatten(-2)  # Meta
     assert torch.allclose(rotate(t, "pairs"), pairs)
+
+
+def test_a_module_list_that_holds_none_is_no_list_of_heads():
+    """PerceiverIO keeps None in a ModuleList (layers tied away): not read, not a crash."""
+    from harness.reference import recognize
+
+    holder = nn.Module()
+    holder.layers = nn.ModuleList([nn.Linear(8, 8), None])
+    assert recognize(holder) == []  # it raises AttributeError on None without the guard

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.doctor.caches import Internal, Returned, cache_class
+from harness.doctor.protocol import Adapter
 from harness.doctor.stated import head_width, rotary_dims
 from harness.errors import UsageError
 from harness.masks import (
@@ -172,6 +172,7 @@ class CallPlan:
     mask_optional: bool = False  # the mask parameter has a default: it may be left out
     head_dim: int = 0  # the rotary tables' width
     optional_positions: tuple[str, ...] = ()  # position parameters with a default
+    optional_tables: tuple[str, ...] = ()  # rotary-table parameters with a default
     cache: str | None = None  # the parameter given the cache
     use_cache: str | None = None  # the flag that makes the module return its cache
     optional_offsets: tuple[str, ...] = ()  # offsets (start_pos) with a default
@@ -318,6 +319,9 @@ def plan_call(
             n for n in positions
             if named[n].default is not empty and n in POSITION_NAMES  # tables are never optional
         ),
+        optional_tables=tuple(
+            n for n in positions if named[n].default is not empty and n in ROTARY_NAMES
+        ),
         cache=cache, use_cache=next((n for n in USE_CACHE_NAMES if n in named), None),
         optional_offsets=tuple(
             n for n in positions if n in OFFSET_NAMES and named[n].default is not empty
@@ -337,13 +341,14 @@ def plan_call(
     return plan
 
 
-def cache_convention(module: nn.Module, plan: CallPlan) -> tuple[Callable[[], object] | None, str]:
+def cache_convention(
+    module: nn.Module, plan: CallPlan, adapter: Adapter
+) -> tuple[Callable[[], object] | None, str]:
     """How to make the module an empty cache, and how that was found; (None, why not) when the
     forward takes no cache the doctor can make."""
     if isinstance(plan, AdapterPlan):
-        make = getattr(plan.adapter, "make_cache", None)
-        make = make or getattr(sys.modules.get(plan.adapter.__module__), "make_cache", None)
-        if callable(make):
+        make = adapter.make_cache()
+        if make is not None:
             return make, "the adapter's make_cache()"
         return None, "the adapter defines no make_cache(): no cache to probe"
     if plan.positional:

@@ -105,10 +105,10 @@ def may_be_handed_a_causal_mask(subject: Subject) -> bool:
 
 def causal_as_said(
     subject: Subject, reading: Reading | None = None
-) -> tuple[Config, Finding, Intent] | None:
+) -> tuple[Config, Finding] | None:
     """The config to probe with, as ``--causal``, and the finding that says why, when the
     module is causal on purpose (``declared``) and is not a layer whose caller masks it; else
-    None. The finding keeps how it is known, for the probes (``Subject.intent``)."""
+    None."""
     config = subject.config
     said = None if config.causal else declared(subject.original, reading)
     if said is None or not said.causal:
@@ -119,4 +119,4 @@ def causal_as_said(
     if handed and not _masks_future_by_itself(subject):
         return None
     message = f"{said.why}: probed as causal, as with --causal"
-    return replace(config, causal=True), Finding(NAME, PASS, message), said
+    return replace(config, causal=True), Finding(NAME, PASS, message)

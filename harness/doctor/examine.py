@@ -109,7 +109,6 @@ def diagnose(
             said = causal_as_said(subject, subject.reading)  # causal, as it shows
             if said is not None:
                 subject = Subject(module, said[0])
-                subject.masks_future_itself = said[2].computed
     except UsageError:
         raise
     except Exception as exc:  # the module exits, hangs or breaks before any probe can run

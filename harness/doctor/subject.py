@@ -23,6 +23,7 @@ from harness.doctor.calling import (
     plan_call,
 )
 from harness.doctor.config import Config, float32_rounding
+from harness.doctor.protocol import Adapter
 from harness.doctor.reading.facts import Reading
 from harness.doctor.reading.watch import watch
 from harness.doctor.stated import (
@@ -67,6 +68,7 @@ class Subject:
         # padding for every sequence, so it cannot leave one sequence without keys
         self.pads_each = self.takes_mask and config.mask_shape not in SHARED_LAYOUTS
         self.spec = config.spec
+        self.adapter = Adapter(config.call)  # what its --call adapter says, if it has one
         if config.call is not None:
             self.plan: CallPlan = AdapterPlan(adapter=config.call)
         else:
@@ -78,14 +80,11 @@ class Subject:
         if isinstance(module, nn.MultiheadAttention) and wrap:
             self.sequence_first = False  # its wrapper turns it round itself
         self.original = module  # the module as given (its class's code is read for rotary)
-        # its recorded forward showed it masking the future itself with the mask it was given
-        # (its own triangle, or SDPA's is_causal): causal as it is called, not only as it says
-        self.masks_future_itself = False
         self._reading: Reading | None = None  # its one recorded forward, read
-        self.new_cache, self.cache_source = cache_convention(self.module, self.plan)
+        self.new_cache, self.cache_source = cache_convention(self.module, self.plan, self.adapter)
         self.window, self.window_source = window_of(self.module, config)
         # the layer's own, else its caller's (the model doctor's replay: the model's context)
-        self.context = declared_context(self.module) or getattr(config.call, "context", None)
+        self.context = declared_context(self.module) or self.adapter.context
         self.asked_seq_len = config.seq_len  # --seq-len, which the context may shorten
         if self.context is not None and 3 <= self.context < config.seq_len:
             # a module built for shorter sequences is probed within what it takes
@@ -124,9 +123,10 @@ class Subject:
             raise UsageError("cannot tell the module's input width: pass --d-model")
         plan = self.plan
         # optional position parameters that take something else than (B, T) positions (DETR's
-        # pos, an embedding) are left to their default when the module runs only so
-        plain = replace(plan, positions=tuple(
-            n for n in plan.positions if n not in plan.optional_positions))  # fmt: skip
+        # pos, an embedding), or rotary tables in another form than the doctor makes
+        # (MEGABYTE's rotary_emb object), are left to their default when the module runs only so
+        dropped = (*plan.optional_positions, *plan.optional_tables)
+        plain = replace(plan, positions=tuple(n for n in plan.positions if n not in dropped))
         for self.plan in dict.fromkeys((plan, plain)):
             for dtype in (torch.float64, torch.float32):
                 self.dtype = dtype
@@ -178,7 +178,7 @@ class Subject:
         """The declared K/V grouping, else the one the adapter's library lays out, else auto."""
         if self.config.kv_grouping != "auto":
             return self.config.kv_grouping
-        return getattr(self.config.call, "kv_grouping", "auto")
+        return self.adapter.kv_grouping
 
     @property
     def reading(self) -> Reading:
@@ -461,16 +461,16 @@ def position_scheme(subject: Subject) -> Positions:
         return Positions("relative", "forward takes rotary tables")
     if plan.rotary:  # a layer built without rotary whose forward still takes the tables (ESM)
         return Positions("none", "forward takes rotary tables, but its output ignores them")
-    if getattr(config.call, "hands_rotary_tables", False):  # litgpt's attn(x, cos, sin, ...)
+    if subject.adapter.hands_rotary_tables:  # litgpt's attn(x, cos, sin, ...)
         # where the positions a probe asks cannot reach the tables (its model makes them for
         # 0..T-1, or they index a cache it keeps), that the layer uses them is not seen: not firm
-        ignores = getattr(config.call, "ignores_positions", False)
+        ignores = subject.adapter.ignores_positions
         if ignores or subject.responds_to_positions():
             return Positions("relative", "its model hands it rotary tables", firm=not ignores)
     rotated = subject.reading.rotary
     named = f"its forward rotates its queries or keys at {rotated}" if rotated else ""
     given = next((n for n in plan.positions if n not in OFFSET_NAMES), None)
-    if getattr(config.call, "ignores_positions", False):  # its caller has no positions to give
+    if subject.adapter.ignores_positions:  # its caller has no positions to give
         given = None
     if given is not None and subject.responds_to_positions():
         if named:

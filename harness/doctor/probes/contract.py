@@ -41,8 +41,9 @@ def _shape_cases(subject: Subject) -> list[tuple[str, int, int]]:
 
 @probe("shape contract")
 def probe_shapes(subject: Subject) -> Outcome:
-    """Output (B, T, d) and weights (B, [h,] T, T) on awkward shapes."""
-    width = None
+    """Output (B, T, d) and weights (B, [h,] T, T) on awkward shapes; a shape the module or its
+    adapter says it does not take (a model that cannot make that many tokens) is left out."""
+    width, untaken = None, []
     for label, batch, seq_len in _shape_cases(subject):
         module = subject.copy()
         try:
@@ -50,6 +51,9 @@ def probe_shapes(subject: Subject) -> Outcome:
                 out, weights = subject.call(
                     module, subject.x(batch, seq_len, 1), subject.ordinary_keep(batch, seq_len)
                 )
+        except NotImplementedError as exc:
+            untaken.append(f"{label}: {describe(exc)}")
+            continue
         except Exception as exc:
             return failed(
                 f"raises on {label} (B={batch} T={seq_len}): {describe(exc)}",
@@ -75,6 +79,7 @@ def probe_shapes(subject: Subject) -> Outcome:
             )
     labels = [label for label, _, _ in _shape_cases(subject)[1:]]
     beyond = "" if subject.context is None else f" (up to its context, {subject.context})"
+    beyond += "".join(f"; not taken: {said}" for said in untaken)
     if subject.fixed_length is not None:
         beyond = (f" (only at {subject.fixed_length} tokens: it declares that context and takes "
                   "no other length, as a window of fixed size does)")  # fmt: skip
@@ -340,7 +345,7 @@ def _unused(subject: Subject, unused: list[str]) -> Outcome:
     through another output of the layer (a bias returned apart, added by the block: it
     passes), or not at all as called (a warning: an input or a length this run does not
     give)."""
-    by_model = getattr(subject.config.call, "unused_by_model", None)
+    by_model = subject.adapter.unused_by_model
     if by_model is None:
         return failed(f"no gradient reaches {', '.join(unused)} (unused?)")
     idle = [n for n in unused if n in by_model]

@@ -141,7 +141,7 @@ def _convention_hint(subject: Subject, check: Callable[[Subject], Said | None]) 
     if not passes:
         return Said("")
     inverted = ("mask_bool", "sdpa_mask_inverted")
-    if getattr(subject.config.call, "from_model", False):  # the mask is its model's own
+    if subject.adapter.from_model:  # the mask is its model's own
         return named(
             " (it passes with the mask read the other way round: the layer inverts the mask its "
             "own model builds, blocking exactly the keys it should attend: mask_bool, a "
@@ -224,7 +224,9 @@ def probe_causal(subject: Subject) -> Outcome:
     if cfg.causal and subject.takes_mask and subject.plan.mask_optional:
         x = subject.x(cfg.batch, cfg.seq_len, 3)
         alone = future_leak(subject.bound(None), x, None)  # called with no mask at all
-        if alone and subject.masks_future_itself:  # Whisper's layer: a mask turns it causal
+        reading = subject.reading  # its own masking, with a mask, is whole: Whisper's is_causal
+        whole = reading.masks_future and not any(n.trap == "causal_leak" for n in reading.named)
+        if alone and whole:  # Whisper's layer: a mask turns it causal
             return warned(
                 f"called without a mask, {alone}: it masks the future itself only when it is "
                 "given a mask (see the facts read from its forward), so a caller that passes "

@@ -29,6 +29,15 @@ def tensor_args(op: Op) -> list[Value]:
     return [v for v in op.args if v.is_tensor] or op.tensors
 
 
+# Ops that take only a tensor's dtype, device or shape from some of their tensor arguments: a
+# mask made like the input (Meta's Llama: ``mask.type_as(h)``; ``x.new_zeros``) is no data.
+# (Not ``to(other)``: a cache moved like the input, ``cache_k.to(xq)``, is then written with it,
+# and the record does not follow writes in place.)
+SHAPED_LIKE_SECOND = {"type_as", "expand_as", "view_as", "reshape_as"}
+SHAPED_LIKE_ALL = {"zeros_like", "ones_like", "full_like", "empty_like", "new_zeros", "new_ones",
+                   "new_full", "new_empty", "new_tensor"}  # fmt: skip
+
+
 def from_input(record: Record, value: Value, memo: dict[int, bool]) -> bool:
     """Whether ``value`` depends on the call's input (not only on weights and constants)."""
     if value.kind == "input":
@@ -38,7 +47,12 @@ def from_input(record: Record, value: Value, memo: dict[int, bool]) -> bool:
         return False
     if op.index not in memo:
         memo[op.index] = False  # a cycle cannot happen; this only bounds the recursion
-        memo[op.index] = any(from_input(record, v, memo) for v in op.tensors)
+        data = op.tensors
+        if op.name in SHAPED_LIKE_ALL:
+            data = []
+        elif op.name in SHAPED_LIKE_SECOND:
+            data = data[:1]
+        memo[op.index] = any(from_input(record, v, memo) for v in data)
     return memo[op.index]
 
 
