@@ -3,6 +3,7 @@ them, and the model's own properties, each bug failing on the probe that names i
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -728,6 +729,9 @@ def test_a_scaling_attribute_does_not_excuse_the_wrong_scale_the_forward_shows()
     (group,) = diagnosis.groups
     assert first_trap(group.diagnosis) == "missing_scale", diagnosis.text()
     assert diagnose_model(_sequence_first_lm(speed=2.0)).healthy
+    designed = _sequence_first_lm(scaling=1.0, speed=2.0)  # Granite's attention_multiplier
+    designed.config = SimpleNamespace(attention_multiplier=1.0)
+    assert diagnose_model(designed).healthy
 
 
 def test_a_shape_its_model_cannot_make_is_not_the_layers_failure():

@@ -99,10 +99,11 @@ def probe_layer(
     declared scale's comparison decides (Gemma2's softcap put after the mask is named only at
     its own scale), else the layer's word, and its low-precision floor is that of its own
     scale. ESM scales its queries itself and declares 1: SDPA agrees at 1/sqrt(d), and that
-    stays. What the forward computed outranks what the layer states: a scale the recorded
+    stays. What the forward computed outranks what the layer alone states: a scale the recorded
     forward shows wrong (``read from the forward``), where SDPA could compare at neither scale,
     is not excused by a ``scaling`` attribute that says the same wrong number (fair-esm's
-    ``self.scaling`` set to 1)."""
+    ``self.scaling`` set to 1), unless its model's config states that number too (Granite's
+    ``attention_multiplier``): a design then, not a slip."""
     with guarded(timeout), quietly_seeded(config.seed):
         layer, skip = layer_plan(config, group, causal, replay)
 
@@ -121,9 +122,19 @@ def probe_layer(
     if _sdpa(diagnosis) != SKIP:
         return diagnosis  # compared at 1/sqrt(d), and not agreeing at its word either
     read = any(f.probe == READ and f.status == FAIL for f in diagnosis.findings)
-    if read and _sdpa(other) == SKIP:
+    if read and _sdpa(other) == SKIP and not _configured(replay.model, declared):
         return diagnosis  # nothing measured backs its word, and the forward shows it wrong
     return other
+
+
+def _configured(model: nn.Module, scale: float) -> bool:
+    """The model's config states ``scale``: one of its float settings is that factor, or the
+    number whose inverse square root it is (Gemma's ``query_pre_attn_scalar``)."""
+    config = getattr(model, "config", None)
+    settings = vars(config) if hasattr(config, "__dict__") else {}
+    numbers = [v for v in settings.values() if isinstance(v, float) and v > 0]
+    return any(math.isclose(scale, v, rel_tol=1e-6) or math.isclose(scale, v**-0.5, rel_tol=1e-6)
+               for v in numbers)  # fmt: skip
 
 
 def _sdpa(diagnosis: Diagnosis) -> str:
