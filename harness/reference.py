@@ -220,15 +220,45 @@ PASSIVE = (nn.Dropout, nn.Identity)  # layers that do nothing in eval mode
 
 
 def _is_projection(child: nn.Module) -> bool:
-    """nn.Linear; a Conv1D-style layer (transformers' GPT-2: a weight (in, out) and a bias); or
-    an nn.Sequential of one of those and layers that do nothing in eval mode (Dropout)."""
+    """nn.Linear; a layer seen computing ``x W^T + b`` or ``x W + b`` with its own weight and
+    bias alone (transformers' Conv1D, fairscale's ColumnParallelLinear on one device); or an
+    nn.Sequential of one of those and layers that do nothing in eval mode (Dropout)."""
     if isinstance(child, nn.Linear):
         return True
-    if type(child).__name__ == "Conv1D" and getattr(child, "weight", None) is not None:
-        return child.weight.dim() == 2
     if isinstance(child, nn.Sequential | nn.ModuleList):  # diffusers: ModuleList([Linear, Dropout])
         active = [m for m in child if not isinstance(m, PASSIVE)]
         return len(active) == 1 and _is_projection(active[0])
+    return _computes_linear(child)
+
+
+def _computes_linear(child: nn.Module) -> bool:
+    """Whether ``child``, whose parameters are one 2-D weight and at most one bias, computes an
+    affine map of its input by that weight (read either way round): called once on a seeded
+    input and compared with ``F.linear``. What it is called says nothing."""
+    params = list(child.parameters())
+    weights = [p for p in params if p.dim() == 2]
+    biases = [p for p in params if p.dim() == 1]
+    if len(weights) != 1 or len(biases) > 1 or len(params) != len(weights) + len(biases):
+        return False
+    (weight,) = weights
+    bias = biases[0] if biases else None
+    generator = torch.Generator().manual_seed(0)
+    for matrix in (weight, weight.T):  # (out, in) as nn.Linear stores it, else (in, out)
+        if bias is not None and bias.shape[0] != matrix.shape[0]:
+            continue
+        x = torch.randn(2, 3, matrix.shape[1], generator=generator).to(weight)
+        try:
+            with torch.no_grad():
+                got = child(x)
+        except Exception:
+            continue
+        expected = F.linear(x, matrix, bias).detach()
+        if (
+            isinstance(got, Tensor)
+            and got.shape == expected.shape
+            and torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
+        ):
+            return True
     return False
 
 

@@ -105,6 +105,28 @@ class StartPos(Projections):
         return self.attend(q, keys, values, self.top_left)
 
 
+class ReadsItsCache(StartPos):
+    """Meta's Llama's reading: the keys are the cache's first ``start_pos + T`` slots, this
+    call's written first. ``forgets_start``: written at slots 0..T-1 whatever ``start_pos``
+    (a cache write that drops its offset), then read from the right slots."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, forgets_start: bool = False):
+        super().__init__(d_model, n_heads)
+        self.forgets_start = forgets_start
+
+    def forward(self, x: Tensor, start_pos: int = 0):
+        B, T, _ = x.shape
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        self.cache_k = self.cache_k.to(k.dtype).detach()
+        self.cache_v = self.cache_v.to(v.dtype).detach()
+        first = 0 if self.forgets_start else start_pos
+        self.cache_k[:B, :, first : first + T] = k.detach()
+        self.cache_v[:B, :, first : first + T] = v.detach()
+        keys = self.cache_k[:B, :, : start_pos + T]
+        values = self.cache_v[:B, :, : start_pos + T]
+        return self.attend(q, keys, values)
+
+
 class IgnoresPos(Projections):
     """x-transformers' way: an optional ``pos`` that this configuration ignores, and rotary
     named in its code for when it is configured; bidirectional. Correct as it is."""

@@ -1249,3 +1249,33 @@ class ShortPositionsGPT(GPT):
         for block in self.h:
             x = block(x)
         return self.lm_head(self.ln_f(x))
+
+
+class BuiltMaskAttention(SelfAttention):
+    """PaLM's way: the causal triangle built in each forward, no buffer, no flag; ``axis``:
+    the softmax's (-2: over the queries, a student's slip)."""
+
+    axis = -1
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        del self.causal  # nothing registered says it is causal: only what it computes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        att = self.scores(q, k).masked_fill(future, float("-inf"))
+        return self.merge(F.softmax(att, dim=self.axis) @ v)
+
+
+class BuiltMaskGPT(NoGenerateGPT):
+    attention = BuiltMaskAttention
+
+
+class QueriesSoftmaxAttention(BuiltMaskAttention):
+    axis = -2
+
+
+class QueriesSoftmaxGPT(NoGenerateGPT):
+    attention = QueriesSoftmaxAttention

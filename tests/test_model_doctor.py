@@ -739,3 +739,16 @@ def test_a_shape_its_model_cannot_make_is_not_the_layers_failure():
     assert diagnosis.healthy, diagnosis.text()
     shapes = next(f for f in diagnosis.groups[0].diagnosis.findings if f.probe == "shape contract")
     assert "not taken: seq_len == d_model" in shapes.message, shapes.message
+
+
+def test_a_model_whose_layers_build_their_own_triangle_is_causal_by_what_they_compute():
+    healthy = diagnose_model(small(model_modules.BuiltMaskGPT))
+    assert healthy.healthy, healthy.text()
+    assert (
+        "causal (declared: its attention layers mask the future themselves, at"
+        in (healthy.notes[0])
+    ), healthy.notes
+    buggy = diagnose_model(small(model_modules.QueriesSoftmaxGPT))
+    assert buggy.notes[0].startswith("causal (declared: its attention layers mask"), buggy.notes
+    first = next(line for line in buggy.text().splitlines() if line.startswith("FAIL"))
+    assert "softmax_dim at tests/model_modules.py:" in first, buggy.text()

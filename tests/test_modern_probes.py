@@ -56,6 +56,13 @@ def test_a_causal_mask_anchored_top_left_fails_decoding_and_is_named():
     assert "wrong from position" in found.message
 
 
+def test_a_cache_written_at_the_wrong_slots_is_named_stale_cache_from_what_it_wrote():
+    assert probe(make(gm.ReadsItsCache), CAUSAL, "cached decoding").status == PASS
+    found = probe(make(gm.ReadsItsCache, forgets_start=True), CAUSAL, "cached decoding")
+    assert found.status == FAIL and found.traps == ("stale_cache",), found
+    assert "the call fed positions 3..5 wrote `cache_k` at slots 0..2" in found.message, found
+
+
 def test_a_cache_of_a_module_that_is_not_causal_as_called_is_not_probed_as_a_decoder():
     for name in ("cached decoding", "cache reuse"):
         found = probe(make(gm.LayerPast), Config(), name)  # neither --causal nor a causal mask

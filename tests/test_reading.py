@@ -250,7 +250,7 @@ def test_a_students_one_line_edit_is_the_first_cause_at_the_edited_line(
 READ_TRAPS = ["softmax_dim", "mask_bool", "missing_scale", "scale_d_model", "double_scale",
               "scale_after_softmax", "causal_leak", "sdpa_float_mask",
               "sdpa_mask_inverted", "mask_rank", "head_merge_no_transpose",
-              "padding_on_queries"]  # fmt: skip
+              "padding_on_queries", "rope_on_value"]  # fmt: skip
 APPLIED_AT = {
     "double_scale": "scores = q @ k.transpose(-2, -1) * scale",
     "sdpa_float_mask": "F.scaled_dot_product_attention(Q, K, V, attn_mask=attn_mask)",
@@ -356,3 +356,122 @@ def test_a_mask_made_like_the_input_is_a_mask_not_data():
     future = [f for f in d.facts if f.name == "future"]
     assert future and future[0].value.startswith("blocked"), d.text()
     assert d.healthy and d.config.causal, d.text()
+
+
+class SharedKeys(nn.Module):
+    """PaLM's multi-query einsum attention: a query per head, one key and value for all (so
+    both heads and queries are letters of q alone), its own causal triangle. ``merge``:
+    "transpose" (right) or "reshape" (the heads merged without moving them)."""
+
+    def __init__(self, d_model=32, heads=4, merge="transpose"):
+        super().__init__()
+        self.heads, self.d_head, self.merge = heads, d_model // heads, merge
+        self.to_q = nn.Linear(d_model, d_model, bias=False)
+        self.to_kv = nn.Linear(d_model, 2 * self.d_head, bias=False)
+        self.to_out = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q = self.to_q(x).view(B, T, self.heads, self.d_head).transpose(1, 2)  # (B, h, T, d)
+        k, v = self.to_kv(x).chunk(2, dim=-1)  # (B, T, d): one head, shared
+        sim = torch.einsum("b h i d, b j d -> b h i j", q * self.d_head**-0.5, k)
+        sim = sim.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        out = torch.einsum("b h i j, b j d -> b h i d", sim.softmax(dim=-1), v)
+        if self.merge == "reshape":
+            return self.to_out(out.reshape(B, T, -1))
+        return self.to_out(out.transpose(1, 2).reshape(B, T, -1))
+
+
+def test_queries_are_told_from_heads_where_the_keys_are_shared_by_every_head():
+    healthy = diagnose(SharedKeys(), Config(causal=True))
+    facts = {f.name: f.value for f in healthy.facts}
+    assert healthy.healthy and facts["future"].startswith("blocked"), healthy.text()
+    merged = diagnose(SharedKeys(merge="reshape"), Config(causal=True))
+    first = merged.causes[0]
+    assert first.trap == "head_merge_no_transpose" and "out.reshape(B, T, -1)" in first.at, (
+        merged.text()
+    )
+
+
+class FloatTriangleToSDPA(nn.Module):
+    """A module that builds its causal triangle as a 0/1 float and hands it to SDPA, which adds
+    it (MEGABYTE's flash path, rewritten so): nothing is blocked, whoever calls it."""
+
+    def __init__(self, d_model=32, heads=4, as_bool=False):
+        super().__init__()
+        self.heads, self.as_bool = heads, as_bool
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        causal = torch.ones(T, T).tril()
+        causal = causal.bool() if self.as_bool else causal
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+def test_a_float_triangle_a_module_gives_sdpa_itself_is_named_without_a_declared_mask():
+    assert diagnose(FloatTriangleToSDPA(as_bool=True), Config(causal=True)).healthy
+    d = diagnose(FloatTriangleToSDPA(), Config(causal=True))
+    assert d.causes[0].trap == "sdpa_float_mask", d.text()
+    assert "causal no-leak" in d.causes[0].probes, d.text()
+
+
+class HalvesSwapped(nn.Module):
+    """The values' two halves put back in the other order (a layout, no table): both parts
+    come from one projection, as rotary's do, but nothing turns them by position."""
+
+    def __init__(self, d_model=32):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in range(3))
+
+    def forward(self, x):
+        v1, v2 = self.v(x).chunk(2, dim=-1)
+        v = torch.cat([v2, v1], dim=-1)
+        scores = self.q(x) @ self.k(x).transpose(1, 2) / math.sqrt(x.shape[-1])
+        return scores.softmax(dim=-1) @ v
+
+
+def test_values_laid_out_again_from_their_halves_are_not_rotary():
+    d = diagnose(HalvesSwapped(), Config())
+    assert not any(f.name == "rotary on the values" for f in d.facts), d.text()
+    assert not any(c.trap == "rope_on_value" for c in d.causes), d.text()
+
+
+class ComplexRotary(nn.Module):
+    """Meta's Llama's rotary: each pair of a head's features a complex number, turned by a
+    complex table (``view_as_complex(x) * freqs_cis``). ``values``: the values turned too."""
+
+    def __init__(self, d_model=32, heads=4, values=False):
+        super().__init__()
+        self.heads, self.values = heads, values
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def turn(self, t):  # (B, T, h, d)
+        T, d = t.shape[1], t.shape[-1]
+        angles = torch.outer(torch.arange(T), 10000.0 ** -(torch.arange(0, d, 2) / d))
+        freqs = torch.polar(torch.ones_like(angles), angles)[None, :, None]  # (1, T, 1, d/2)
+        pairs = torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * freqs).flatten(3).type_as(t)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (w(x).view(B, T, self.heads, -1) for w in (self.wq, self.wk, self.wv))
+        q, k = self.turn(q), self.turn(k)
+        if self.values:
+            v = self.turn(v)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, T, d)
+        scores = q @ k.transpose(2, 3) / math.sqrt(q.shape[-1])
+        return self.wo((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+def test_a_complex_rotation_is_rotary_and_the_scale_is_read_through_it():
+    d = diagnose(ComplexRotary(), Config(positions="relative"))
+    facts = {f.name: f for f in d.facts}
+    assert facts["scale"].value.startswith("0.353553"), d.text()
+    assert "view_as_real(pairs * freqs)" in facts["rotary"].line, d.text()
+    assert "rotary on the values" not in facts, d.text()
+    turned = diagnose(ComplexRotary(values=True), Config(positions="relative"))
+    assert turned.causes and turned.causes[0].trap == "rope_on_value", turned.text()
+    assert "v = self.turn(v)" in turned.causes[0].at, turned.text()

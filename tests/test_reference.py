@@ -171,6 +171,20 @@ class Conv1D(nn.Module):
         return x @ self.weight + self.bias
 
 
+class ShardedLinear(nn.Module):
+    """fairscale's ColumnParallelLinear on one device, as Meta's Llama uses it: no
+    nn.Linear, a weight (out, in) and ``F.linear`` in its forward. ``factor``: what it
+    multiplies by after (anything but 1: not a projection by its weight alone)."""
+
+    def __init__(self, n_in: int, n_out: int, factor: float = 1.0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n_out, n_in) * 0.2)
+        self.factor = factor
+
+    def forward(self, x):
+        return F.linear(x, self.weight) * self.factor
+
+
 class Layouts(nn.Module):
     """Attention on SDPA whose projections are laid out as ``kind`` says."""
 
@@ -197,6 +211,9 @@ class Layouts(nn.Module):
                 nn.Linear(d, 2 * d),
                 nn.Linear(d, d),
             )
+        elif kind in ("sharded", "sharded_doubled"):
+            factor = 2.0 if kind == "sharded_doubled" else 1.0
+            self.wq, self.wk, self.wv, self.wo = (ShardedLinear(d, d, factor) for _ in range(4))
         elif kind == "gqa":
             self.q_proj, self.o_proj = nn.Linear(d, d), nn.Linear(d, d)
             self.k_proj, self.v_proj = nn.Linear(d, self.kv), nn.Linear(d, self.kv)
@@ -217,13 +234,16 @@ class Layouts(nn.Module):
             return F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
         if k == "q_and_kv":
             return (self.to_q(x), *self.to_kv(x).chunk(2, dim=-1))
+        if k.startswith("sharded"):
+            return self.wq(x), self.wk(x), self.wv(x)
         return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def out(self, y):
         if self.kind == "module_list_out":
             return self.to_out[1](self.to_out[0](y))
         layer = {"sequential": "to_out", "conv1d": "c_proj", "in_proj": "out_proj",
-                 "q_and_kv": "to_out", "gqa": "o_proj"}.get(self.kind)  # fmt: skip
+                 "q_and_kv": "to_out", "gqa": "o_proj", "sharded": "wo",
+                 "sharded_doubled": "wo"}.get(self.kind)  # fmt: skip
         return y if layer is None else getattr(self, layer)(y)
 
     def forward(self, x):
@@ -238,7 +258,7 @@ class Layouts(nn.Module):
 
 
 LAYOUTS = ["sequential", "module_list_out", "conv1d", "bare_in_out", "bare_out_in", "in_proj",
-           "q_and_kv", "gqa"]  # fmt: skip
+           "q_and_kv", "gqa", "sharded"]  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", LAYOUTS)
@@ -256,6 +276,12 @@ def test_each_projection_layout_of_real_code_is_recognized_and_reproduced(kind):
             except RuntimeError:
                 continue
     assert min(errors) < 1e-12, (kind, errors)
+
+
+def test_a_layer_that_is_not_an_affine_map_by_its_own_weight_is_no_projection():
+    """What a layer computes decides, not its parameters' shapes: a weight whose result is
+    then doubled is not read as a projection, so the module is not compared."""
+    assert recognize(Layouts("sharded")) and not recognize(Layouts("sharded_doubled"))
 
 
 def test_an_output_projection_in_a_module_list_with_dropout_is_recognized():

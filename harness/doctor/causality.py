@@ -63,16 +63,24 @@ class Intent(NamedTuple):
     computed: bool = False
 
 
+def stated(module: nn.Module) -> Intent | None:
+    """What ``module``'s own flag says (``is_causal``, ``causal``), None when none does."""
+    for flag in FLAGS:
+        value = getattr(module, flag, None)
+        if isinstance(value, bool):  # a tensor named causal is a mask, not a word
+            return Intent(value, f"it sets {flag} = {value}")
+    return None
+
+
 def declared(module: nn.Module, reading: Reading | None = None) -> Intent | None:
     """Whether ``module`` is causal on purpose, and how that is known: its flag (``it sets
     is_causal = True``), else its recorded forward (``it masks the future itself at
     attn.py:41``), else a causal mask it registers; None when nothing shows. A flag outranks
     the forward: an encoder's layer that says ``is_causal = False`` and masks the future is
     told so."""
-    for flag in FLAGS:
-        value = getattr(module, flag, None)
-        if isinstance(value, bool):  # a tensor named causal is a mask, not a word
-            return Intent(value, f"it sets {flag} = {value}")
+    flagged = stated(module)
+    if flagged is not None:
+        return flagged
     if reading is not None and reading.masks_future:
         return Intent(True, f"it masks the future itself at {reading.masks_future}", True)
     buffer = registered_mask(module)

@@ -148,6 +148,18 @@ def consequences(findings: list[Finding]) -> list[tuple[str, list[str]]]:
     return list(said.values())
 
 
+def explained_lines(cause: Cause, by_probe: dict[str, Finding], indent: int) -> list[str]:
+    """The failures a cause read from the forward explains, one line each under it (the
+    reading's own finding, which says the cause again, as "as above")."""
+    shown_above = f"{cause.trap}: {cause.fit} (at {cause.at})"
+    lines = []
+    for said, probes in consequences([by_probe[p] for p in cause.probes]):
+        if said.startswith(shown_above):
+            said = "as above" + said.removeprefix(shown_above)
+        lines.append(f"{'':<{indent}}- {', '.join(probes)}: {said}".rstrip())
+    return lines
+
+
 @dataclass
 class Diagnosis:
     """All findings for one module."""
@@ -193,8 +205,7 @@ class Diagnosis:
         for cause in read:
             lines.append(f"FAIL  {cause.trap:<{width}}  at {cause.at}".rstrip())
             lines.append(f"{'':<{width + 8}}{cause.fit}")
-            for said, probes in consequences([by_probe[p] for p in cause.probes]):
-                lines.append(f"{'':<{width + 6}}- {', '.join(probes)}: {said}".rstrip())
+            lines += explained_lines(cause, by_probe, width + 6)
         grouped = {probe: c for c in self.causes if not c.read for probe in c.probes}
         shown = set()
         first = [f for f in self.findings if f.probe == self.lead and f.probe not in grouped]

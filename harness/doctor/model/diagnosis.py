@@ -14,6 +14,7 @@ from harness.doctor.findings import (
     WARN,
     Diagnosis,
     Finding,
+    explained_lines,
     findings_table,
     markdown_header,
 )
@@ -83,8 +84,15 @@ class ModelDiagnosis:
         lines += [f"  {note}" for note in self.notes]
         if self.groups:
             lines.append(self.layer_table().to_string(index=False))
-        for g in self.groups:
-            bad = [f for f in g.diagnosis.findings if f.status in (FAIL, WARN)]
+        for g in self.groups:  # a cause read from the forward first, what it explains under it
+            read = [c for c in g.diagnosis.causes if c.read]
+            by_probe = {f.probe: f for f in g.diagnosis.findings}
+            for cause in read:
+                lines.append(f"FAIL  {g.paths[0]}: {cause.trap} at {cause.at}: {cause.fit}")
+                lines += explained_lines(cause, by_probe, 6)
+            under = {probe for cause in read for probe in cause.probes}
+            bad = [f for f in g.diagnosis.findings
+                   if f.status in (FAIL, WARN) and f.probe not in under]  # fmt: skip
             lines += [f"{f.status.upper():<4}  {g.paths[0]}: {f.probe}  {f.message}" for f in bad]
         width = max((len(f.probe) for f in self.properties), default=0)
         lines.append("model:")

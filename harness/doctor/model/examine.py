@@ -177,8 +177,7 @@ def _diagnose_model(
     try:
         with guarded(timeout), quietly_seeded(config.seed):
             groups = grouped(attention_layers(model, call, config.seed))
-            layers = [g.module for g in groups]
-            said = (True, "--causal") if config.causal else declared_causal(model, layers, call)
+            said = (True, "--causal") if config.causal else declared_causal(model, groups, call)
             patient = Patient.of(model, call, bool(said and said[0]), config.seed, built)
             patient.attends = bool(groups)
             if said is None:  # measured: earlier logits ignore later tokens

@@ -22,6 +22,8 @@ from torch.overrides import TorchFunctionMode
 
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall
 from harness.doctor.model.replay import Slot, fresh
+from harness.doctor.reading.facts import interpret
+from harness.doctor.reading.record import record
 from harness.runner import seeded, split_output
 
 # What an attention layer runs: a softmax over its scores, or a kernel that does.
@@ -77,6 +79,16 @@ class Call:
             return torch.equal(self.run(x)[:, :half], self.run(later)[:, :half])
         except Exception:
             return False
+
+    def masks_future_itself(self) -> str:
+        """Where the layer, called as recorded, masks the future with its own triangle (or
+        tells SDPA ``is_causal``), read from one recorded call; "" where it shows neither."""
+        x = self.slot.take(self.args, self.kwargs)
+        placed = x.transpose(0, 1) if self.slot.sequence_first else x
+        args, kwargs = self.slot.place(*fresh(self.args, self.kwargs), placed)
+        with torch.no_grad(), seeded(0):  # as ``run``: a cache it fills keeps no graph
+            found = record(self.module, lambda: self.module(*args, **kwargs), {"x": placed})
+        return interpret(found, x.shape[-1]).masks_future
 
     def mixes(self) -> bool:
         """Changing the first token moves another's output, or changing the last does (a

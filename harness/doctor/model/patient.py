@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from harness.doctor.causality import registered_mask
+from harness.doctor.causality import registered_mask, stated
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall, left_padded, state_of
 from harness.metrics import rounding
 from harness.runner import as_dtype
+
+if TYPE_CHECKING:
+    from harness.doctor.model.layers import Group
 
 # Config attributes that say the model reads every token of its ids both ways, whatever its
 # class can do: an encoder-decoder (the encoder sees all the ids), a causal flag turned off,
@@ -20,25 +23,33 @@ BIDIRECTIONAL = {"is_encoder_decoder": True, "causal": False, "is_causal": False
 
 
 def layer_causal(layer: nn.Module) -> bool | None:
-    """What an attention layer says of itself (``is_causal``), None when it says nothing."""
-    flag = getattr(layer, "is_causal", None)
-    return flag if isinstance(flag, bool) else None
+    """What an attention layer's flag says of itself, None when it says nothing."""
+    flagged = stated(layer)
+    return None if flagged is None else flagged.causal
 
 
 def declared_causal(
-    model: nn.Module, layers: list[nn.Module], call: ModelCall
+    model: nn.Module, groups: list[Group], call: ModelCall
 ) -> tuple[bool, str] | None:
-    """What the model is, and how that is known: causal when every attention layer says so
-    (``is_causal``; an encoder's layers say otherwise), else not when its config says it reads
+    """What the model is, and how that is known: causal when every group of attention layers,
+    called as the model calls it, masks the future itself (its own triangle, read from one
+    recorded call: what it computes outranks what anything says), else when every attention
+    layer says so (``is_causal``; an encoder's layers say otherwise), else not when its config
+    says it reads
     both ways, else causal when it registers a causal mask (nanoGPT's ``bias`` in each layer,
     Whisper's decoder's additive ``mask``), else whether it can generate (transformers'
     ``can_generate()``, else a ``generate`` method), else whether its forward takes a cache or
     a start position, or it has a method that makes the cache it keeps (gpt-fast's
     ``setup_caches``, litgpt's ``set_kv_cache``): only a decoder does; None when nothing says
     (it is measured). A class's name says nothing."""
-    flags = [flag for flag in map(layer_causal, layers) if flag is not None]
+    own = [g.call.masks_future_itself() if g.call is not None else "" for g in groups]
+    if own and all(own):
+        return True, f"its attention layers mask the future themselves, at {own[0]}"
+    flags = [flag for flag in (stated(g.module) for g in groups) if flag is not None]
     if flags:
-        return all(flags), f"its attention layers set is_causal = {all(flags)}"
+        causal = all(flag.causal for flag in flags)
+        return causal, next(f"its attention layers' flags ({f.why})" for f in flags
+                            if f.causal == causal)  # fmt: skip
     config = getattr(model, "config", None)
     for name, value in BIDIRECTIONAL.items():
         if getattr(config, name, None) == value:

@@ -97,9 +97,14 @@ class Slot:
         self, args: tuple[Any, ...], kwargs: dict[str, Any], x: Tensor
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The arguments with ``x`` (B, T, d) as the hidden states, in the layer's layout."""
-        x = x.transpose(0, 1) if self.sequence_first else x
-        args = tuple(x if i in self.indices else v for i, v in enumerate(args))
-        return args, {**kwargs, **dict.fromkeys(self.names, x)}
+        return self.place(args, kwargs, x.transpose(0, 1) if self.sequence_first else x)
+
+    def place(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], placed: Tensor
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments with ``placed``, already in the layer's layout, as the hidden states."""
+        args = tuple(placed if i in self.indices else v for i, v in enumerate(args))
+        return args, {**kwargs, **dict.fromkeys(self.names, placed)}
 
 
 def record(

@@ -189,9 +189,78 @@ def _without_mask(subject: Subject, x: Tensor) -> Outcome | None:
     )
 
 
+Held = dict[str, Tensor]  # the tensors a module holds (its buffers, tensor attributes) by name
+
+
+def _held(module: nn.Module) -> Held:
+    """A copy of every floating tensor ``module`` holds outside its parameters."""
+    parameters = {id(p) for p in module.parameters()}
+    found: Held = {}
+    for prefix, sub in module.named_modules():
+        for name, value in vars(sub).items():
+            if isinstance(value, Tensor) and value.is_floating_point():
+                found[f"{prefix}.{name}".lstrip(".")] = value
+        for name, value in sub.named_buffers(recurse=False):
+            if value.is_floating_point():
+                found[f"{prefix}.{name}".lstrip(".")] = value
+    return {n: t.detach().clone() for n, t in found.items() if id(t) not in parameters}
+
+
+def _changed_along(before: Tensor, after: Tensor, axis: int) -> list[int]:
+    """The indices along ``axis`` where any cell changed."""
+    moved = (before != after) & ~(before.isnan() & after.isnan())
+    others = [a for a in range(moved.dim()) if a != axis]
+    return moved.any(dim=others).nonzero().flatten().tolist() if others else []
+
+
+def _misplaced(calls: list[tuple[int, int, Held, Held]]) -> str:
+    """Where a later cached call wrote the tokens it was fed in a cache the module holds
+    itself, when not at their positions: the slots the first call (positions 0..n-1) wrote
+    mark the cache's positions' axis, and a call fed positions s..s+m-1 must write those."""
+    if len(calls) < 2 or calls[0][0] != 0:
+        return ""
+    _, first, before, after = calls[0]
+    for name, was in before.items():
+        now = after.get(name)
+        if now is None or now.shape != was.shape:
+            continue
+        axes = [a for a in range(was.dim()) if was.shape[a] > first
+                and _changed_along(was, now, a) == list(range(first))]  # fmt: skip
+        if len(axes) != 1:
+            continue
+        for start, fed, held_before, held_after in calls[1:]:
+            ahead, behind = held_before.get(name), held_after.get(name)
+            if ahead is None or behind is None or ahead.shape != behind.shape:
+                continue
+            wrote = _changed_along(ahead, behind, axes[0])
+            if wrote and wrote != list(range(start, start + fed)):
+                return (f"; the call fed positions {start}..{start + fed - 1} wrote `{name}` at "
+                        f"slots {wrote[0]}..{wrote[-1]} (stale_cache: keys written to the wrong "
+                        "slots, then read from the right ones)")  # fmt: skip
+    return ""
+
+
+def _writes(subject: Subject, calls: list[tuple[int, int, Held, Held]]) -> Invoke:
+    """The subject's calls, noting (first position, tokens fed, held tensors before and after)
+    for each."""
+
+    def invoke(module: nn.Module, xs: Tensor, mask, positions, cache, start: int) -> object:
+        before = _held(module)
+        result = subject.invoke(module, xs, mask, positions, cache, start)
+        calls.append((start, xs.shape[1], before, _held(module)))
+        return result
+
+    return invoke
+
+
 def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement) -> Said:
-    """The catalogue trap a decode mismatch matches: positions that restart on each cached call
-    (fixed by passing positions explicitly), else a causal mask anchored top-left."""
+    """The catalogue trap a decode mismatch matches: a cache the module holds written at the
+    wrong slots (seen in its tensors), positions that restart on each cached call (fixed by
+    passing positions explicitly), else a causal mask anchored top-left."""
+    calls: list[tuple[int, int, Held, Held]] = []
+    _agreements(subject, x, keep, ("chunked",), invoke=_writes(subject, calls))
+    if misplaced := _misplaced(calls):
+        return named(misplaced, "stale_cache")
     explicit = _explicit_positions(subject, x)
     if explicit is not None:
         retried = _agreements(subject, x, keep, (wrong.scenario,), explicit)[0]

@@ -35,6 +35,7 @@ from harness.doctor.reading.ops import (
     from_input,
     scalar,
     tensor_args,
+    turned,
 )
 from harness.doctor.reading.record import Op, Record, Value
 
@@ -67,6 +68,7 @@ class Site:
     softmax: Op
     product: Op | None = None  # the scores' product (None: an SDPA call, or not found)
     consumer: Op | None = None  # the product of the weights with the values
+    weights_ref: int | None = None  # the op whose result the consumer takes as the weights
     ndim: int = 0  # the rank of the scores at the softmax
     softmax_axis: int | None = None
     key_axis: int | None = None
@@ -82,6 +84,7 @@ class Site:
     rank_raised: tuple[Op, tuple[int, ...], tuple[int, ...]] | None = None  # a mask's, and how
     merged_without_transpose: Op | None = None  # the reshape that cuts the queries' axis up
     rotated: Op | None = None  # where the queries or keys are rotated (q cos + rotate_half(q) sin)
+    values_rotated: Op | None = None  # where the values are rotated as well (rope_on_value)
     sdpa_mask: Tensor | None = None  # the attn_mask an SDPA call was given
     is_causal: bool = False
 
@@ -256,8 +259,19 @@ def _product_axes(op: Op) -> tuple[int | None, int | None]:
     only_second = [c for c in output if c in parts[1] and c not in parts[0]]
     only_first = [c for c in output if c in parts[0] and c not in parts[1]]
     key = output.index(only_second[0]) if len(only_second) == 1 else None
+    if len(only_first) > 1 and key is not None:  # keys shared by the heads (multi-query)
+        only_first = [c for c in only_first if _size(op, c) == _size(op, output[key])]
     query = output.index(only_first[0]) if len(only_first) == 1 else None
     return key, query
+
+
+def _size(op: Op, letter: str) -> int | None:
+    """The size of an einsum's result along ``letter`` (self-attention's queries are as many
+    as its keys: of the letters q alone carries, heads and queries, that tells them apart
+    where the keys are shared by every head)."""
+    spec = op.const(0, "equation")
+    output = spec.replace(" ", "").split("->")[1] if isinstance(spec, str) else ""
+    return op.shapes[0][output.index(letter)] if letter in output and op.shapes else None
 
 
 def _summed_width(op: Op) -> int | None:
@@ -296,7 +310,9 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
         steps += 1
         if op.name in {"linear", "addmm"} or (op.name in PRODUCTS and _weighted(record, op, memo)):
             return True  # a projection: the operand starts here
-        if op.name in MULTIPLY | DIVIDE:
+        if turned(record, op, memo):
+            site.rotated = site.rotated or op
+        elif op.name in MULTIPLY | DIVIDE:
             given = next((v for v in op.args if not from_input(record, v, memo)
                           and scalar(v) is not None), None)  # fmt: skip
             number = scalar(given) if given is not None else None
@@ -352,6 +368,48 @@ def _sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0
     return {op.index}
 
 
+def _rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:
+    """Where ``value`` (the values) is rotated on its way from its projection: a sum of its
+    own halves of which one is turned by a table (v cos + rotate_half(v) sin), or a complex
+    turn by a table; None when it is not."""
+    for _ in range(64):
+        op = record.producer(value)
+        if op is None or op.name in {"linear", "addmm"}:
+            return None
+        if turned(record, op, memo):
+            return op
+        if op.name in ADD | {"sub", "cat", "stack"}:
+            rotates = _tabled(record, op, memo) and _rotated_source(record, op, memo) is not None
+            return op if rotates else None
+        if op.name in SAME | LAYOUT:  # the tensor laid out is the first (``cache.to(xq)``)
+            main = tensor_args(op)[0] if tensor_args(op) else None
+        elif op.name in MULTIPLY | DIVIDE or op.name in {"neg", "__neg__"}:
+            main = data_operand(record, op, memo)
+        else:
+            return None
+        if main is None or not from_input(record, main, memo):
+            return None  # from a buffer written in place (a cache): not followed
+        value = main
+    return None
+
+
+def _tabled(record: Record, op: Op, memo: dict[int, bool], depth: int = 0) -> bool:
+    """Some branch into ``op`` is data times a table (a tensor of more than one number that
+    does not depend on the input: cos or sin of positions), not only laid out again."""
+    if op.name in MULTIPLY and any(not from_input(record, v, memo) and math.prod(v.shape or ()) > 1
+                                   for v in tensor_args(op)):  # fmt: skip
+        return True
+    if depth > 4 or not (
+        op.name in ADD | LAYOUT | SAME or op.name in {"sub", "cat", "stack", "neg", "__neg__"}
+    ):
+        return False
+    return any(
+        _tabled(record, step, memo, depth + 1)
+        for v in op.tensors
+        if from_input(record, v, memo) and (step := record.producer(v)) is not None
+    )
+
+
 def _rotated_source(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
     """The operand a sum of rotated halves comes from (q cos + rotate_half(q) sin), when every
     branch starts at the same op; None when it is a sum of different data."""
@@ -397,7 +455,7 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
             index = nxt.index
             continue
         if nxt.name in PRODUCTS:
-            site.consumer = nxt
+            site.consumer, site.weights_ref = nxt, index
             position = next(i for i, v in enumerate(tensor_args(nxt))
                             if v.kind == "op" and v.ref == index)  # fmt: skip
             summed = _weights_summed_axis(nxt, position, len(axes))
@@ -477,10 +535,31 @@ def sites(record: Record) -> list[Site]:
         if site.consumer is not None and site.query_axis is not None:
             first = tensor_args(site.consumer)[0]
             if first.kind == "op" and first.ref == op.index:  # weights @ V: queries stay put
-                _merged(record, site, site.consumer, site.query_axis)
+                _merged(record, site, site.consumer, _query_in_output(site))
+        if site.consumer is not None:
+            values = [v for v in tensor_args(site.consumer)
+                      if not (v.kind == "op" and v.ref == site.weights_ref)]  # fmt: skip
+            if len(values) == 1 and from_input(record, values[0], memo):
+                site.values_rotated = _rotation(record, values[0], memo)
         if site.product is not None or site.consumer is not None:
             found.append(site)
     return found
+
+
+def _query_in_output(site: Site) -> int | None:
+    """The queries' axis of the weights-times-values product's result: where it was in the
+    weights for a matmul, by its letter for an einsum."""
+    consumer, query = site.consumer, site.query_axis
+    if consumer is None or query is None or consumer.name != "einsum":
+        return query
+    spec = consumer.const(0, "equation")
+    if not isinstance(spec, str) or "->" not in spec or "." in spec:
+        return None
+    inputs, output = spec.replace(" ", "").split("->")
+    weights = inputs.split(",")[0]
+    if query >= len(weights) or weights[query] not in output:
+        return None
+    return output.index(weights[query])
 
 
 def _clean_axis(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int) -> int | None:
@@ -556,4 +635,7 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
         if value is not None:
             complete &= _read_operand(record, site, value, where, memo)
     site.complete = complete
+    value = op.arg(2, "value")
+    if value is not None and value.is_tensor and from_input(record, value, memo):
+        site.values_rotated = _rotation(record, value, memo)
     return site

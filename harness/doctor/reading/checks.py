@@ -1,10 +1,10 @@
 """What the recorded forward fails by itself: what it shows ran, where no probe could measure it.
 
-A softmax over another axis than the keys', and heads merged by a reshape that cuts up the
-queries' axis, are wrong whatever the module means; they fail as read. A wrong scale (or a scale
-after the softmax) fails as read only where the comparison with SDPA, which measures it, could not
-run (projections it does not recognize): there the reading is the only measurement, and the scale
-the module means can be declared (--scale).
+A softmax over another axis than the keys', heads merged by a reshape that cuts up the queries'
+axis, and values rotated by position are wrong whatever the module means; they fail as read. A
+wrong scale (or a scale after the softmax) fails as read only where the comparison with SDPA,
+which measures it, could not run (projections it does not recognize): there the reading is the
+only measurement, and the scale the module means can be declared (--scale).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from harness.doctor.reading.facts import Reading
 
 NAME = "read from the forward"
 MEASURED_BY = "agrees with SDPA"  # the probe that measures a scale
-ALWAYS = ("softmax_dim", "head_merge_no_transpose")
+ALWAYS = ("softmax_dim", "head_merge_no_transpose", "rope_on_value")
 SCALES = ("missing_scale", "scale_d_model", "double_scale", "wrong_scale", "scale_after_softmax")
 
 

@@ -173,8 +173,14 @@ def site_facts(
         named.append(Named("scale_after_softmax", f"the weights are multiplied by "
                            f"{factor.value:.6g} after the softmax", factor.op.where))  # fmt: skip
     if site.rotated is not None:
-        rotated = "the queries or keys are rotated (each plus its halves turned, times tables)"
+        rotated = "the queries or keys are turned by position (times tables of angles)"
         facts.append(Fact("rotary", rotated, COMPUTED, site.rotated.where))
+    if site.values_rotated is not None:
+        where = site.values_rotated.called_where  # the line that hands v to the rotation
+        facts.append(Fact("rotary on the values", "the values are rotated too", COMPUTED, where))
+        named.append(Named("rope_on_value", "the values are rotated by position as the queries "
+                           "and keys are: rotary belongs on q and k only, where the turns cancel "
+                           "in q k^T; on v they stay in the output", where))  # fmt: skip
     for fill in site.fills:
         value = "added" if fill.value is None else f"filled with {fill.value:g}"
         facts.append(Fact("mask", value, COMPUTED, fill.op.where))
@@ -261,16 +267,16 @@ def sdpa_mask(site: Site, keep: torch.Tensor | None) -> Named | None:
     """What the mask given to SDPA does against the declared keep-mask: a float 0/1 mask is
     added (nothing blocked), a bool one read the wrong way blocks what it should keep."""
     mask = site.sdpa_mask
-    if mask is None or keep is None:
+    if mask is None:
         return None
     line = site.softmax.where
-    if mask.is_floating_point():
+    if mask.is_floating_point():  # whatever the caller meant: a 0/1 float mask blocks nothing
         values = set(mask.unique().tolist())
         if values <= {0.0, 1.0} and len(values) == 2:
             return Named("sdpa_float_mask", "a float 0/1 mask is given to SDPA, which adds a "
                          "float mask to the scores: it blocks nothing", line)  # fmt: skip
         return None
-    if mask.dtype != torch.bool:
+    if mask.dtype != torch.bool or keep is None:
         return None
     kept = keep_like(keep, mask)
     if kept is None:

@@ -21,7 +21,8 @@ SAME = {"float", "to", "type", "type_as", "half", "bfloat16", "double", "contigu
 LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "flatten",
           "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "tile",
           "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
-          "unbind", "tensor_split", "split_with_sizes"}  # fmt: skip
+          "unbind", "tensor_split", "split_with_sizes", "view_as_complex",
+          "view_as_real"}  # fmt: skip
 CAPS = {"tanh"}
 
 
@@ -67,6 +68,15 @@ def scalar(value: Value) -> float | None:
     if value.is_tensor and value.scalar is not None and math.prod(value.shape or ()) == 1:
         return value.scalar
     return None
+
+
+def turned(record: Record, op: Op, memo: dict[int, bool]) -> bool:
+    """A complex product of data with a complex table (Meta's ``xq_ * freqs_cis``): a rotation
+    of each pair, not a scale."""
+    if op.name not in MULTIPLY:
+        return False
+    tables = [v for v in tensor_args(op) if not from_input(record, v, memo)]
+    return any(v.dtype is not None and v.dtype.is_complex for v in tables)
 
 
 def data_operand(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:

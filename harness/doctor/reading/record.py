@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import CodeType, FrameType
 
 import torch
 from torch import Tensor, nn
@@ -78,6 +79,10 @@ class Op:
     line: str = ""
     code: str = ""
     raised: str = ""
+    # the innermost caller in a file that defines one of the module's forwards, where that is
+    # not ``line`` (the user's call of a library helper: ``apply_rotary_pos_emb(pos, v)``)
+    own_line: str = ""
+    own_code: str = ""
 
     def arg(self, position: int, name: str) -> Value | None:
         """The argument at ``position``, or given as ``name``."""
@@ -107,6 +112,14 @@ class Op:
     def where(self) -> str:
         """``file.py:34`` and the line's code, for a reader."""
         return f"{self.line} `{self.code}`" if self.code else self.line
+
+    @property
+    def called_where(self) -> str:
+        """The line of the module's own forward that led to this op (``where`` when the op
+        ran there itself)."""
+        if not self.own_line:
+            return self.where
+        return f"{self.own_line} `{self.own_code}`" if self.own_code else self.own_line
 
 
 @dataclass
@@ -159,26 +172,50 @@ def shown_path(filename: str) -> str:
     return filename
 
 
-def _source_line() -> tuple[str, str]:
+def _at(frame: FrameType) -> tuple[str, str]:
+    code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return f"{shown_path(frame.f_code.co_filename)}:{frame.f_lineno}", code
+
+
+def _source_line(own: frozenset[CodeType] = frozenset()) -> tuple[str, str, str, str]:
     """The innermost caller outside torch: "file.py:34" and its code; ("", "") for an op the
-    harness itself runs (the mask it encodes, the layout it turns the input into)."""
+    harness itself runs (the mask it encodes, the layout it turns the input into). Then the
+    innermost ``own`` forward running, when that is another frame (the line of a forward that
+    called a helper)."""
     frame = sys._getframe(2)
     while frame is not None:
         path = Path(frame.f_code.co_filename)
         if path.is_relative_to(HARNESS):
-            return "", ""
+            return "", "", "", ""
         if not any(path.is_relative_to(root) for root in PLUMBING):
-            code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-            return f"{shown_path(frame.f_code.co_filename)}:{frame.f_lineno}", code
+            break
         frame = frame.f_back
-    return "", ""
+    if frame is None:
+        return "", "", "", ""
+    line, code = _at(frame)
+    caller = frame
+    while caller is not None and caller.f_code not in own:
+        if Path(caller.f_code.co_filename).is_relative_to(HARNESS):
+            return line, code, "", ""
+        caller = caller.f_back
+    if caller is None or caller is frame:
+        return line, code, "", ""
+    return (line, code, *_at(caller))
+
+
+def _forwards(module: nn.Module) -> frozenset[CodeType]:
+    """The code of the forwards of ``module`` and its submodules."""
+    codes = (getattr(type(sub).forward, "__code__", None) for sub in module.modules())
+    return frozenset(code for code in codes if code is not None)
 
 
 class Recorder(TorchFunctionMode):
     """Keeps an ``Op`` for each torch call made while it is on (``with Recorder(...)``)."""
 
-    def __init__(self, known: Mapping[int, tuple[str, str]], inputs: Mapping[str, Tensor]):
+    def __init__(self, known: Mapping[int, tuple[str, str]], inputs: Mapping[str, Tensor],
+                 own: frozenset[CodeType] = frozenset()) -> None:  # fmt: skip
         super().__init__()
+        self.own = own  # the code of the module's forwards
         self.known = dict(known)  # id of a tensor made before the call -> (kind, name)
         self.record = Record(inputs=dict(inputs))
         for name, tensor in inputs.items():
@@ -215,8 +252,9 @@ class Recorder(TorchFunctionMode):
             tuple(self.value(a) for a in args),
             {k: self.value(v) for k, v in kwargs.items()},
         )
-        line, code = _source_line()
-        op = Op(len(self.record.ops), name, *described, line=line, code=code)
+        line, code, own_line, own_code = _source_line(self.own)
+        op = Op(len(self.record.ops), name, *described, line=line, code=code, own_line=own_line,
+                own_code=own_code)  # fmt: skip
         try:
             out = func(*args, **kwargs)
         except Exception as exc:
@@ -253,7 +291,7 @@ def record(module: nn.Module, call: Callable[[], object], inputs: Mapping[str, T
     """What ``call()`` (a call of ``module`` on ``inputs``) computes, op by op. An error ends
     the record at the op that raised it (that op is kept, with ``raised``); it is not
     passed on."""
-    recorder = Recorder(known_tensors(module), inputs)
+    recorder = Recorder(known_tensors(module), inputs, _forwards(module))
     try:
         with recorder:  # not under no_grad: nn.MultiheadAttention would take its fused path
             call()
