@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -418,13 +418,46 @@ def _heads_list(module: nn.Module) -> tuple[str, list[Recognized]] | None:
     return None
 
 
-def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> list[Recognized]:
+Roles = Mapping[str, str | None]  # "queries", "keys", "values", "output" -> a parameter's name
+
+
+def _role_name(parameter: str | None) -> str | None:
+    """The projection a parameter belongs to, as ``_projections`` names it: the child that
+    holds it (``to_out.0.weight``: ``to_out``), else the bare weight itself."""
+    if parameter is None:
+        return None
+    if parameter == "in_proj_weight":
+        return "in_proj"
+    return parameter.split(".", 1)[0]
+
+
+def _read_names(roles: Roles | None) -> tuple[list[tuple[str, ...]], list[tuple[str, str]],
+                                              list[str], str | None]:  # fmt: skip
+    """The projections the recorded forward shows, as the name lists the recognizer tries
+    first: (q, k, v) apart, q and a fused kv, one fused qkv; and the output projection."""
+    if not roles:
+        return [], [], [], None
+    q, k, v = (_role_name(roles.get(r)) for r in ("queries", "keys", "values"))
+    out = _role_name(roles.get("output"))
+    if q is None or k is None or v is None:
+        return [], [], [], out
+    if q == k == v:
+        return [], [], [q], out
+    if k == v:
+        return [], [(q, k)], [], out
+    return [(q, k, v)], [], [], out
+
+
+def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False,
+                   roles: Roles | None = None) -> list[Recognized]:  # fmt: skip
     """The readings of ``module``'s projections with bare weights read one way (one per layout
     of a fused weight); empty when they are not recognized. ``extra``: other parameters and
-    buffers (a position bias) may sit beside them."""
+    buffers (a position bias) may sit beside them. ``roles``: the projections its recorded
+    forward shows, tried before what names say."""
     found = _projections(module, transpose)
+    separate, query_and_kv, fused, read_out = _read_names(roles)
     qkv, used, heads, listed_out = None, [], None, None
-    for names in (*SEPARATE, by_role(found)):
+    for names in (*separate, *SEPARATE, by_role(found)):
         if names and all(n in found for n in names):
             q, k, v = (_per_head(found[n][0]) for n in names)
 
@@ -433,7 +466,7 @@ def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> l
 
             used = list(names)
             break
-    for q_name, kv_name in QUERY_AND_KV if qkv is None else ():
+    for q_name, kv_name in (*query_and_kv, *QUERY_AND_KV) if qkv is None else ():
         if q_name in found and kv_name in found:
             q, kv = found[q_name][0], found[kv_name][0]
 
@@ -443,7 +476,7 @@ def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> l
             used = [q_name, kv_name]
             break
     layouts: list[tuple[Callable, str]] = []
-    for name in FUSED if qkv is None else ():
+    for name in (*fused, *FUSED) if qkv is None else ():
         if name in found:
             layouts = fused_layouts(found[name][0], head_count(module), int_attribute(
                 module, HEAD_DIM_ATTRS))  # fmt: skip
@@ -478,7 +511,8 @@ def _recognize_one(module: nn.Module, transpose: bool, extra: bool = False) -> l
         for name, norm in norms:
             found[name] = (norm, list(norm.parameters()))  # type: ignore[assignment]
         used += [q_name, k_name]
-    out_name = listed_out or output_name(n for n in found if n not in used)
+    read_out = read_out if read_out in found and read_out not in used else None
+    out_name = read_out or listed_out or output_name(n for n in found if n not in used)
     out = None if out_name is None else found[out_name][0]
     used += [out_name] if out_name else []
     covered = {id(p) for n in used for p in found[n][1]}
@@ -517,7 +551,9 @@ def with_scale(found: Recognized, scale: float | None) -> Recognized:
     return scaled, out_proj, heads, f"{described}, scale {scale:g}"
 
 
-def recognize(module: nn.Module, extra: bool = False) -> list[Recognized]:
+def recognize(
+    module: nn.Module, extra: bool = False, roles: Roles | None = None
+) -> list[Recognized]:
     """Every reading of the module's projections: (q/k/v function, output projection, heads,
     description); empty when they are not recognized.
 
@@ -525,7 +561,8 @@ def recognize(module: nn.Module, extra: bool = False) -> list[Recognized]:
     with anything else (norms, rotary tables, gates) is not compared; with ``extra``, other
     parameters and buffers may sit beside them (a position bias, for a comparison that measures
     it). Square bare weights can be read (out, in) or (in, out): both readings are given, the
-    (out, in) one first.
+    (out, in) one first. ``roles``: the parameters the module's recorded forward projects q, k,
+    v and its output by; they are tried before what the projections' names say.
     """
     inner = (
         module.mha if isinstance(getattr(module, "mha", None), nn.MultiheadAttention) else module
@@ -542,7 +579,7 @@ def recognize(module: nn.Module, extra: bool = False) -> list[Recognized]:
         return [(qkv_mha, inner.out_proj, inner.num_heads, described)]
     bare = any(p.dim() == 2 for p in inner.parameters(recurse=False))
     return [r for transpose in ((True, False) if bare else (True,))
-            for r in _recognize_one(inner, transpose, extra)]  # fmt: skip
+            for r in _recognize_one(inner, transpose, extra, roles)]  # fmt: skip
 
 
 ROTARY_STYLES = ("half", "pairs")

@@ -127,6 +127,33 @@ class ReadsItsCache(StartPos):
         return self.attend(q, keys, values)
 
 
+class SdpaIsCausal(StartPos):
+    """Its cache as Meta's Llama keeps it, attention by SDPA told ``is_causal``: always (the
+    bug of pytorch/pytorch#108108: with fewer queries than keys the mask is anchored at the
+    top-left), or only when queries and keys are as many (``aligned``: a new query then sees
+    every cached key)."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, aligned: bool = False):
+        super().__init__(d_model, n_heads)
+        self.aligned = aligned
+
+    def forward(self, x: Tensor, start_pos: int = 0):
+        B, T, _ = x.shape
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        self.cache_k = self.cache_k.to(k.dtype).detach()
+        self.cache_v = self.cache_v.to(v.dtype).detach()
+        self.cache_k[:B, :, start_pos : start_pos + T] = k.detach()
+        self.cache_v[:B, :, start_pos : start_pos + T] = v.detach()
+        keys = torch.cat([self.cache_k[:B, :, :start_pos], k], dim=2)
+        values = torch.cat([self.cache_v[:B, :, :start_pos], v], dim=2)
+        if self.aligned and start_pos > 0:
+            allowed = torch.ones(T, start_pos + T, dtype=torch.bool).tril(start_pos)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed)
+        else:
+            out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
 class IgnoresPos(Projections):
     """x-transformers' way: an optional ``pos`` that this configuration ignores, and rotary
     named in its code for when it is configured; bidirectional. Correct as it is."""

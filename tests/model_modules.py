@@ -1279,3 +1279,42 @@ class QueriesSoftmaxAttention(BuiltMaskAttention):
 
 class QueriesSoftmaxGPT(NoGenerateGPT):
     attention = QueriesSoftmaxAttention
+
+
+class HandedMaskAttention(SelfAttention):
+    """A layer that takes its model's bool mask (True: attend) and hands it to SDPA;
+    ``inverted``: handed over the other way round (True where blocked, speechbrain's
+    ``masks_union`` left uninverted)."""
+
+    inverted = False
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        del self.causal  # nothing registered: its model's mask is all there is
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.heads(x)  # (B, h, T, d)
+        mask = ~allowed if self.inverted else allowed
+        return self.merge(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+class HandedMaskGPT(NoGenerateGPT):
+    """A decoder that says nothing of its causality but the mask it hands its layers."""
+
+    attention = HandedMaskAttention
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))  # (B, T, C)
+        allowed = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+        for block in self.h:
+            x = block(x, allowed)
+        return self.lm_head(self.ln_f(x))
+
+
+class InvertedHandedMaskAttention(HandedMaskAttention):
+    inverted = True
+
+
+class InvertedHandedMaskGPT(HandedMaskGPT):
+    attention = InvertedHandedMaskAttention

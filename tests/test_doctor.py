@@ -618,3 +618,25 @@ def test_a_layer_a_mask_turns_causal_is_warned_that_its_values_are_never_read():
     assert found["causal no-leak"].status == WARN, d.text()
     [unread] = [f for f in d.facts if f.name == "mask" and "never read" in f.value]
     assert "only is_causal=True" in unread.value and "doctor_modules.py:" in unread.line
+
+
+class CountsCalls(nn.Module):
+    """Plain attention that counts its forwards, its copies' too (on the class)."""
+
+    calls = 0
+
+    def __init__(self, d_model=16):
+        super().__init__()
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x):
+        type(self).calls += 1
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, dim=-1) @ v
+
+
+def test_making_a_subject_runs_none_of_the_modules_code_until_it_is_settled():
+    CountsCalls.calls = 0
+    subject = Subject(CountsCalls(), Config())
+    assert CountsCalls.calls == 0 and subject.new_cache is None and CountsCalls.calls == 0
+    assert subject.d_model == 16 and CountsCalls.calls > 0  # settled by calling it

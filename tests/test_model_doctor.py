@@ -702,11 +702,15 @@ def _sequence_first_lm(**bug):
 
 def test_layers_a_model_calls_with_sequence_first_tensors_are_found_and_probed():
     """(T, B, C) hidden states: the layer is found, turned round for the probes, healthy; its
-    causality is read off the additive mask the model registers (no name, no generate())."""
+    causality is read off the additive mask the model hands its layers (no name, no
+    generate())."""
     diagnosis = diagnose_model(_sequence_first_lm())
     assert [g.paths for g in diagnosis.groups] == [["blocks.0.attn", "blocks.1.attn"]]
     assert diagnosis.healthy, diagnosis.text()
-    assert "causal (declared: it registers a causal mask, `mask`)" in diagnosis.notes[0]
+    assert (
+        "causal (declared: it hands its attention layers a causal mask (`mask`))"
+        in (diagnosis.notes[0])
+    )
 
 
 def test_a_scale_dropped_in_every_sequence_first_layer_is_named_at_its_line():
@@ -752,3 +756,13 @@ def test_a_model_whose_layers_build_their_own_triangle_is_causal_by_what_they_co
     assert buggy.notes[0].startswith("causal (declared: its attention layers mask"), buggy.notes
     first = next(line for line in buggy.text().splitlines() if line.startswith("FAIL"))
     assert "softmax_dim at tests/model_modules.py:" in first, buggy.text()
+
+
+def test_a_model_that_hands_its_layers_a_causal_mask_is_causal_and_an_inverted_one_is_named():
+    healthy = diagnose_model(small(model_modules.HandedMaskGPT))
+    assert healthy.healthy, healthy.text()
+    assert healthy.notes[0].startswith("causal (declared: it hands its attention layers a "
+                                       "causal mask"), healthy.notes  # fmt: skip
+    inverted = diagnose_model(small(model_modules.InvertedHandedMaskGPT))
+    assert first_trap(inverted.groups[0].diagnosis) == "sdpa_mask_inverted", inverted.text()
+    assert "causal no-leak" in [f.probe for f in inverted.failures], inverted.text()

@@ -63,6 +63,13 @@ def test_a_cache_written_at_the_wrong_slots_is_named_stale_cache_from_what_it_wr
     assert "the call fed positions 3..5 wrote `cache_k` at slots 0..2" in found.message, found
 
 
+def test_is_causal_with_fewer_queries_than_keys_is_named_cache_causal_alignment_alone():
+    assert probe(make(gm.SdpaIsCausal, aligned=True), CAUSAL, "cached decoding").status == PASS
+    found = probe(make(gm.SdpaIsCausal), CAUSAL, "cached decoding")
+    assert found.status == FAIL and found.traps == ("cache_causal_alignment",), found
+    assert "is_causal=True with fewer queries than keys" in found.message, found
+
+
 def test_a_cache_of_a_module_that_is_not_causal_as_called_is_not_probed_as_a_decoder():
     for name in ("cached decoding", "cache reuse"):
         found = probe(make(gm.LayerPast), Config(), name)  # neither --causal nor a causal mask

@@ -475,3 +475,141 @@ def test_a_complex_rotation_is_rotary_and_the_scale_is_read_through_it():
     turned = diagnose(ComplexRotary(values=True), Config(positions="relative"))
     assert turned.causes and turned.causes[0].trap == "rope_on_value", turned.text()
     assert "v = self.turn(v)" in turned.causes[0].at, turned.text()
+
+
+def swap_pairs(x):
+    """speechbrain's way to turn pairs: the features of each pair swapped by an index, then
+    (with a sign in the sines' table) x cos + swapped sin."""
+    swap = torch.arange(x.shape[-1]).view(-1, 2).flip(-1).reshape(-1)
+    return torch.index_select(x, dim=-1, index=swap)
+
+
+class PartialRotary(nn.Module):
+    """rotary-embedding-torch's partial rotary: the first ``rotated`` features of each head
+    turned (each branch times ``scale``, 1), the rest passed on by ``cat``; the pairs turned by
+    an index. ``values``: the values turned too. ``twice``: q also scaled before SDPA."""
+
+    def __init__(self, d_model=32, heads=2, rotated=8, values=False, twice=False):
+        super().__init__()
+        self.heads, self.rotated, self.values, self.twice = heads, rotated, values, twice
+        self.to_qkv, self.to_out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def turn(self, t, scale=1.0):  # (B, h, T, d)
+        T, r = t.shape[-2], self.rotated
+        angles = torch.arange(T)[:, None] * 10000.0 ** -(torch.arange(r) // 2 * 2 / r)
+        sign = torch.tensor([-1.0, 1.0]).repeat(r // 2)
+        middle = t[..., :r]
+        turned = (middle * angles.cos() * scale) + (
+            swap_pairs(middle) * sign * angles.sin() * scale
+        )
+        return torch.cat((t[..., :0], turned, t[..., r:]), dim=-1)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (
+            t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.to_qkv(x).chunk(3, -1)
+        )
+        q, k = self.turn(q), self.turn(k)
+        if self.values:
+            v = self.turn(v)
+        if self.twice:
+            q = q * q.shape[-1] ** -0.5
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.to_out(y.transpose(1, 2).reshape(B, T, C))
+
+
+def test_partial_rotary_by_an_index_is_read_through_its_cat_and_its_unit_factors():
+    d = diagnose(PartialRotary(), Config())
+    facts = {f.name: f for f in d.facts}
+    assert d.healthy and "rotary" in facts, d.text()
+    assert facts["scale"].value.startswith("0.25 "), d.text()
+    twice = diagnose(PartialRotary(twice=True), Config())
+    assert twice.causes and twice.causes[0].trap == "double_scale", twice.text()
+    turned = diagnose(PartialRotary(values=True), Config())
+    assert turned.causes and turned.causes[0].trap == "rope_on_value", turned.text()
+    assert "v = self.turn(v)" in turned.causes[0].at, turned.text()
+
+
+class NoAutocast(nn.Module):
+    """A rotary submodule whose forward is decorated (rotary-embedding-torch's
+    ``@autocast(..., enabled=False)``)."""
+
+    @torch.autocast("cpu", enabled=False)
+    def forward(self, t):  # (B, T, d)
+        angles = torch.arange(t.shape[1])[:, None] * 0.1 * torch.arange(1, t.shape[-1] // 2 + 1)
+        t1, t2 = t.chunk(2, dim=-1)
+        return torch.cat([t1 * angles.cos() - t2 * angles.sin(),
+                          t1 * angles.sin() + t2 * angles.cos()], dim=-1)  # fmt: skip
+
+
+class TurnsValuesThroughASubmodule(nn.Module):
+    def __init__(self, d_model=32):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.rotary = NoAutocast()
+
+    @torch.autocast("cpu", enabled=False)  # its own forward decorated too: the code it wraps
+    def forward(self, x):
+        q, k = self.rotary(self.q(x)), self.rotary(self.k(x))
+        v = self.rotary(self.v(x))  # the values turned too
+        return F.softmax(q @ k.transpose(1, 2) / math.sqrt(x.shape[-1]), dim=-1) @ v
+
+
+def test_a_trap_in_a_submodule_is_shown_at_the_line_of_the_forward_that_called_it():
+    d = diagnose(TurnsValuesThroughASubmodule(), Config())
+    assert d.causes and d.causes[0].trap == "rope_on_value", d.text()
+    assert "v = self.rotary(self.v(x))" in d.causes[0].at, d.text()
+
+
+class OwnBoolTriangle(nn.Module):
+    """A causal triangle the module builds as a bool and hands SDPA; ``diagonal`` 1 is a
+    triangle one off (each query sees the next key)."""
+
+    def __init__(self, d_model=32, heads=4, diagonal=0):
+        super().__init__()
+        self.heads, self.diagonal = heads, diagonal
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        allowed = torch.ones(T, T, dtype=torch.bool).tril(self.diagonal)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+def test_a_triangle_a_module_hands_sdpa_is_read_as_its_own_mask():
+    healthy = diagnose(OwnBoolTriangle(), Config())
+    assert healthy.healthy and healthy.config.causal, healthy.text()
+    leaky = diagnose(OwnBoolTriangle(diagonal=1), Config(causal=True))
+    first = leaky.causes[0]
+    assert first.trap == "causal_leak" and ".tril(self.diagonal)" in first.at, leaky.text()
+
+
+class Unnamed(nn.Module):
+    """Correct attention whose projections' names say nothing (``a``, ``b``, ``c``, ``d``) and
+    whose scores are written keys first (``k q^T``, softmax over axis 1): which projection is
+    which is read from what the forward does with it."""
+
+    def __init__(self, d_model=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.a, self.b, self.c, self.d = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        k, q, v = (
+            p(x).view(B, T, self.heads, -1).transpose(1, 2) for p in (self.a, self.b, self.c)
+        )
+        scores = k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, h, S, T): keys first
+        weights = scores.softmax(dim=2).transpose(2, 3)  # over the keys, then (B, h, T, S)
+        return self.d((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+def test_projections_are_told_apart_by_what_the_forward_does_with_them():
+    d = diagnose(Unnamed(), Config())
+    sdpa = {f.probe: f for f in d.findings}["agrees with SDPA"]
+    assert sdpa.status == PASS and "b, a, c" in sdpa.message, d.text()
+    facts = {f.name: f.value for f in d.facts}
+    assert facts["projections"] == ("queries by `b.weight`, keys by `a.weight`, values by "
+                                    "`c.weight`, output by `d.weight`"), facts  # fmt: skip

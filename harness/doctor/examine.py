@@ -103,12 +103,14 @@ def diagnose(
         report(step)
         with guarded(timeout):
             subject = Subject(module, config)
+            subject.settle()  # its width and dtype, found by calling it
         reading_of = read_forward(subject, timeout)
         subject.reading = reading_of(config.causal)
         with guarded(timeout):
             said = causal_as_said(subject, subject.reading)  # causal, as it shows
             if said is not None:
                 subject = Subject(module, said[0])
+                subject.settle()
     except UsageError:
         raise
     except Exception as exc:  # the module exits, hangs or breaks before any probe can run

@@ -70,10 +70,9 @@ class Subject:
         self.spec = config.spec
         self.adapter = Adapter(config.call)  # what its --call adapter says, if it has one
         if config.call is not None:
-            self.plan: CallPlan = AdapterPlan(adapter=config.call)
+            plan: CallPlan = AdapterPlan(adapter=config.call)
         else:
-            self.plan = plan_call(self.module, self.takes_mask, config.mask_arg,
-                                  config.rotary_dims)  # fmt: skip
+            plan = plan_call(self.module, self.takes_mask, config.mask_arg, config.rotary_dims)
         # an adapter (a model's recorded call) hands the layer what it takes itself
         said = getattr(module, "batch_first", 1) is False and config.call is None
         self.sequence_first = config.sequence_first or said
@@ -81,7 +80,6 @@ class Subject:
             self.sequence_first = False  # its wrapper turns it round itself
         self.original = module  # the module as given (its class's code is read for rotary)
         self._reading: Reading | None = None  # its one recorded forward, read
-        self.new_cache, self.cache_source = cache_convention(self.module, self.plan, self.adapter)
         self.window, self.window_source = window_of(self.module, config)
         # the layer's own, else its caller's (the model doctor's replay: the model's context)
         self.context = declared_context(self.module) or self.adapter.context
@@ -91,13 +89,60 @@ class Subject:
             self.config = config = replace(config, seq_len=self.context)
         self.rotary_dims = rotary_dims(self.module, config.rotary_dims)
         self.rope_base = rope_base(self.module, config.rope_base)
-        self.plan = replace(self.plan, rope_base=self.rope_base)  # the tables it makes, if any
+        self._plan = replace(plan, rope_base=self.rope_base)  # the tables it makes, if any
+        self._cache_plan = self._plan  # the call's convention, before the width is settled
         self.softcap = config.softcap or positive_attribute(self.module, SOFTCAP_NAMES, real=True)
-        self.dtype = torch.float64
-        self.d_model, self.dtype = self._input_width(config.d_model)
-        self.fixed_length = self._fixed_length()
+        # how the module is called (its width, dtype, the position parameters it runs with) is
+        # settled by calling it: on first use (``settle``), never while it is being made
+        self._settled = False
+        self._d_model, self._dtype = 0, torch.float64
 
-    def _fixed_length(self) -> int | None:
+    def settle(self) -> None:
+        """Find, by calling the module, the width and dtype it runs on (and whether it runs
+        with its optional position parameters left to their defaults); a UsageError when no
+        width can be told. Once; the probes' reads of ``d_model``, ``dtype`` and ``plan`` call
+        it first."""
+        if self._settled:
+            return
+        self._settled = True  # the calls below read the width and dtype they try
+        self._d_model, self._dtype = self._input_width(self.config.d_model)
+
+    @property
+    def d_model(self) -> int:
+        self.settle()
+        return self._d_model
+
+    @property
+    def dtype(self) -> torch.dtype:
+        self.settle()
+        return self._dtype
+
+    @property
+    def plan(self) -> CallPlan:
+        self.settle()
+        return self._plan
+
+    @plan.setter
+    def plan(self, plan: CallPlan) -> None:
+        self.settle()
+        self._plan = plan
+
+    @cached_property
+    def _cache(self) -> tuple[Callable[[], object] | None, str]:
+        return cache_convention(self.module, self._cache_plan, self.adapter)
+
+    @property
+    def new_cache(self) -> Callable[[], object] | None:
+        """What makes a fresh cache for the module (None: it takes none)."""
+        return self._cache[0]
+
+    @property
+    def cache_source(self) -> str:
+        """How the cache is passed, or why there is none."""
+        return self._cache[1]
+
+    @cached_property
+    def fixed_length(self) -> int | None:
         """The one length the module takes, when it declares a context (an N x N buffer, as
         Swin's relative_position_index of one window) and runs there but not on 3 tokens."""
         if self.context is None or self.context == 3 or self.config.seq_len != self.context:
@@ -121,18 +166,18 @@ class Subject:
         candidates = width_candidates(self.module, given)
         if not candidates:
             raise UsageError("cannot tell the module's input width: pass --d-model")
-        plan = self.plan
+        plan = self._plan
         # optional position parameters that take something else than (B, T) positions (DETR's
         # pos, an embedding), or rotary tables in another form than the doctor makes
         # (MEGABYTE's rotary_emb object), are left to their default when the module runs only so
         dropped = (*plan.optional_positions, *plan.optional_tables)
         plain = replace(plan, positions=tuple(n for n in plan.positions if n not in dropped))
-        for self.plan in dict.fromkeys((plan, plain)):
+        for self._plan in dict.fromkeys((plan, plain)):
             for dtype in (torch.float64, torch.float32):
-                self.dtype = dtype
+                self._dtype = dtype
                 module = self.copy()
                 for width in candidates:
-                    self.d_model = width
+                    self._d_model = width
                     try:
                         with torch.no_grad():
                             out, _ = self.call(module, self.x(2, 3, 0), self.ordinary_keep(2, 3))
@@ -140,7 +185,7 @@ class Subject:
                         continue
                     if out.dim() == 3 and tuple(out.shape[:2]) == (2, 3):
                         return width, dtype
-        self.plan = plan
+        self._plan = plan
         return candidates[0], torch.float64
 
     def copy(self, dtype: torch.dtype | None = None) -> nn.Module:
@@ -293,7 +338,8 @@ class Subject:
     def readings(self, module: nn.Module) -> list[Recognized]:
         """Every reading of ``module``'s projections (``reference.recognize``), at the softmax
         scale the module means (--scale; else 1/sqrt(head width))."""
-        return [with_scale(found, self.config.scale) for found in recognize(module)]
+        return [with_scale(found, self.config.scale)
+                for found in recognize(module, roles=self.reading.projections)]  # fmt: skip
 
     def encode(self, keep: Tensor | None, dtype: torch.dtype) -> Tensor | None:
         """The keep-mask in the module's convention and layout, on the device."""

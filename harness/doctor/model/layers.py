@@ -11,6 +11,7 @@ probed once.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from harness.doctor.causality import causal_table
 from harness.doctor.model.call import BATCH, SEQ_LEN, ModelCall
 from harness.doctor.model.replay import Slot, fresh
 from harness.doctor.reading.facts import interpret
@@ -89,6 +91,19 @@ class Call:
         with torch.no_grad(), seeded(0):  # as ``run``: a cache it fills keeps no graph
             found = record(self.module, lambda: self.module(*args, **kwargs), {"x": placed})
         return interpret(found, x.shape[-1]).masks_future
+
+    def causal_mask_given(self) -> str:
+        """The argument of the recorded call that is a causal mask (square, lower-triangular,
+        as bool, 0/1 or additive), "" when none is: what its model hands it."""
+        try:  # a positional argument by its parameter's name
+            params = list(inspect.signature(self.module.forward).parameters)
+        except (TypeError, ValueError):
+            params = []
+        named = [*(params[i] if i < len(params) else f"argument {i}"
+                   for i in range(len(self.args))), *self.kwargs]  # fmt: skip
+        given = [*self.args, *self.kwargs.values()]
+        return next((name for name, value in zip(named, given, strict=True)
+                     if isinstance(value, Tensor) and causal_table(value)), "")  # fmt: skip
 
     def mixes(self) -> bool:
         """Changing the first token moves another's output, or changing the last does (a

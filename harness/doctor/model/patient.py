@@ -33,18 +33,21 @@ def declared_causal(
 ) -> tuple[bool, str] | None:
     """What the model is, and how that is known: causal when every group of attention layers,
     called as the model calls it, masks the future itself (its own triangle, read from one
-    recorded call: what it computes outranks what anything says), else when every attention
-    layer says so (``is_causal``; an encoder's layers say otherwise), else not when its config
-    says it reads
-    both ways, else causal when it registers a causal mask (nanoGPT's ``bias`` in each layer,
-    Whisper's decoder's additive ``mask``), else whether it can generate (transformers'
-    ``can_generate()``, else a ``generate`` method), else whether its forward takes a cache or
-    a start position, or it has a method that makes the cache it keeps (gpt-fast's
-    ``setup_caches``, litgpt's ``set_kv_cache``): only a decoder does; None when nothing says
-    (it is measured). A class's name says nothing."""
+    recorded call: what it computes outranks what anything says), or is handed a causal mask
+    by it; else when every attention layer's flag says so (``is_causal``; an encoder's layers
+    say otherwise); else not when its config says it reads both ways; else causal when it
+    registers a causal mask (nanoGPT's ``bias`` in each layer, Whisper's decoder's additive
+    ``mask``); else whether it can generate (transformers' ``can_generate()``, else a
+    ``generate`` method); else whether its forward takes a cache or a start position, or it has
+    a method that makes the cache it keeps (gpt-fast's ``setup_caches``, litgpt's
+    ``set_kv_cache``): only a decoder does; None when nothing says (it is measured). A class's
+    name says nothing."""
     own = [g.call.masks_future_itself() if g.call is not None else "" for g in groups]
     if own and all(own):
         return True, f"its attention layers mask the future themselves, at {own[0]}"
+    handed = [g.call.causal_mask_given() if g.call is not None else "" for g in groups]
+    if handed and all(handed):
+        return True, f"it hands its attention layers a causal mask (`{handed[0]}`)"
     flags = [flag for flag in (stated(g.module) for g in groups) if flag is not None]
     if flags:
         causal = all(flag.causal for flag in flags)

@@ -10,7 +10,9 @@ module's own buffers addressed by ``start_pos`` / ``input_pos``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from harness.consistency import Agreement, agreements
 from harness.doctor.caches import Returned
@@ -253,14 +255,43 @@ def _writes(subject: Subject, calls: list[tuple[int, int, Held, Held]]) -> Invok
     return invoke
 
 
+class _TopLeft(TorchFunctionMode):
+    """Notes an SDPA call told ``is_causal=True`` with fewer queries than keys: its mask is
+    anchored at the top-left, so a new query sees only the first keys (pytorch/pytorch#108108)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            q = kwargs.get("query", args[0] if args else None)
+            k = kwargs.get("key", args[1] if len(args) > 1 else None)
+            causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+            if causal and isinstance(q, Tensor) and isinstance(k, Tensor):
+                self.seen |= q.shape[-2] < k.shape[-2]
+        return func(*args, **kwargs)
+
+
 def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement) -> Said:
-    """The catalogue trap a decode mismatch matches: a cache the module holds written at the
-    wrong slots (seen in its tensors), positions that restart on each cached call (fixed by
-    passing positions explicitly), else a causal mask anchored top-left."""
+    """The catalogue trap a decode mismatch matches, as chunked prefill shows it: a cache the
+    module holds written at the wrong slots (seen in its tensors), SDPA told is_causal with
+    fewer queries than keys; else positions that restart on each cached call (fixed by passing
+    positions explicitly); else the causes it cannot tell apart."""
     calls: list[tuple[int, int, Held, Held]] = []
-    _agreements(subject, x, keep, ("chunked",), invoke=_writes(subject, calls))
+    with _TopLeft() as top_left:
+        _agreements(subject, x, keep, ("chunked",), invoke=_writes(subject, calls))
     if misplaced := _misplaced(calls):
         return named(misplaced, "stale_cache")
+    if top_left.seen:
+        return named(
+            "; a cached call hands SDPA is_causal=True with fewer queries than keys, which "
+            "anchors its mask at the top-left: a new query sees only the first keys "
+            "(cache_causal_alignment; pass a mask aligned bottom-right, or is_causal only when "
+            "queries and keys are as many)",
+            "cache_causal_alignment",
+        )
     explicit = _explicit_positions(subject, x)
     if explicit is not None:
         retried = _agreements(subject, x, keep, (wrong.scenario,), explicit)[0]

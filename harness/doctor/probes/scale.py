@@ -117,7 +117,7 @@ def measure(subject: Subject) -> Measured | None:
     for every input."""
     cfg = subject.config
     module = subject.copy()
-    for reading in recognize(module, extra=True):
+    for reading in recognize(module, extra=True, roles=subject.reading.projections):
         with torch.no_grad():
             head_width = reading[0](subject.x(1, 1, 0))[2].shape[-1] // reading[2]
         seq_len = min(cfg.seq_len, head_width)

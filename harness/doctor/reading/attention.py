@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from harness.doctor.reading.masks import Fill, added_mask, filled, provenance
+from harness.doctor.reading.masks import Fill, added_mask, filled, provenance, sdpa_fill
 from harness.doctor.reading.ops import (
     ADD,
     CAPS,
@@ -85,6 +85,9 @@ class Site:
     merged_without_transpose: Op | None = None  # the reshape that cuts the queries' axis up
     rotated: Op | None = None  # where the queries or keys are rotated (q cos + rotate_half(q) sin)
     values_rotated: Op | None = None  # where the values are rotated as well (rope_on_value)
+    # the parameter each of "queries", "keys", "values" and "output" is projected by, as read
+    # back (forward, for the output) from the attention (None: not a parameter)
+    projections: dict[str, str | None] = field(default_factory=dict)
     sdpa_mask: Tensor | None = None  # the attn_mask an SDPA call was given
     is_causal: bool = False
 
@@ -212,9 +215,11 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
         ndim = out_ndim
     if site.key_axis is None and key is not None:
         site.key_axis, site.key_axis_from = key, LAST_AXIS
-    site.query_axis = query
+    # k q^T: the product with V sums over the first operand's axis, so the first is the keys
+    swapped = key is not None and query is not None and site.key_axis == query != key
+    site.query_axis = key if swapped else query
     site.width = _summed_width(op)
-    _read_operands(record, site, op, memo)
+    _read_operands(record, site, op, memo, swapped)
 
 
 def _of_two(record: Record, op: Op, memo: dict[int, bool]) -> bool:
@@ -292,23 +297,48 @@ def _summed_width(op: Op) -> int | None:
     return tensors[0].shape[-1]
 
 
-def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool]) -> None:
+def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool],
+                   swapped: bool = False) -> None:  # fmt: skip
     """Constant factors on the product's two operands, back to their projections (a linear
-    op or the input); rotary (a sum of the operand times two tables) is followed through."""
+    op or the input); rotary (a sum of the operand times two tables) is followed through.
+    ``swapped``: the product is k q^T."""
     tensors = tensor_args(product)
     if product.name == "baddbmm":
         tensors = tensors[1:]
     complete = True
-    for value, where in zip(tensors[:2], ("queries", "keys"), strict=False):
+    roles = ("keys", "queries") if swapped else ("queries", "keys")
+    for value, where in zip(tensors[:2], roles, strict=False):
         complete &= _read_operand(record, site, value, where, memo)
     site.complete = complete and site.stopped_at is None
+
+
+def _is_projection(record: Record, op: Op, memo: dict[int, bool]) -> bool:
+    """A linear op, or data times a weight written out (x @ W)."""
+    return op.name in {"linear", "addmm"} or (op.name in PRODUCTS and _weighted(record, op, memo))
+
+
+def weight_name(record: Record, op: Op, memo: dict[int, bool]) -> str | None:
+    """The name of the parameter a projection multiplies by (followed back through ``.T`` or
+    a transpose of it); None when it is no parameter of the module."""
+    for value in tensor_args(op):
+        for _ in range(4):
+            if from_input(record, value, memo) or value.shape is None or len(value.shape) != 2:
+                break
+            if value.kind == "parameter":
+                return str(value.ref)
+            earlier = record.producer(value)
+            if earlier is None or earlier.name not in LAYOUT | {"t", "T"} or not earlier.args:
+                break
+            value = earlier.args[0]
+    return None
 
 
 def _read_operand(record: Record, site: Site, value: Value, where: str, memo: dict) -> bool:
     steps = 0
     while (op := record.producer(value)) is not None and steps < 64:
         steps += 1
-        if op.name in {"linear", "addmm"} or (op.name in PRODUCTS and _weighted(record, op, memo)):
+        if _is_projection(record, op, memo):
+            site.projections[where] = weight_name(record, op, memo)
             return True  # a projection: the operand starts here
         if turned(record, op, memo):
             site.rotated = site.rotated or op
@@ -355,8 +385,9 @@ def _sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0
     if op is None or depth > 16:
         return {-1}
     data = [v for v in op.tensors if from_input(record, v, memo)]
-    if op.name in MULTIPLY | DIVIDE and any(scalar(v) is not None for v in op.args):
+    if op.name in MULTIPLY | DIVIDE and any(scalar(v) not in (None, 1.0) for v in op.args):
         return {op.index}  # a scale: the branches meet here, and it is read from here on
+    # (a factor of 1 on each branch, rotary-embedding-torch's ``* scale``, changes nothing)
     passes = op.name in LAYOUT | SAME | MULTIPLY | {"neg", "__neg__", "chunk", "split", "unbind"}
     if passes and len(data) == 1:
         return _sources(record, data[0], memo, depth + 1)
@@ -366,6 +397,47 @@ def _sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0
             found |= _sources(record, v, memo, depth + 1)
         return found
     return {op.index}
+
+
+def _value_projection(record: Record, value: Value, memo: dict[int, bool]) -> str | None:
+    """The parameter the values are projected by: followed back through layout, scales and
+    rotations to their projection."""
+    for _ in range(64):
+        op = record.producer(value)
+        if op is None:
+            return None
+        if _is_projection(record, op, memo):
+            return weight_name(record, op, memo)
+        if op.name in ADD | {"sub", "cat", "stack"}:
+            value = _rotated_source(record, op, memo)
+            if value is None:
+                return None
+            continue
+        if op.name in SAME | LAYOUT:
+            main = tensor_args(op)[0] if tensor_args(op) else None
+        elif op.name in MULTIPLY | DIVIDE or op.name in {"neg", "__neg__"}:
+            main = data_operand(record, op, memo)
+        else:
+            return None
+        if main is None or not from_input(record, main, memo):
+            return None
+        value = main
+    return None
+
+
+def _output_projection(record: Record, index: int, memo: dict[int, bool]) -> str | None:
+    """The parameter the attention's result (op ``index``'s) is projected by: followed forward
+    through layout ops to the first projection that takes it."""
+    for _ in range(16):
+        nxt = next(record.consumers(index), None)
+        if nxt is None:
+            return None
+        if _is_projection(record, nxt, memo):
+            return weight_name(record, nxt, memo)
+        if nxt.name not in SAME | LAYOUT:
+            return None
+        index = nxt.index
+    return None
 
 
 def _rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:
@@ -400,7 +472,8 @@ def _tabled(record: Record, op: Op, memo: dict[int, bool], depth: int = 0) -> bo
                                    for v in tensor_args(op)):  # fmt: skip
         return True
     if depth > 4 or not (
-        op.name in ADD | LAYOUT | SAME or op.name in {"sub", "cat", "stack", "neg", "__neg__"}
+        op.name in ADD | LAYOUT | SAME | MULTIPLY | DIVIDE
+        or op.name in {"sub", "cat", "stack", "neg", "__neg__"}
     ):
         return False
     return any(
@@ -541,6 +614,8 @@ def sites(record: Record) -> list[Site]:
                       if not (v.kind == "op" and v.ref == site.weights_ref)]  # fmt: skip
             if len(values) == 1 and from_input(record, values[0], memo):
                 site.values_rotated = _rotation(record, values[0], memo)
+                site.projections["values"] = _value_projection(record, values[0], memo)
+            site.projections["output"] = _output_projection(record, site.consumer.index, memo)
         if site.product is not None or site.consumer is not None:
             found.append(site)
     return found
@@ -623,6 +698,10 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
     _merged(record, site, op, ndim - 2)
     mask = op.arg(3, "attn_mask")
     site.sdpa_mask = record.result(mask) if mask is not None and mask.is_tensor else None
+    key = op.arg(1, "key")
+    if site.sdpa_mask is not None and query is not None and query.shape and key and key.shape:
+        site.fills.append(sdpa_fill(op, mask, site.sdpa_mask, (*query.shape[:-1], key.shape[-2])))
+        provenance(record, site.fills[-1])
     site.is_causal = bool(op.const(5, "is_causal", False))
     scale = op.const(6, "scale")
     if isinstance(scale, int | float):
@@ -638,4 +717,6 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
     value = op.arg(2, "value")
     if value is not None and value.is_tensor and from_input(record, value, memo):
         site.values_rotated = _rotation(record, value, memo)
+        site.projections["values"] = _value_projection(record, value, memo)
+    site.projections["output"] = _output_projection(record, op.index, memo)
     return site

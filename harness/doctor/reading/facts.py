@@ -65,6 +65,9 @@ class Reading:
     masks_future: str = ""
     rotary: str = ""  # where its queries or keys are rotated; "" where the record shows none
     mask_unread: str = ""  # where a mask it was given goes unread (no fill, no attn_mask)
+    # the parameters the attention's queries, keys, values and output are projected by, as
+    # the record shows them ({} where it does not show all of q, k and v)
+    projections: dict[str, str | None] = field(default_factory=dict)
 
 
 def _axis_word(site: Site, axis: int) -> str:
@@ -78,7 +81,7 @@ def _axis_word(site: Site, axis: int) -> str:
 def _shape(site: Site) -> str:
     """The scores' shape: the softmax's input, or for SDPA (B, h, T, S) from its q and k."""
     op = site.softmax
-    first = op.args[0] if op.args else None
+    first = op.arg(0, "query") if site.sdpa else op.args[0] if op.args else None
     if first is None or not first.shape:
         return "?"
     shape = first.shape
@@ -263,9 +266,10 @@ def unread_mask(site: Site) -> list[Fact]:
     return [Fact("mask", said, COMPUTED, site.softmax.where)]
 
 
-def sdpa_mask(site: Site, keep: torch.Tensor | None) -> Named | None:
-    """What the mask given to SDPA does against the declared keep-mask: a float 0/1 mask is
-    added (nothing blocked), a bool one read the wrong way blocks what it should keep."""
+def sdpa_mask(site: Site, keep: torch.Tensor | None, causal: bool = False) -> Named | None:
+    """What the mask given to SDPA does against the declared keep-mask (or, for a causal
+    module given none, the causal one): a float 0/1 mask is added (nothing blocked), a bool
+    one read the wrong way blocks what it should keep."""
     mask = site.sdpa_mask
     if mask is None:
         return None
@@ -276,7 +280,16 @@ def sdpa_mask(site: Site, keep: torch.Tensor | None) -> Named | None:
             return Named("sdpa_float_mask", "a float 0/1 mask is given to SDPA, which adds a "
                          "float mask to the scores: it blocks nothing", line)  # fmt: skip
         return None
-    if mask.dtype != torch.bool or keep is None:
+    if mask.dtype != torch.bool:
+        return None
+    if keep is None and causal and mask.dim() >= 2 and mask.shape[-1] == mask.shape[-2] > 1:
+        T = mask.shape[-1]
+        future = torch.ones(T, T, dtype=torch.bool, device=mask.device).triu(1)
+        if bool((mask == future).all()):  # True exactly where a causal mask blocks
+            return Named("sdpa_mask_inverted", "the bool mask SDPA is given is True exactly on "
+                         "the future (the keys a causal mask blocks): SDPA attends where True",
+                         line)  # fmt: skip
+    if keep is None:
         return None
     kept = keep_like(keep, mask)
     if kept is None:
@@ -302,7 +315,7 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
     """A fill that blocks exactly the cells the declared keep-mask keeps (and keeps the
     blocked ones): the mask read the wrong way round; or exactly the ones it blocks, with
     queries and keys swapped: a padding mask applied along the queries."""
-    if keep is None or keep.all():
+    if keep is None or keep.all() or site.sdpa:  # an SDPA mask misread is sdpa_mask's to say
         return None
     for fill in site.fills:
         cells = fill.cells
@@ -342,7 +355,7 @@ def interpret(
         reading.facts.append(Fact("raises", raised[-1].raised, COMPUTED, raised[-1].where))
     for site in sites(found):
         one = site_facts(site, d_model, declared_scale, made, causal)
-        for misread in (fills_kept_cells(site, keep), sdpa_mask(site, keep)):
+        for misread in (fills_kept_cells(site, keep), sdpa_mask(site, keep, causal)):
             if misread is not None:
                 one.named.append(misread)
         unread = unread_mask(site) if keep is not None else []
@@ -354,6 +367,12 @@ def interpret(
         reading.masks_future = reading.masks_future or one.masks_future
         if site.rotated is not None:
             reading.rotary = reading.rotary or site.rotated.where
+        read = site.projections
+        if not reading.projections and all(read.get(r) for r in ("queries", "keys", "values")):
+            reading.projections = dict(read)
+            roles = ("queries", "keys", "values", "output")
+            said = ", ".join(f"{role} by `{read[role]}`" for role in roles if read.get(role))
+            reading.facts.append(Fact("projections", said, COMPUTED))
         reading.attention_found = True
     fused = next((op for op in found.ops if op.name in FUSED), None)
     if not reading.attention_found and fused is not None:

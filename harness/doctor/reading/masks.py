@@ -3,8 +3,10 @@ what, and whether it is the caller's mask or the module's own, cut from a triang
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from harness.doctor.reading.ops import from_input, scalar, tensor_args
@@ -40,6 +42,18 @@ def filled(record: Record, op: Op) -> Fill:
 
 
 BLOCKING = -1e4  # an added value this negative (or a fill) blocks its cell
+
+
+def sdpa_fill(op: Op, mask: Value, values: Tensor, shape: tuple[int, ...]) -> Fill:
+    """The cells an SDPA call's ``attn_mask`` blocks on its (B, h, T, S) scores: False in a
+    bool mask (filled with -inf), very negative in an added one."""
+    bool_mask = values.dtype == torch.bool
+    blocked = ~values if bool_mask else values <= BLOCKING
+    try:
+        cells = blocked.expand(shape)
+    except RuntimeError:
+        cells = None
+    return Fill(op, -math.inf if bool_mask else None, cells, mask)
 
 
 def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import linecache
 import sys
 import weakref
@@ -204,8 +205,12 @@ def _source_line(own: frozenset[CodeType] = frozenset()) -> tuple[str, str, str,
 
 
 def _forwards(module: nn.Module) -> frozenset[CodeType]:
-    """The code of the forwards of ``module`` and its submodules."""
-    codes = (getattr(type(sub).forward, "__code__", None) for sub in module.modules())
+    """The code of ``module``'s own forward (and the forwards it inherits, which a
+    ``super().forward`` runs), not its submodules': the line of the module's forward that led
+    to an op run in a helper or a submodule is the one a reader edits. A decorated forward
+    (``@autocast(...)``) is the code it wraps."""
+    forwards = (vars(cls).get("forward") for cls in type(module).__mro__)
+    codes = (getattr(inspect.unwrap(f), "__code__", None) for f in forwards if callable(f))
     return frozenset(code for code in codes if code is not None)
 
 
