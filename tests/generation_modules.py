@@ -93,13 +93,18 @@ class StartPos(Projections):
         self.register_buffer("cache_k", torch.zeros(8, n_heads, 64, d_model // n_heads))
         self.register_buffer("cache_v", torch.zeros(8, n_heads, 64, d_model // n_heads))
 
-    def forward(self, x: Tensor, start_pos: int = 0):
-        B, T, _ = x.shape
-        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+    def store(self, k: Tensor, v: Tensor, first: int) -> None:
+        """This call's keys and values (B, h, T, d) into the cache, from slot ``first``."""
+        B, _, T, _ = k.shape
         self.cache_k = self.cache_k.to(k.dtype).detach()
         self.cache_v = self.cache_v.to(v.dtype).detach()
-        self.cache_k[:B, :, start_pos : start_pos + T] = k.detach()
-        self.cache_v[:B, :, start_pos : start_pos + T] = v.detach()
+        self.cache_k[:B, :, first : first + T] = k.detach()
+        self.cache_v[:B, :, first : first + T] = v.detach()
+
+    def forward(self, x: Tensor, start_pos: int = 0):
+        B = x.shape[0]
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        self.store(k, v, start_pos)
         keys = torch.cat([self.cache_k[:B, :, :start_pos], k], dim=2)
         values = torch.cat([self.cache_v[:B, :, :start_pos], v], dim=2)
         return self.attend(q, keys, values, self.top_left)
@@ -117,11 +122,7 @@ class ReadsItsCache(StartPos):
     def forward(self, x: Tensor, start_pos: int = 0):
         B, T, _ = x.shape
         q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
-        self.cache_k = self.cache_k.to(k.dtype).detach()
-        self.cache_v = self.cache_v.to(v.dtype).detach()
-        first = 0 if self.forgets_start else start_pos
-        self.cache_k[:B, :, first : first + T] = k.detach()
-        self.cache_v[:B, :, first : first + T] = v.detach()
+        self.store(k, v, 0 if self.forgets_start else start_pos)
         keys = self.cache_k[:B, :, : start_pos + T]
         values = self.cache_v[:B, :, : start_pos + T]
         return self.attend(q, keys, values)
@@ -140,10 +141,7 @@ class SdpaIsCausal(StartPos):
     def forward(self, x: Tensor, start_pos: int = 0):
         B, T, _ = x.shape
         q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
-        self.cache_k = self.cache_k.to(k.dtype).detach()
-        self.cache_v = self.cache_v.to(v.dtype).detach()
-        self.cache_k[:B, :, start_pos : start_pos + T] = k.detach()
-        self.cache_v[:B, :, start_pos : start_pos + T] = v.detach()
+        self.store(k, v, start_pos)
         keys = torch.cat([self.cache_k[:B, :, :start_pos], k], dim=2)
         values = torch.cat([self.cache_v[:B, :, :start_pos], v], dim=2)
         if self.aligned and start_pos > 0:

@@ -393,27 +393,28 @@ def test_queries_are_told_from_heads_where_the_keys_are_shared_by_every_head():
     )
 
 
-class FloatTriangleToSDPA(nn.Module):
-    """A module that builds its causal triangle as a 0/1 float and hands it to SDPA, which adds
-    it (MEGABYTE's flash path, rewritten so): nothing is blocked, whoever calls it."""
+class TriangleToSDPA(nn.Module):
+    """A module that builds its causal triangle and hands it to SDPA: as a 0/1 float (MEGABYTE's
+    flash path, rewritten so), which SDPA adds, blocking nothing whoever calls it; or as a bool,
+    ``diagonal`` 1 one off (each query sees the next key)."""
 
-    def __init__(self, d_model=32, heads=4, as_bool=False):
+    def __init__(self, d_model=32, heads=4, as_bool=False, diagonal=0):
         super().__init__()
-        self.heads, self.as_bool = heads, as_bool
+        self.heads, self.as_bool, self.diagonal = heads, as_bool, diagonal
         self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
-        causal = torch.ones(T, T).tril()
+        causal = torch.ones(T, T).tril(self.diagonal)
         causal = causal.bool() if self.as_bool else causal
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
         return self.out(y.transpose(1, 2).reshape(B, T, C))
 
 
 def test_a_float_triangle_a_module_gives_sdpa_itself_is_named_without_a_declared_mask():
-    assert diagnose(FloatTriangleToSDPA(as_bool=True), Config(causal=True)).healthy
-    d = diagnose(FloatTriangleToSDPA(), Config(causal=True))
+    assert diagnose(TriangleToSDPA(as_bool=True), Config(causal=True)).healthy
+    d = diagnose(TriangleToSDPA(), Config(causal=True))
     assert d.causes[0].trap == "sdpa_float_mask", d.text()
     assert "causal no-leak" in d.causes[0].probes, d.text()
 
@@ -561,27 +562,10 @@ def test_a_trap_in_a_submodule_is_shown_at_the_line_of_the_forward_that_called_i
     assert "v = self.rotary(self.v(x))" in d.causes[0].at, d.text()
 
 
-class OwnBoolTriangle(nn.Module):
-    """A causal triangle the module builds as a bool and hands SDPA; ``diagonal`` 1 is a
-    triangle one off (each query sees the next key)."""
-
-    def __init__(self, d_model=32, heads=4, diagonal=0):
-        super().__init__()
-        self.heads, self.diagonal = heads, diagonal
-        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
-        allowed = torch.ones(T, T, dtype=torch.bool).tril(self.diagonal)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-        return self.out(y.transpose(1, 2).reshape(B, T, C))
-
-
 def test_a_triangle_a_module_hands_sdpa_is_read_as_its_own_mask():
-    healthy = diagnose(OwnBoolTriangle(), Config())
+    healthy = diagnose(TriangleToSDPA(as_bool=True), Config())
     assert healthy.healthy and healthy.config.causal, healthy.text()
-    leaky = diagnose(OwnBoolTriangle(diagonal=1), Config(causal=True))
+    leaky = diagnose(TriangleToSDPA(as_bool=True, diagonal=1), Config(causal=True))
     first = leaky.causes[0]
     assert first.trap == "causal_leak" and ".tril(self.diagonal)" in first.at, leaky.text()
 

@@ -410,19 +410,25 @@ def _value_projection(record: Record, value: Value, memo: dict[int, bool]) -> st
             return weight_name(record, op, memo)
         if op.name in ADD | {"sub", "cat", "stack"}:
             value = _rotated_source(record, op, memo)
-            if value is None:
-                return None
-            continue
-        if op.name in SAME | LAYOUT:
-            main = tensor_args(op)[0] if tensor_args(op) else None
-        elif op.name in MULTIPLY | DIVIDE or op.name in {"neg", "__neg__"}:
-            main = data_operand(record, op, memo)
         else:
+            value = _values_before(record, op, memo)
+        if value is None:
             return None
-        if main is None or not from_input(record, main, memo):
-            return None
-        value = main
     return None
+
+
+def _values_before(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
+    """The data the values were before ``op``: the tensor a layout op lays out again (its
+    first: ``cache.to(xq)`` is the cache), a scale's or a negation's operand; None for any
+    other op, or where that is no data (a buffer written in place, as a cache is: not
+    followed)."""
+    if op.name in SAME | LAYOUT:
+        main = tensor_args(op)[0] if tensor_args(op) else None
+    elif op.name in MULTIPLY | DIVIDE or op.name in {"neg", "__neg__"}:
+        main = data_operand(record, op, memo)
+    else:
+        return None
+    return main if main is not None and from_input(record, main, memo) else None
 
 
 def _output_projection(record: Record, index: int, memo: dict[int, bool]) -> str | None:
@@ -453,15 +459,9 @@ def _rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:
         if op.name in ADD | {"sub", "cat", "stack"}:
             rotates = _tabled(record, op, memo) and _rotated_source(record, op, memo) is not None
             return op if rotates else None
-        if op.name in SAME | LAYOUT:  # the tensor laid out is the first (``cache.to(xq)``)
-            main = tensor_args(op)[0] if tensor_args(op) else None
-        elif op.name in MULTIPLY | DIVIDE or op.name in {"neg", "__neg__"}:
-            main = data_operand(record, op, memo)
-        else:
+        value = _values_before(record, op, memo)
+        if value is None:
             return None
-        if main is None or not from_input(record, main, memo):
-            return None  # from a buffer written in place (a cache): not followed
-        value = main
     return None
 
 
