@@ -590,17 +590,23 @@ def test_a_model_whose_layers_run_no_softmax_is_still_held_to_what_they_say():
 
 
 def test_causes_a_finding_cannot_tell_apart_are_all_named_not_the_first():
-    """A cache anchored top-left (the catalogue's cache_causal_alignment) decodes wrong; the
-    decode alone cannot tell that from positions restarting or a stale cache: all three."""
+    """A returned cache without the current token decodes wrong, and nothing the calls show
+    tells that from positions restarting or a mask anchored top-left: all three. The
+    catalogue's cache_causal_alignment, whose triangle the chunked calls show anchored
+    top-left, is named alone."""
     from harness.catalogue import registry
     from harness.validation import build, config_for
+    from tests import generation_modules as gm
+    from tests.test_probes import make, probe
 
+    stale = probe(make(gm.LayerPast, stale=True), Config(causal=True), "cached decoding")
+    assert stale.status == FAIL and "Known causes" in stale.message, stale
+    trio = "cache_causal_alignment or rope_cache_offset or stale_cache"
+    assert named_trap([stale]) == trio
     pair = registry.load("cache_causal_alignment")
     diagnosis = diagnose(build(pair, "buggy"), config_for(pair.card))
     [found] = [f for f in diagnosis.findings if f.probe == "cached decoding"]
-    assert found.status == FAIL and "Known causes" in found.message, found
-    trio = "cache_causal_alignment or rope_cache_offset or stale_cache"
-    assert named_trap([found]) == trio
+    assert found.status == FAIL and found.traps == ("cache_causal_alignment",), found
 
 
 def test_a_cache_argument_says_decoder_when_nothing_else_does():

@@ -454,7 +454,7 @@ class ComplexRotary(nn.Module):
         angles = torch.outer(torch.arange(T), 10000.0 ** -(torch.arange(0, d, 2) / d))
         freqs = torch.polar(torch.ones_like(angles), angles)[None, :, None]  # (1, T, 1, d/2)
         pairs = torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2))
-        return torch.view_as_real(pairs * freqs).flatten(3).type_as(t)
+        return torch.view_as_real(pairs * freqs).view_as(t).type_as(t)  # audiocraft's view_as
 
     def forward(self, x):
         B, T, C = x.shape
@@ -597,3 +597,27 @@ def test_projections_are_told_apart_by_what_the_forward_does_with_them():
     facts = {f.name: f.value for f in d.facts}
     assert facts["projections"] == ("queries by `b.weight`, keys by `a.weight`, values by "
                                     "`c.weight`, output by `d.weight`"), facts  # fmt: skip
+
+
+class SequenceIds(nn.Module):
+    """ESM's mask from sequence ids: a token attends to tokens of its own sequence, so padding
+    attends to padding; handed to SDPA as a bool (True: attend), or ``inverted``."""
+
+    def __init__(self, d_model=32, heads=4, inverted=False):
+        super().__init__()
+        self.heads, self.inverted = heads, inverted
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask):  # mask: (B, T), True for a real token
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        same = mask[:, None, :, None] == mask[:, None, None, :]  # (B, 1, T, T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=~same if self.inverted else same)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+def test_an_inverted_sequence_id_mask_is_named_on_the_real_tokens_rows():
+    config = Config(mask="keep", mask_shape="bk")
+    assert diagnose(SequenceIds(), config).healthy
+    d = diagnose(SequenceIds(inverted=True), config)
+    assert d.causes and d.causes[0].trap == "sdpa_mask_inverted", d.text()

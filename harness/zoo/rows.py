@@ -80,7 +80,8 @@ for _gemma4 in ("gemma4", "gemma4_unified", "gemma4_unified_text"):  # the same 
     KNOWN[_gemma4] = KNOWN["gemma4_text"]
 # Decoders of encoder-decoder families, as causal LMs: they take an attention mask and no
 # position ids, and count positions from the first token, padding included
-_FROM_PADDING = {"bart": "0.73", "blenderbot": "0.682", "blenderbot-small": "0.0176",
+_FROM_PADDING = {"bart": "0.73", "bigbird_pegasus": "0.109", "blenderbot": "0.682",
+                 "blenderbot-small": "0.0176",
                  "marian": "0.515", "mbart": "0.732", "musicgen": "0.439",
                  "musicgen_melody": "0.474", "mvp": "0.73", "pegasus": "0.507",
                  "plbart": "0.102", "trocr": "0.73", "whisper": "0.445"}  # fmt: skip

@@ -9,6 +9,8 @@ module's own buffers addressed by ``start_pos`` / ``input_pos``.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -255,23 +257,61 @@ def _writes(subject: Subject, calls: list[tuple[int, int, Held, Held]]) -> Invok
     return invoke
 
 
+BLOCKING = -1e4  # a fill or an added value this negative blocks its cell
+
+
+def _top_left(blocked: Tensor) -> bool:
+    """The cells a mask blocks, over (..., T, S) scores with fewer queries than keys, are the
+    triangle anchored at the top-left (query t kept from keys after t, not after S - T + t)."""
+    T, S = blocked.shape[-2:]
+    if not T < S:
+        return False
+    common = blocked.reshape(-1, T, S).all(0)
+    return torch.equal(common, torch.ones(T, S, dtype=torch.bool, device=common.device).triu(1))
+
+
 class _TopLeft(TorchFunctionMode):
-    """Notes an SDPA call told ``is_causal=True`` with fewer queries than keys: its mask is
-    anchored at the top-left, so a new query sees only the first keys (pytorch/pytorch#108108)."""
+    """Notes a causal mask anchored at the top-left in a call with fewer queries than keys, so
+    that a new query sees only the first keys: SDPA told ``is_causal=True``
+    (pytorch/pytorch#108108), or a triangle the module fills, adds or hands SDPA so."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen = False
+        self.seen = ""  # how, once seen
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        with contextlib.suppress(Exception):  # a shape this reading does not expect: not seen
+            self.seen = self.seen or self._anchored(func, args, kwargs, out)
+        return out
+
+    @staticmethod
+    def _anchored(func, args: tuple, kwargs: dict, out: object) -> str:
+        given = dict(enumerate(args)) | kwargs
         if func is F.scaled_dot_product_attention:
-            q = kwargs.get("query", args[0] if args else None)
-            k = kwargs.get("key", args[1] if len(args) > 1 else None)
-            causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
-            if causal and isinstance(q, Tensor) and isinstance(k, Tensor):
-                self.seen |= q.shape[-2] < k.shape[-2]
-        return func(*args, **kwargs)
+            q, k = given.get(0, given.get("query")), given.get(1, given.get("key"))
+            mask = given.get(3, given.get("attn_mask"))
+            if given.get(5, given.get("is_causal", False)) and q.shape[-2] < k.shape[-2]:
+                return "SDPA told is_causal=True"
+            if isinstance(mask, Tensor):
+                blocked = ~mask if mask.dtype == torch.bool else mask <= BLOCKING
+                if _top_left(blocked.expand(*q.shape[:-1], k.shape[-2])):
+                    return "the triangle it hands SDPA"
+            return ""
+        name = getattr(func, "__name__", "")
+        if name in ("masked_fill", "masked_fill_") and isinstance(given.get(1), Tensor):
+            value = given.get(2)
+            if isinstance(value, int | float) and value <= BLOCKING:
+                return (
+                    "the triangle it fills" if _top_left(given[1].bool().expand(out.shape)) else ""
+                )
+        if name in ("add", "__add__", "__radd__") and isinstance(out, Tensor):
+            added = [t for t in args[:2] if isinstance(t, Tensor) and t.is_floating_point()]
+            if any(_top_left((t <= BLOCKING).expand(out.shape)) for t in added
+                   if bool((t <= BLOCKING).any())):  # fmt: skip
+                return "the triangle it adds"
+        return ""
 
 
 def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement) -> Said:
@@ -286,10 +326,10 @@ def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement
         return named(misplaced, "stale_cache")
     if top_left.seen:
         return named(
-            "; a cached call hands SDPA is_causal=True with fewer queries than keys, which "
-            "anchors its mask at the top-left: a new query sees only the first keys "
-            "(cache_causal_alignment; pass a mask aligned bottom-right, or is_causal only when "
-            "queries and keys are as many)",
+            f"; with fewer queries than keys its causal mask ({top_left.seen}) is anchored at "
+            "the top-left: a new query sees only the first keys (cache_causal_alignment; "
+            "anchor it bottom-right, tril(S - T) of the (T, S) scores, or use is_causal only "
+            "when queries and keys are as many)",
             "cache_causal_alignment",
         )
     explicit = _explicit_positions(subject, x)

@@ -19,7 +19,25 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from harness.doctor.reading.axes import (
+    clean_axis,
+    einsum_axis,
+    map_axis,
+    product_axes,
+    softmax_axis,
+    summed_width,
+    swapped_axes,
+    weights_summed_axis,
+)
 from harness.doctor.reading.masks import Fill, added_mask, filled, provenance, sdpa_fill
+from harness.doctor.reading.operands import (
+    is_projection,
+    output_projection,
+    rotated_source,
+    rotation,
+    value_projection,
+    weight_name,
+)
 from harness.doctor.reading.ops import (
     ADD,
     CAPS,
@@ -38,11 +56,6 @@ from harness.doctor.reading.ops import (
     turned,
 )
 from harness.doctor.reading.record import Op, Record, Value
-
-# How the keys' axis is known when the product with V is not followed: a guess, which names
-# no trap (q k^T puts the keys last; k q^T would not)
-LAST_AXIS = "the last axis of the scores' product (a guess: the product with V was not followed)"
-
 
 # How the keys' axis is known when the product with V is not followed: a guess, which names
 # no trap (q k^T puts the keys last; k q^T would not)
@@ -117,37 +130,6 @@ class Site:
         return [f for f in self.factors if f.where == "weights"]
 
 
-def _swapped(op: Op, ndim: int) -> tuple[int, int] | None:
-    """The two axes a ``transpose`` (or ``swapaxes``) of an ``ndim``-axis tensor swaps,
-    counted from 0; None when they are not constants."""
-    a, b = (op.const(i, n) for i, n in ((1, "dim0"), (2, "dim1")))
-    if not isinstance(a, int) or not isinstance(b, int):
-        return None
-    return a % ndim, b % ndim
-
-
-def _map_axis(op: Op, axis: int, ndim_in: int) -> int | None:
-    """Where axis ``axis`` of a layout op's input is in its result (None: not known)."""
-    out_ndim = len(op.shapes[0]) if op.shapes else None
-    if op.name in {"transpose", "swapaxes"}:
-        pair = _swapped(op, ndim_in)
-        if pair is None:
-            return None
-        a, b = pair
-        return b if axis == a else a if axis == b else axis
-    if out_ndim == ndim_in and op.args and op.args[0].shape == op.shapes[0]:
-        return axis  # a layout op that changed nothing
-    if out_ndim is not None and op.args and op.args[0].shape is not None:
-        shape_in, shape_out = op.args[0].shape, op.shapes[0]
-        from_end = ndim_in - axis  # the trailing axes, when they are kept as they were
-        if (
-            from_end <= min(ndim_in, out_ndim)
-            and shape_in[axis:] == shape_out[out_ndim - from_end :]
-        ):
-            return out_ndim - from_end
-    return None
-
-
 def _elementwise(op: Op) -> bool:
     """An op that keeps its main operand's cells where they are (a scale, a mask, a cap)."""
     return op.name in SAME | FILL | CAPS | MULTIPLY | DIVIDE | ADD or op.name in {"sub", "where"}
@@ -201,24 +183,24 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
         site.factors.append(Factor(float(alpha), "scores", op))
     # the product's axes, carried through the path to the softmax's input
     ndim = len(op.shapes[0]) if op.shapes else 0
-    key, query = _product_axes(op)
+    key, query = product_axes(op)
     for step in reversed(path):
         out_ndim = len(step.shapes[0]) if step.shapes else ndim
         if step.name == "einsum":
-            key, query = (None if a is None else _einsum_axis(record, step, a, memo)
+            key, query = (None if a is None else einsum_axis(record, step, a, memo)
                           for a in (key, query))  # fmt: skip
         elif _elementwise(step):  # the same cells; a wider mask adds leading axes
             key, query = (None if a is None else a + out_ndim - ndim for a in (key, query))
         else:
-            key = None if key is None else _map_axis(step, key, ndim)
-            query = None if query is None else _map_axis(step, query, ndim)
+            key = None if key is None else map_axis(step, key, ndim)
+            query = None if query is None else map_axis(step, query, ndim)
         ndim = out_ndim
     if site.key_axis is None and key is not None:
         site.key_axis, site.key_axis_from = key, LAST_AXIS
     # k q^T: the product with V sums over the first operand's axis, so the first is the keys
     swapped = key is not None and query is not None and site.key_axis == query != key
     site.query_axis = key if swapped else query
-    site.width = _summed_width(op)
+    site.width = summed_width(op)
     _read_operands(record, site, op, memo, swapped)
 
 
@@ -229,72 +211,6 @@ def _of_two(record: Record, op: Op, memo: dict[int, bool]) -> bool:
         return False
     tensors = tensor_args(op)[1:] if op.name == "baddbmm" else tensor_args(op)
     return sum(from_input(record, v, memo) for v in tensors) >= 2
-
-
-def _einsum_axis(record: Record, op: Op, axis: int, memo: dict[int, bool]) -> int | None:
-    """Where axis ``axis`` of an einsum's one data operand is in its result, by its letter
-    ("bhij,hg->bgij": i and j stay; h is summed, so no axis)."""
-    spec = op.const(0, "equation")
-    tensors = tensor_args(op)
-    if not isinstance(spec, str) or "->" not in spec or "." in spec:
-        return None
-    inputs, output = spec.replace(" ", "").split("->")
-    parts = inputs.split(",")
-    data = [i for i, v in enumerate(tensors) if from_input(record, v, memo)]
-    if len(parts) != len(tensors) or len(data) != 1 or axis >= len(parts[data[0]]):
-        return None
-    letter = parts[data[0]][axis]
-    return output.index(letter) if letter in output else None
-
-
-def _product_axes(op: Op) -> tuple[int | None, int | None]:
-    """The keys' and queries' axes of a scores product's result (keys: its second operand's)."""
-    if not op.shapes:
-        return None, None
-    ndim = len(op.shapes[0])
-    if op.name != "einsum":
-        return ndim - 1, ndim - 2
-    spec = op.const(0, "equation")
-    if not isinstance(spec, str) or "->" not in spec or "." in spec:
-        return None, None
-    inputs, output = spec.replace(" ", "").split("->")
-    parts = inputs.split(",")
-    if len(parts) != 2:
-        return None, None
-    only_second = [c for c in output if c in parts[1] and c not in parts[0]]
-    only_first = [c for c in output if c in parts[0] and c not in parts[1]]
-    key = output.index(only_second[0]) if len(only_second) == 1 else None
-    if len(only_first) > 1 and key is not None:  # keys shared by the heads (multi-query)
-        only_first = [c for c in only_first if _size(op, c) == _size(op, output[key])]
-    query = output.index(only_first[0]) if len(only_first) == 1 else None
-    return key, query
-
-
-def _size(op: Op, letter: str) -> int | None:
-    """The size of an einsum's result along ``letter`` (self-attention's queries are as many
-    as its keys: of the letters q alone carries, heads and queries, that tells them apart
-    where the keys are shared by every head)."""
-    spec = op.const(0, "equation")
-    output = spec.replace(" ", "").split("->")[1] if isinstance(spec, str) else ""
-    return op.shapes[0][output.index(letter)] if letter in output and op.shapes else None
-
-
-def _summed_width(op: Op) -> int | None:
-    """The size of the axis the product sums over (the head width for q k^T)."""
-    tensors = tensor_args(op)
-    if op.name == "baddbmm":
-        tensors = tensors[1:]
-    if len(tensors) < 2 or tensors[0].shape is None:
-        return None
-    if op.name == "einsum":
-        spec = op.const(0, "equation")
-        if not isinstance(spec, str) or "->" not in spec or "." in spec:
-            return None
-        inputs, output = spec.replace(" ", "").split("->")
-        first = inputs.split(",")[0]
-        summed = [i for i, c in enumerate(first) if c not in output]
-        return tensors[0].shape[summed[0]] if len(summed) == 1 else None
-    return tensors[0].shape[-1]
 
 
 def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool],
@@ -312,32 +228,11 @@ def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool
     site.complete = complete and site.stopped_at is None
 
 
-def _is_projection(record: Record, op: Op, memo: dict[int, bool]) -> bool:
-    """A linear op, or data times a weight written out (x @ W)."""
-    return op.name in {"linear", "addmm"} or (op.name in PRODUCTS and _weighted(record, op, memo))
-
-
-def weight_name(record: Record, op: Op, memo: dict[int, bool]) -> str | None:
-    """The name of the parameter a projection multiplies by (followed back through ``.T`` or
-    a transpose of it); None when it is no parameter of the module."""
-    for value in tensor_args(op):
-        for _ in range(4):
-            if from_input(record, value, memo) or value.shape is None or len(value.shape) != 2:
-                break
-            if value.kind == "parameter":
-                return str(value.ref)
-            earlier = record.producer(value)
-            if earlier is None or earlier.name not in LAYOUT | {"t", "T"} or not earlier.args:
-                break
-            value = earlier.args[0]
-    return None
-
-
 def _read_operand(record: Record, site: Site, value: Value, where: str, memo: dict) -> bool:
     steps = 0
     while (op := record.producer(value)) is not None and steps < 64:
         steps += 1
-        if _is_projection(record, op, memo):
+        if is_projection(record, op, memo):
             site.projections[where] = weight_name(record, op, memo)
             return True  # a projection: the operand starts here
         if turned(record, op, memo):
@@ -354,7 +249,7 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
             elif not any(v.is_tensor and not from_input(record, v, memo) for v in op.args):
                 break  # data times data: not a scale
         elif op.name in ADD | {"sub", "cat", "stack"}:
-            source = _rotated_source(record, op, memo)
+            source = rotated_source(record, op, memo)
             if source is None:
                 break
             site.rotated = site.rotated or op
@@ -370,131 +265,6 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
         return value.kind == "input"  # the operand is the input itself
     site.stopped_at = site.stopped_at or op
     return False
-
-
-def _weighted(record: Record, op: Op, memo: dict[int, bool]) -> bool:
-    """A product of data with a weight (x @ W): a projection written out."""
-    tensors = tensor_args(op)
-    return sum(from_input(record, v, memo) for v in tensors) == 1
-
-
-def _sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0) -> set[int]:
-    """The ops a rotation's branch starts from: followed back through layout, negation,
-    slicing and products with tables (tensors that do not depend on the input)."""
-    op = record.producer(value)
-    if op is None or depth > 16:
-        return {-1}
-    data = [v for v in op.tensors if from_input(record, v, memo)]
-    if op.name in MULTIPLY | DIVIDE and any(scalar(v) not in (None, 1.0) for v in op.args):
-        return {op.index}  # a scale: the branches meet here, and it is read from here on
-    # (a factor of 1 on each branch, rotary-embedding-torch's ``* scale``, changes nothing)
-    passes = op.name in LAYOUT | SAME | MULTIPLY | {"neg", "__neg__", "chunk", "split", "unbind"}
-    if passes and len(data) == 1:
-        return _sources(record, data[0], memo, depth + 1)
-    if op.name in ADD | {"sub", "cat", "stack"} and data:
-        found: set[int] = set()
-        for v in data:
-            found |= _sources(record, v, memo, depth + 1)
-        return found
-    return {op.index}
-
-
-def _value_projection(record: Record, value: Value, memo: dict[int, bool]) -> str | None:
-    """The parameter the values are projected by: followed back through layout, scales and
-    rotations to their projection."""
-    for _ in range(64):
-        op = record.producer(value)
-        if op is None:
-            return None
-        if _is_projection(record, op, memo):
-            return weight_name(record, op, memo)
-        if op.name in ADD | {"sub", "cat", "stack"}:
-            value = _rotated_source(record, op, memo)
-        else:
-            value = _values_before(record, op, memo)
-        if value is None:
-            return None
-    return None
-
-
-def _values_before(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
-    """The data the values were before ``op``: the tensor a layout op lays out again (its
-    first: ``cache.to(xq)`` is the cache), a scale's or a negation's operand; None for any
-    other op, or where that is no data (a buffer written in place, as a cache is: not
-    followed)."""
-    if op.name in SAME | LAYOUT:
-        main = tensor_args(op)[0] if tensor_args(op) else None
-    elif op.name in MULTIPLY | DIVIDE or op.name in {"neg", "__neg__"}:
-        main = data_operand(record, op, memo)
-    else:
-        return None
-    return main if main is not None and from_input(record, main, memo) else None
-
-
-def _output_projection(record: Record, index: int, memo: dict[int, bool]) -> str | None:
-    """The parameter the attention's result (op ``index``'s) is projected by: followed forward
-    through layout ops to the first projection that takes it."""
-    for _ in range(16):
-        nxt = next(record.consumers(index), None)
-        if nxt is None:
-            return None
-        if _is_projection(record, nxt, memo):
-            return weight_name(record, nxt, memo)
-        if nxt.name not in SAME | LAYOUT:
-            return None
-        index = nxt.index
-    return None
-
-
-def _rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:
-    """Where ``value`` (the values) is rotated on its way from its projection: a sum of its
-    own halves of which one is turned by a table (v cos + rotate_half(v) sin), or a complex
-    turn by a table; None when it is not."""
-    for _ in range(64):
-        op = record.producer(value)
-        if op is None or op.name in {"linear", "addmm"}:
-            return None
-        if turned(record, op, memo):
-            return op
-        if op.name in ADD | {"sub", "cat", "stack"}:
-            rotates = _tabled(record, op, memo) and _rotated_source(record, op, memo) is not None
-            return op if rotates else None
-        value = _values_before(record, op, memo)
-        if value is None:
-            return None
-    return None
-
-
-def _tabled(record: Record, op: Op, memo: dict[int, bool], depth: int = 0) -> bool:
-    """Some branch into ``op`` is data times a table (a tensor of more than one number that
-    does not depend on the input: cos or sin of positions), not only laid out again."""
-    if op.name in MULTIPLY and any(not from_input(record, v, memo) and math.prod(v.shape or ()) > 1
-                                   for v in tensor_args(op)):  # fmt: skip
-        return True
-    if depth > 4 or not (
-        op.name in ADD | LAYOUT | SAME | MULTIPLY | DIVIDE
-        or op.name in {"sub", "cat", "stack", "neg", "__neg__"}
-    ):
-        return False
-    return any(
-        _tabled(record, step, memo, depth + 1)
-        for v in op.tensors
-        if from_input(record, v, memo) and (step := record.producer(v)) is not None
-    )
-
-
-def _rotated_source(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
-    """The operand a sum of rotated halves comes from (q cos + rotate_half(q) sin), when every
-    branch starts at the same op; None when it is a sum of different data."""
-    data = [v for v in op.tensors if from_input(record, v, memo)]
-    sources: set[int] = set()
-    for v in data:
-        sources |= _sources(record, v, memo)
-    if len(sources) != 1 or -1 in sources:
-        return None
-    (index,) = sources
-    source = record.ops[index]
-    return Value("op", index, 0, source.shapes[0] if source.shapes else None)
 
 
 def _rank_raised(record: Record, site: Site, op: Op, memo: dict[int, bool]) -> None:
@@ -519,7 +289,7 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
         if nxt.name in PRODUCTS and not _of_two(record, nxt, memo):
             if nxt.name != "einsum":
                 return  # weights times a weight, not the values: the keys' axis stays the scores'
-            moved = [_einsum_axis(record, nxt, i, memo) for i in range(len(axes))]
+            moved = [einsum_axis(record, nxt, i, memo) for i in range(len(axes))]
             placed: list[int | None] = [None] * (len(nxt.shapes[0]) if nxt.shapes else 0)
             for original, position in zip(axes, moved, strict=True):
                 if position is not None and original is not None:
@@ -531,7 +301,7 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
             site.consumer, site.weights_ref = nxt, index
             position = next(i for i, v in enumerate(tensor_args(nxt))
                             if v.kind == "op" and v.ref == index)  # fmt: skip
-            summed = _weights_summed_axis(nxt, position, len(axes))
+            summed = weights_summed_axis(nxt, position, len(axes))
             if summed is not None and axes[summed] is not None:
                 site.key_axis, site.key_axis_from = (
                     axes[summed],
@@ -545,7 +315,7 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
                     factor = 1 / number if nxt.name in DIVIDE else number
                     site.factors.append(Factor(factor, "weights", nxt, v))
         elif nxt.name in {"transpose", "swapaxes"}:
-            pair = _swapped(nxt, len(axes))
+            pair = swapped_axes(nxt, len(axes))
             if pair is None:
                 return
             a, b = pair
@@ -562,32 +332,6 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
         index = nxt.index
 
 
-def _weights_summed_axis(op: Op, position: int, ndim: int) -> int | None:
-    """The axis of the weights (operand ``position`` of the product ``op``) that it sums over."""
-    if op.name == "einsum":
-        spec = op.const(0, "equation")
-        if not isinstance(spec, str) or "->" not in spec or "." in spec:
-            return None
-        inputs, output = spec.replace(" ", "").split("->")
-        parts = inputs.split(",")
-        if len(parts) != 2 or len(parts[position]) != ndim:
-            return None
-        mine, other = parts[position], parts[1 - position]
-        summed = [i for i, c in enumerate(mine) if c not in output and c in other]
-        return summed[0] if len(summed) == 1 else None
-    if op.name == "baddbmm":
-        position -= 1
-    return ndim - 1 if position == 0 else ndim - 2 if position == 1 else None
-
-
-def _softmax_axis(op: Op, ndim: int) -> int | None:
-    dim = op.const(1, "dim")
-    given = op.arg(1, "dim")
-    if dim is None and (given is None or given.kind == "constant"):  # F.softmax(x): implicit
-        return 0 if ndim in (0, 1, 3) else 1  # the legacy axis F.softmax picks (and warns)
-    return dim % ndim if isinstance(dim, int) and ndim else None
-
-
 def sites(record: Record) -> list[Site]:
     """Every attention in the record: each softmax over scores that a product made, and
     each SDPA call."""
@@ -600,7 +344,7 @@ def sites(record: Record) -> list[Site]:
         if op.name not in SOFTMAX or not op.args or op.args[0].shape is None:
             continue
         site = Site(op, ndim=len(op.args[0].shape))
-        site.softmax_axis = _softmax_axis(op, site.ndim)
+        site.softmax_axis = softmax_axis(op, site.ndim)
         _read_weights(record, site, memo)
         _read_scores(record, site, op.args[0], memo)
         for fill in site.fills:
@@ -613,9 +357,9 @@ def sites(record: Record) -> list[Site]:
             values = [v for v in tensor_args(site.consumer)
                       if not (v.kind == "op" and v.ref == site.weights_ref)]  # fmt: skip
             if len(values) == 1 and from_input(record, values[0], memo):
-                site.values_rotated = _rotation(record, values[0], memo)
-                site.projections["values"] = _value_projection(record, values[0], memo)
-            site.projections["output"] = _output_projection(record, site.consumer.index, memo)
+                site.values_rotated = rotation(record, values[0], memo)
+                site.projections["values"] = value_projection(record, values[0], memo)
+            site.projections["output"] = output_projection(record, site.consumer.index, memo)
         if site.product is not None or site.consumer is not None:
             found.append(site)
     return found
@@ -637,30 +381,6 @@ def _query_in_output(site: Site) -> int | None:
     return output.index(weights[query])
 
 
-def _clean_axis(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int) -> int | None:
-    """Where axis ``axis`` lands when a tensor of ``shape_in`` is reshaped (in its logical
-    order) to ``shape_out``. A reshape maps runs of input axes to runs of output axes between the
-    element counts both share; the axis is kept when its run is itself and one output axis (that
-    axis is returned), merged into one axis or split into several (None: not followed further),
-    and cut up when its run holds other input axes and several output axes (-1: it is mixed with
-    them, as (B, h, T, d) -> (B, T, h * d) mixes heads with positions)."""
-
-    def bounds(shape: tuple[int, ...]) -> list[int]:
-        return [math.prod(shape[:i]) for i in range(len(shape) + 1)]
-
-    b_in, b_out = bounds(shape_in), bounds(shape_out)
-    shared = sorted(set(b_in) & set(b_out))
-    low = max(b for b in shared if b <= b_in[axis])
-    high = min(b for b in shared if b >= b_in[axis + 1])
-    ins = [i for i in range(len(shape_in)) if low <= b_in[i] < high and shape_in[i] > 1]
-    outs = [i for i in range(len(shape_out)) if low <= b_out[i] < high and shape_out[i] > 1]
-    if len(ins) > 1 and len(outs) > 1:
-        return -1
-    if ins == [axis] and len(outs) == 1:
-        return outs[0]
-    return None
-
-
 def _merged(record: Record, site: Site, start: Op, query: int | None) -> None:
     """Follow the attention's output (queries on axis ``query``) through the layout ops that
     merge its heads; a reshape that cuts the queries' axis up, mixing it with the heads before
@@ -674,9 +394,9 @@ def _merged(record: Record, site: Site, start: Op, query: int | None) -> None:
             return
         shape_in = nxt.args[0].shape
         if nxt.name in {"transpose", "swapaxes"}:
-            query = _map_axis(nxt, query, len(shape_in))
+            query = map_axis(nxt, query, len(shape_in))
         elif nxt.name in {"view", "reshape", "flatten"}:
-            landed = _clean_axis(shape_in, nxt.shapes[0], query)
+            landed = clean_axis(shape_in, nxt.shapes[0], query)
             if landed == -1:
                 site.merged_without_transpose = nxt
                 return
@@ -716,7 +436,7 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
     site.complete = complete
     value = op.arg(2, "value")
     if value is not None and value.is_tensor and from_input(record, value, memo):
-        site.values_rotated = _rotation(record, value, memo)
-        site.projections["values"] = _value_projection(record, value, memo)
-    site.projections["output"] = _output_projection(record, op.index, memo)
+        site.values_rotated = rotation(record, value, memo)
+        site.projections["values"] = value_projection(record, value, memo)
+    site.projections["output"] = output_projection(record, op.index, memo)
     return site

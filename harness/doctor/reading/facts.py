@@ -289,15 +289,25 @@ def sdpa_mask(site: Site, keep: torch.Tensor | None, causal: bool = False) -> Na
             return Named("sdpa_mask_inverted", "the bool mask SDPA is given is True exactly on "
                          "the future (the keys a causal mask blocks): SDPA attends where True",
                          line)  # fmt: skip
-    if keep is None:
+    if keep is None or keep.all():
         return None
     kept = keep_like(keep, mask)
     if kept is None:
         return None
-    if torch.equal(mask, ~kept) and not keep.all():
+    if agrees_where_real(mask.expand(kept.shape), ~kept, kept):
         return Named("sdpa_mask_inverted", "the bool mask SDPA is given is True where the "
                      "keep-mask blocks: SDPA attends where True", line)  # fmt: skip
     return None
+
+
+def agrees_where_real(cells: torch.Tensor, expected: torch.Tensor, kept: torch.Tensor) -> bool:
+    """``cells`` equal ``expected`` on every query row of a real token (one the keep-mask lets
+    attend to itself); a padded query's row is the module's own business (ESM's mask from
+    sequence ids lets padding attend to padding)."""
+    if kept.shape[-1] != kept.shape[-2]:
+        return torch.equal(cells, expected)
+    real = kept.diagonal(dim1=-2, dim2=-1)[..., None].expand(kept.shape)
+    return bool(real.any()) and torch.equal(cells[real], expected[real])
 
 
 def keep_like(keep: torch.Tensor, cells: torch.Tensor) -> torch.Tensor | None:
@@ -305,8 +315,8 @@ def keep_like(keep: torch.Tensor, cells: torch.Tensor) -> torch.Tensor | None:
     scores); None when it does not broadcast to them."""
     kept = keep.to(cells.device)
     kept = kept[:, None] if cells.dim() == 4 and kept.dim() == 3 else kept
-    try:
-        return kept.expand(cells.shape)
+    try:  # the shape both broadcast to: a (B, 1, 1, T) mask meets the (B, 1, T, T) keep-mask
+        return kept.expand(torch.broadcast_shapes(kept.shape, cells.shape))
     except RuntimeError:
         return None
 
@@ -322,9 +332,9 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
         if cells is None or cells.dim() < 2 or fill.value is None or fill.value > -1e3:
             continue
         kept = keep_like(keep, cells)
-        if kept is None:
+        if kept is None or kept.shape != cells.shape:
             continue
-        if torch.equal(cells, kept):
+        if agrees_where_real(cells, kept, kept):
             return Named("mask_bool", "the mask fills exactly the cells the keep-mask keeps "
                          f"(with {fill.value:g}): it is read the wrong way round",
                          fill.op.where)  # fmt: skip

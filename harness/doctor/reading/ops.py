@@ -22,7 +22,7 @@ LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "fl
           "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "tile",
           "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
           "unbind", "tensor_split", "split_with_sizes", "view_as_complex",
-          "view_as_real", "index_select"}  # fmt: skip
+          "view_as_real", "index_select", "view_as", "reshape_as"}  # fmt: skip
 CAPS = {"tanh"}
 
 

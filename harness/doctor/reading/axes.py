@@ -1,0 +1,157 @@
+"""Where an axis of one op's tensor lands in another's, as a recorded forward laid it out: through
+transposes and reshapes, by an einsum's letters, and which axis a product sums over. Nothing here
+guesses from a name; an axis that cannot be followed is None."""
+
+from __future__ import annotations
+
+import math
+
+from harness.doctor.reading.ops import from_input, tensor_args
+from harness.doctor.reading.record import Op, Record
+
+
+def swapped_axes(op: Op, ndim: int) -> tuple[int, int] | None:
+    """The two axes a ``transpose`` (or ``swapaxes``) of an ``ndim``-axis tensor swaps,
+    counted from 0; None when they are not constants."""
+    a, b = (op.const(i, n) for i, n in ((1, "dim0"), (2, "dim1")))
+    if not isinstance(a, int) or not isinstance(b, int):
+        return None
+    return a % ndim, b % ndim
+
+
+def map_axis(op: Op, axis: int, ndim_in: int) -> int | None:
+    """Where axis ``axis`` of a layout op's input is in its result (None: not known)."""
+    out_ndim = len(op.shapes[0]) if op.shapes else None
+    if op.name in {"transpose", "swapaxes"}:
+        pair = swapped_axes(op, ndim_in)
+        if pair is None:
+            return None
+        a, b = pair
+        return b if axis == a else a if axis == b else axis
+    if out_ndim == ndim_in and op.args and op.args[0].shape == op.shapes[0]:
+        return axis  # a layout op that changed nothing
+    if out_ndim is not None and op.args and op.args[0].shape is not None:
+        shape_in, shape_out = op.args[0].shape, op.shapes[0]
+        from_end = ndim_in - axis  # the trailing axes, when they are kept as they were
+        if (
+            from_end <= min(ndim_in, out_ndim)
+            and shape_in[axis:] == shape_out[out_ndim - from_end :]
+        ):
+            return out_ndim - from_end
+    return None
+
+
+def einsum_axis(record: Record, op: Op, axis: int, memo: dict[int, bool]) -> int | None:
+    """Where axis ``axis`` of an einsum's one data operand is in its result, by its letter
+    ("bhij,hg->bgij": i and j stay; h is summed, so no axis)."""
+    spec = op.const(0, "equation")
+    tensors = tensor_args(op)
+    if not isinstance(spec, str) or "->" not in spec or "." in spec:
+        return None
+    inputs, output = spec.replace(" ", "").split("->")
+    parts = inputs.split(",")
+    data = [i for i, v in enumerate(tensors) if from_input(record, v, memo)]
+    if len(parts) != len(tensors) or len(data) != 1 or axis >= len(parts[data[0]]):
+        return None
+    letter = parts[data[0]][axis]
+    return output.index(letter) if letter in output else None
+
+
+def product_axes(op: Op) -> tuple[int | None, int | None]:
+    """The keys' and queries' axes of a scores product's result (keys: its second operand's)."""
+    if not op.shapes:
+        return None, None
+    ndim = len(op.shapes[0])
+    if op.name != "einsum":
+        return ndim - 1, ndim - 2
+    spec = op.const(0, "equation")
+    if not isinstance(spec, str) or "->" not in spec or "." in spec:
+        return None, None
+    inputs, output = spec.replace(" ", "").split("->")
+    parts = inputs.split(",")
+    if len(parts) != 2:
+        return None, None
+    only_second = [c for c in output if c in parts[1] and c not in parts[0]]
+    only_first = [c for c in output if c in parts[0] and c not in parts[1]]
+    key = output.index(only_second[0]) if len(only_second) == 1 else None
+    if len(only_first) > 1 and key is not None:  # keys shared by the heads (multi-query)
+        only_first = [c for c in only_first if letter_size(op, c) == letter_size(op, output[key])]
+    query = output.index(only_first[0]) if len(only_first) == 1 else None
+    return key, query
+
+
+def letter_size(op: Op, letter: str) -> int | None:
+    """The size of an einsum's result along ``letter`` (self-attention's queries are as many
+    as its keys: of the letters q alone carries, heads and queries, that tells them apart
+    where the keys are shared by every head)."""
+    spec = op.const(0, "equation")
+    output = spec.replace(" ", "").split("->")[1] if isinstance(spec, str) else ""
+    return op.shapes[0][output.index(letter)] if letter in output and op.shapes else None
+
+
+def summed_width(op: Op) -> int | None:
+    """The size of the axis the product sums over (the head width for q k^T)."""
+    tensors = tensor_args(op)
+    if op.name == "baddbmm":
+        tensors = tensors[1:]
+    if len(tensors) < 2 or tensors[0].shape is None:
+        return None
+    if op.name == "einsum":
+        spec = op.const(0, "equation")
+        if not isinstance(spec, str) or "->" not in spec or "." in spec:
+            return None
+        inputs, output = spec.replace(" ", "").split("->")
+        first = inputs.split(",")[0]
+        summed = [i for i, c in enumerate(first) if c not in output]
+        return tensors[0].shape[summed[0]] if len(summed) == 1 else None
+    return tensors[0].shape[-1]
+
+
+def weights_summed_axis(op: Op, position: int, ndim: int) -> int | None:
+    """The axis of the weights (operand ``position`` of the product ``op``) that it sums over."""
+    if op.name == "einsum":
+        spec = op.const(0, "equation")
+        if not isinstance(spec, str) or "->" not in spec or "." in spec:
+            return None
+        inputs, output = spec.replace(" ", "").split("->")
+        parts = inputs.split(",")
+        if len(parts) != 2 or len(parts[position]) != ndim:
+            return None
+        mine, other = parts[position], parts[1 - position]
+        summed = [i for i, c in enumerate(mine) if c not in output and c in other]
+        return summed[0] if len(summed) == 1 else None
+    if op.name == "baddbmm":
+        position -= 1
+    return ndim - 1 if position == 0 else ndim - 2 if position == 1 else None
+
+
+def softmax_axis(op: Op, ndim: int) -> int | None:
+    dim = op.const(1, "dim")
+    given = op.arg(1, "dim")
+    if dim is None and (given is None or given.kind == "constant"):  # F.softmax(x): implicit
+        return 0 if ndim in (0, 1, 3) else 1  # the legacy axis F.softmax picks (and warns)
+    return dim % ndim if isinstance(dim, int) and ndim else None
+
+
+def clean_axis(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int) -> int | None:
+    """Where axis ``axis`` lands when a tensor of ``shape_in`` is reshaped (in its logical
+    order) to ``shape_out``. A reshape maps runs of input axes to runs of output axes between the
+    element counts both share; the axis is kept when its run is itself and one output axis (that
+    axis is returned), merged into one axis or split into several (None: not followed further),
+    and cut up when its run holds other input axes and several output axes (-1: it is mixed with
+    them, as (B, h, T, d) -> (B, T, h * d) mixes heads with positions)."""
+
+    def bounds(shape: tuple[int, ...]) -> list[int]:
+        return [math.prod(shape[:i]) for i in range(len(shape) + 1)]
+
+    b_in, b_out = bounds(shape_in), bounds(shape_out)
+    shared = sorted(set(b_in) & set(b_out))
+    low = max(b for b in shared if b <= b_in[axis])
+    high = min(b for b in shared if b >= b_in[axis + 1])
+    ins = [i for i in range(len(shape_in)) if low <= b_in[i] < high and shape_in[i] > 1]
+    outs = [i for i in range(len(shape_out)) if low <= b_out[i] < high and shape_out[i] > 1]
+    if len(ins) > 1 and len(outs) > 1:
+        return -1
+    if ins == [axis] and len(outs) == 1:
+        return outs[0]
+    return None

@@ -1,0 +1,169 @@
+"""What the queries, keys and values of an attention are made of, read back through a recorded
+forward: the projection each starts at (and the parameter it projects by), the projection its
+output goes through, and the rotations on the way (rotary's ``q cos + rotate_half(q) sin``,
+written with halves, an index or complex numbers), told apart from data merely laid out again."""
+
+from __future__ import annotations
+
+import math
+
+from harness.doctor.reading.ops import (
+    ADD,
+    DIVIDE,
+    LAYOUT,
+    MULTIPLY,
+    PRODUCTS,
+    SAME,
+    data_operand,
+    from_input,
+    scalar,
+    tensor_args,
+    turned,
+)
+from harness.doctor.reading.record import Op, Record, Value
+
+
+def is_projection(record: Record, op: Op, memo: dict[int, bool]) -> bool:
+    """A linear op, or data times a weight written out (x @ W)."""
+    return op.name in {"linear", "addmm"} or (op.name in PRODUCTS and weighted(record, op, memo))
+
+
+def weight_name(record: Record, op: Op, memo: dict[int, bool]) -> str | None:
+    """The name of the parameter a projection multiplies by (followed back through ``.T`` or
+    a transpose of it); None when it is no parameter of the module."""
+    for value in tensor_args(op):
+        for _ in range(4):
+            if from_input(record, value, memo) or value.shape is None or len(value.shape) != 2:
+                break
+            if value.kind == "parameter":
+                return str(value.ref)
+            earlier = record.producer(value)
+            if earlier is None or earlier.name not in LAYOUT | {"t", "T"} or not earlier.args:
+                break
+            value = earlier.args[0]
+    return None
+
+
+def weighted(record: Record, op: Op, memo: dict[int, bool]) -> bool:
+    """A product of data with a weight (x @ W): a projection written out."""
+    tensors = tensor_args(op)
+    return sum(from_input(record, v, memo) for v in tensors) == 1
+
+
+def branch_sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0) -> set[int]:
+    """The ops a rotation's branch starts from: followed back through layout, negation,
+    slicing and products with tables (tensors that do not depend on the input)."""
+    op = record.producer(value)
+    if op is None or depth > 16:
+        return {-1}
+    data = [v for v in op.tensors if from_input(record, v, memo)]
+    if op.name in MULTIPLY | DIVIDE and any(scalar(v) not in (None, 1.0) for v in op.args):
+        return {op.index}  # a scale: the branches meet here, and it is read from here on
+    # (a factor of 1 on each branch, rotary-embedding-torch's ``* scale``, changes nothing)
+    passes = op.name in LAYOUT | SAME | MULTIPLY | {"neg", "__neg__", "chunk", "split", "unbind"}
+    if passes and len(data) == 1:
+        return branch_sources(record, data[0], memo, depth + 1)
+    if op.name in ADD | {"sub", "cat", "stack"} and data:
+        found: set[int] = set()
+        for v in data:
+            found |= branch_sources(record, v, memo, depth + 1)
+        return found
+    return {op.index}
+
+
+def value_projection(record: Record, value: Value, memo: dict[int, bool]) -> str | None:
+    """The parameter the values are projected by: followed back through layout, scales and
+    rotations to their projection."""
+    for _ in range(64):
+        op = record.producer(value)
+        if op is None:
+            return None
+        if is_projection(record, op, memo):
+            return weight_name(record, op, memo)
+        if op.name in ADD | {"sub", "cat", "stack"}:
+            value = rotated_source(record, op, memo)
+        else:
+            value = values_before(record, op, memo)
+        if value is None:
+            return None
+    return None
+
+
+def values_before(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
+    """The data the values were before ``op``: the tensor a layout op lays out again (its
+    first: ``cache.to(xq)`` is the cache), a scale's or a negation's operand; None for any
+    other op, or where that is no data (a buffer written in place, as a cache is: not
+    followed)."""
+    if op.name in SAME | LAYOUT:
+        main = tensor_args(op)[0] if tensor_args(op) else None
+    elif op.name in MULTIPLY | DIVIDE or op.name in {"neg", "__neg__"}:
+        main = data_operand(record, op, memo)
+    else:
+        return None
+    return main if main is not None and from_input(record, main, memo) else None
+
+
+def output_projection(record: Record, index: int, memo: dict[int, bool]) -> str | None:
+    """The parameter the attention's result (op ``index``'s) is projected by: followed forward
+    through layout ops to the first projection that takes it."""
+    for _ in range(16):
+        nxt = next(record.consumers(index), None)
+        if nxt is None:
+            return None
+        if is_projection(record, nxt, memo):
+            return weight_name(record, nxt, memo)
+        if nxt.name not in SAME | LAYOUT:
+            return None
+        index = nxt.index
+    return None
+
+
+def rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:
+    """Where ``value`` (the values) is rotated on its way from its projection: a sum of its
+    own halves of which one is turned by a table (v cos + rotate_half(v) sin), or a complex
+    turn by a table; None when it is not."""
+    for _ in range(64):
+        op = record.producer(value)
+        if op is None or op.name in {"linear", "addmm"}:
+            return None
+        if turned(record, op, memo):
+            return op
+        if op.name in ADD | {"sub", "cat", "stack"}:
+            rotates = tabled(record, op, memo) and rotated_source(record, op, memo) is not None
+            return op if rotates else None
+        value = values_before(record, op, memo)
+        if value is None:
+            return None
+    return None
+
+
+def tabled(record: Record, op: Op, memo: dict[int, bool], depth: int = 0) -> bool:
+    """Some branch into ``op`` is data times a table (a tensor of more than one number that
+    does not depend on the input: cos or sin of positions), not only laid out again."""
+    if op.name in MULTIPLY and any(not from_input(record, v, memo) and math.prod(v.shape or ()) > 1
+                                   for v in tensor_args(op)):  # fmt: skip
+        return True
+    if depth > 4 or not (
+        op.name in ADD | LAYOUT | SAME | MULTIPLY | DIVIDE
+        or op.name in {"sub", "cat", "stack", "neg", "__neg__"}
+    ):
+        return False
+    return any(
+        tabled(record, step, memo, depth + 1)
+        for v in op.tensors
+        if from_input(record, v, memo) and (step := record.producer(v)) is not None
+    )
+
+
+def rotated_source(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
+    """The operand a sum of rotated halves comes from (q cos + rotate_half(q) sin), when every
+    branch starts at the same op; None when it is a sum of different data."""
+    data = [v for v in op.tensors if from_input(record, v, memo)]
+    sources: set[int] = set()
+    for v in data:
+        sources |= branch_sources(record, v, memo)
+    if len(sources) != 1 or -1 in sources:
+        return None
+    (index,) = sources
+    source = record.ops[index]
+    return Value("op", index, 0, source.shapes[0] if source.shapes else None)
