@@ -1318,3 +1318,15 @@ class InvertedHandedMaskAttention(HandedMaskAttention):
 
 class InvertedHandedMaskGPT(HandedMaskGPT):
     attention = InvertedHandedMaskAttention
+
+
+class OffsetPositionsGPT(GPT):
+    """fairseq's learned positions, numbered from its padding index + 1 (2): a table of
+    block_size entries holds two tokens fewer, and more raise IndexError in the embedding."""
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device) + 2  # (T,)
+        x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))  # (B, T, vocab)

@@ -640,3 +640,31 @@ def test_making_a_subject_runs_none_of_the_modules_code_until_it_is_settled():
     subject = Subject(CountsCalls(), Config())
     assert CountsCalls.calls == 0 and subject.new_cache is None and CountsCalls.calls == 0
     assert subject.d_model == 16 and CountsCalls.calls > 0  # settled by calling it
+
+
+class HeadsFirstWeights(nn.Module):
+    """fairseq's (and torchscale's) layout: the weights returned (h, B, T, S); a key padding
+    mask (True: a real token); a scale it keeps frozen (requires_grad False)."""
+
+    def __init__(self, d_model=16, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.scale = nn.Parameter(torch.tensor((d_model // heads) ** -0.5), requires_grad=False)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        scores = (q @ k.transpose(-2, -1) * self.scale).masked_fill(
+            ~mask[:, None, None], -torch.inf
+        )
+        weights = scores.softmax(dim=-1)  # (B, h, T, S)
+        out = self.out((weights @ v).transpose(1, 2).reshape(B, T, C))
+        return out, weights.transpose(0, 1)  # (h, B, T, S)
+
+
+def test_weights_returned_heads_first_are_read_so_and_a_frozen_parameter_is_left_alone():
+    d = diagnose(HeadsFirstWeights(), Config(mask="keep", mask_shape="bk"))
+    found = {f.probe: f for f in d.findings}
+    assert found["attention weights"].status == PASS, d.text()
+    assert found["all-masked rows"].status == WARN, d.text()  # NaN, said: no crash

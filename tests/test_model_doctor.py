@@ -772,3 +772,10 @@ def test_a_model_that_hands_its_layers_a_causal_mask_is_causal_and_an_inverted_o
     inverted = diagnose_model(small(model_modules.InvertedHandedMaskGPT))
     assert first_trap(inverted.groups[0].diagnosis) == "sdpa_mask_inverted", inverted.text()
     assert "causal no-leak" in [f.probe for f in inverted.failures], inverted.text()
+
+
+def test_an_index_error_in_the_model_before_the_layer_is_a_shape_not_taken():
+    """More tokens than its offset table holds raise IndexError (a LookupError) in the model's
+    embedding: the layer is not failed for it."""
+    diagnosis = diagnose_model(build(model_modules.OffsetPositionsGPT, Sizes(context=64), 0))
+    assert diagnosis.healthy, diagnosis.text()

@@ -363,7 +363,29 @@ class Subject:
         out, weights = split_output(result)
         if self.sequence_first:
             out = out.transpose(0, 1)  # (T, B, d) -> (B, T, d)
+        if isinstance(weights, Tensor) and weights.dim() == 4 and self.heads_first:
+            weights = weights.transpose(0, 1)  # (h, B, T, S) -> (B, h, T, S)
         return out, weights if is_weights(weights, x.shape[0], x.shape[1]) else None
+
+    @cached_property
+    def heads_first(self) -> bool:
+        """Whether the 4-D weights it returns are (h, B, T, S), fairseq's layout (torchscale's),
+        not (B, h, T, S): seen on one call with a batch of another size than the probes', whose
+        axis 1 then takes that size."""
+        batch, seq_len = self.config.batch + 1, self.config.seq_len
+        x = self.x(batch, seq_len, 0)
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                seq = x.transpose(0, 1) if self.sequence_first else x
+                mask = self.encode(self.ordinary_keep(batch, seq_len), x.dtype)
+                _, weights = split_output(self.plan.call(self.copy(), seq, mask, None))
+        except Exception:
+            return False
+        return (
+            isinstance(weights, Tensor) and weights.dim() == 4
+            and weights.shape[1] == batch != weights.shape[0]
+        )  # fmt: skip
 
     def invoke(
         self,

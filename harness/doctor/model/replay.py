@@ -27,6 +27,11 @@ from harness.masks import lowest
 from harness.runner import as_dtype, describe
 
 
+class NotCalled(LookupError):
+    """The model does not hand the layer hidden states it can be probed on: none among its
+    arguments, or no call at all."""
+
+
 class Recorded(BaseException):
     """Raised by the pre-hook to stop the model where it calls the layer: a BaseException, so
     that no ``except Exception`` on the way (the model's, a retry's) takes it for an error."""
@@ -71,7 +76,7 @@ class Slot:
                 return cls(indices=tuple(i for i, v in enumerate(args) if v is first),
                            names=tuple(k for k, v in kwargs.items() if v is first),
                            sequence_first=first_is_sequence)  # fmt: skip
-        raise LookupError("no (B, T, d) or (T, B, d) hidden states among the layer's arguments")
+        raise NotCalled("no (B, T, d) or (T, B, d) hidden states among the layer's arguments")
 
     def take(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
         """The hidden states, (B, T, d)."""
@@ -124,7 +129,7 @@ def record(
         return found.args, found.kwargs
     finally:
         handle.remove()
-    raise LookupError("the model's forward never called the layer")
+    raise NotCalled("the model's forward never called the layer")
 
 
 def _leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
@@ -282,8 +287,8 @@ class Replay:
         failed for what its model cannot do before calling it."""
         try:
             return self._arguments(ids, dtype, device, given)
-        except (LookupError, NotImplementedError, UsageError):
-            raise
+        except (NotCalled, NotImplementedError, UsageError):
+            raise  # (an IndexError, a LookupError too, is the model's: its table is too short)
         except Exception as exc:
             B, T = ids.shape
             raise NotImplementedError(

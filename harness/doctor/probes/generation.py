@@ -244,19 +244,6 @@ def _misplaced(calls: list[tuple[int, int, Held, Held]]) -> str:
     return ""
 
 
-def _writes(subject: Subject, calls: list[tuple[int, int, Held, Held]]) -> Invoke:
-    """The subject's calls, noting (first position, tokens fed, held tensors before and after)
-    for each."""
-
-    def invoke(module: nn.Module, xs: Tensor, mask, positions, cache, start: int) -> object:
-        before = _held(module)
-        result = subject.invoke(module, xs, mask, positions, cache, start)
-        calls.append((start, xs.shape[1], before, _held(module)))
-        return result
-
-    return invoke
-
-
 BLOCKING = -1e4  # a fill or an added value this negative blocks its cell
 
 
@@ -278,12 +265,14 @@ class _TopLeft(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.seen = ""  # how, once seen
+        self.watching = False  # in a call whose first position is not the sequence's first
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        with contextlib.suppress(Exception):  # a shape this reading does not expect: not seen
-            self.seen = self.seen or self._anchored(func, args, kwargs, out)
+        if self.watching and not self.seen:
+            with contextlib.suppress(Exception):  # a shape this reading does not expect
+                self.seen = self._anchored(func, args, kwargs, out)
         return out
 
     @staticmethod
@@ -314,6 +303,24 @@ class _TopLeft(TorchFunctionMode):
         return ""
 
 
+def _writes(
+    subject: Subject, calls: list[tuple[int, int, Held, Held]], top_left: _TopLeft
+) -> Invoke:
+    """The subject's calls, noting (first position, tokens fed, held tensors before and after)
+    for each; ``top_left`` watches only the calls after the first, whose queries are not the
+    sequence's first tokens (for the first, top-left is where a triangle belongs)."""
+
+    def invoke(module: nn.Module, xs: Tensor, mask, positions, cache, start: int) -> object:
+        before = _held(module)
+        top_left.watching = start > 0
+        result = subject.invoke(module, xs, mask, positions, cache, start)
+        top_left.watching = False
+        calls.append((start, xs.shape[1], before, _held(module)))
+        return result
+
+    return invoke
+
+
 def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement) -> Said:
     """The catalogue trap a decode mismatch matches, as chunked prefill shows it: a cache the
     module holds written at the wrong slots (seen in its tensors), SDPA told is_causal with
@@ -321,7 +328,7 @@ def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement
     positions explicitly); else the causes it cannot tell apart."""
     calls: list[tuple[int, int, Held, Held]] = []
     with _TopLeft() as top_left:
-        _agreements(subject, x, keep, ("chunked",), invoke=_writes(subject, calls))
+        _agreements(subject, x, keep, ("chunked",), invoke=_writes(subject, calls, top_left))
     if misplaced := _misplaced(calls):
         return named(misplaced, "stale_cache")
     if top_left.seen:

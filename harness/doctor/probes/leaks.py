@@ -289,10 +289,11 @@ def probe_all_masked(subject: Subject) -> Outcome:
     if torch.isfinite(out).all():
         return passed("finite for a query with no allowed key")
     G = torch.randn(out.shape, generator=generator(10), dtype=out.dtype).to(out.device)
-    grads = torch.autograd.grad((out * G).sum(), list(module.parameters()), allow_unused=True)
+    trained = [(n, p) for n, p in module.named_parameters() if p.requires_grad]  # not a frozen one
+    grads = torch.autograd.grad((out * G).sum(), [p for _, p in trained], allow_unused=True)
     poisoned = [
         n
-        for (n, _), g in zip(module.named_parameters(), grads, strict=True)
+        for (n, _), g in zip(trained, grads, strict=True)
         if g is not None and not torch.isfinite(g).all()
     ]
     extra = f"; NaN reaches the gradient of {', '.join(poisoned)}" if poisoned else ""
