@@ -10,6 +10,7 @@ from harness import cli
 from harness.doctor import FAIL, PASS, SKIP, STEPS, WARN, Config, Diagnosis, Finding, diagnose
 from harness.doctor.causes import explain
 from harness.doctor.subject import Subject
+from harness.reference import recognize
 from pitfalls.padding_on_queries import buggy as on_queries_buggy
 from pitfalls.padding_on_queries import fixed as on_queries_fixed
 from tests import doctor_modules as dm
@@ -549,6 +550,9 @@ ROLE_NAMES = [  # bentrevett, jadore, Bloem, Decision Transformer, a Keras port
 
 @pytest.mark.parametrize("names", ROLE_NAMES)
 def test_projections_are_recognized_by_what_their_names_say(names):
+    """By the recorded forward first; by their names alone where no forward is read (the
+    fallback: ``recognize`` without roles)."""
+    assert recognize(dm.NamedLayers(32, 4, names))
     d, sdpa = _sdpa_finding(dm.NamedLayers(32, 4, names), Config())
     assert sdpa.status == PASS and ", ".join(names) in sdpa.message, d.text()
     d, sdpa = _sdpa_finding(dm.NamedLayers(32, 4, names, scale_by=32), Config())
