@@ -101,13 +101,17 @@ class StartPos(Projections):
         self.cache_k[:B, :, first : first + T] = k.detach()
         self.cache_v[:B, :, first : first + T] = v.detach()
 
-    def forward(self, x: Tensor, start_pos: int = 0):
+    def step(self, x: Tensor, start_pos: int) -> tuple[Tensor, Tensor, Tensor]:
+        """q of this call's tokens, and every key and value so far, this call's stored first."""
         B = x.shape[0]
         q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
         self.store(k, v, start_pos)
         keys = torch.cat([self.cache_k[:B, :, :start_pos], k], dim=2)
         values = torch.cat([self.cache_v[:B, :, :start_pos], v], dim=2)
-        return self.attend(q, keys, values, self.top_left)
+        return q, keys, values
+
+    def forward(self, x: Tensor, start_pos: int = 0):
+        return self.attend(*self.step(x, start_pos), self.top_left)
 
 
 class ReadsItsCache(StartPos):
@@ -140,10 +144,7 @@ class SdpaIsCausal(StartPos):
 
     def forward(self, x: Tensor, start_pos: int = 0):
         B, T, _ = x.shape
-        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
-        self.store(k, v, start_pos)
-        keys = torch.cat([self.cache_k[:B, :, :start_pos], k], dim=2)
-        values = torch.cat([self.cache_v[:B, :, :start_pos], v], dim=2)
+        q, keys, values = self.step(x, start_pos)
         if self.aligned and start_pos > 0:
             allowed = torch.ones(T, start_pos + T, dtype=torch.bool).tril(start_pos)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed)

@@ -355,17 +355,27 @@ class Subject:
     ) -> tuple[Tensor, Tensor | None]:
         """(output (B, T, d), weights or None) of one call; ``positions`` (B, T) go to the
         module's position parameters (None: 0..T-1, or with ``defaults`` its own default)."""
+        out, weights = self._outputs(module, x, keep, positions, defaults)
+        if isinstance(weights, Tensor) and weights.dim() == 4 and self.heads_first:
+            weights = weights.transpose(0, 1)  # (h, B, T, S) -> (B, h, T, S)
+        return out, weights if is_weights(weights, x.shape[0], x.shape[1]) else None
+
+    def _outputs(
+        self,
+        module: nn.Module,
+        x: Tensor,
+        keep: Tensor | None,
+        positions: Tensor | None = None,
+        defaults: bool = False,
+    ) -> tuple[Tensor, object]:
+        """(output (B, T, d), its second output as returned, whatever it is) of one call."""
         mask = self.encode(keep, x.dtype)
         seq = x.transpose(0, 1) if self.sequence_first else x
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = self.plan.call(module, seq, mask, positions, defaults=defaults)
-        out, weights = split_output(result)
-        if self.sequence_first:
-            out = out.transpose(0, 1)  # (T, B, d) -> (B, T, d)
-        if isinstance(weights, Tensor) and weights.dim() == 4 and self.heads_first:
-            weights = weights.transpose(0, 1)  # (h, B, T, S) -> (B, h, T, S)
-        return out, weights if is_weights(weights, x.shape[0], x.shape[1]) else None
+        out, second = split_output(result)
+        return (out.transpose(0, 1) if self.sequence_first else out), second  # (B, T, d)
 
     @cached_property
     def heads_first(self) -> bool:
@@ -373,13 +383,10 @@ class Subject:
         not (B, h, T, S): seen on one call with a batch of another size than the probes', whose
         axis 1 then takes that size."""
         batch, seq_len = self.config.batch + 1, self.config.seq_len
-        x = self.x(batch, seq_len, 0)
         try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                seq = x.transpose(0, 1) if self.sequence_first else x
-                mask = self.encode(self.ordinary_keep(batch, seq_len), x.dtype)
-                _, weights = split_output(self.plan.call(self.copy(), seq, mask, None))
+            with torch.no_grad():
+                keep = self.ordinary_keep(batch, seq_len)
+                _, weights = self._outputs(self.copy(), self.x(batch, seq_len, 0), keep)
         except Exception:
             return False
         return (

@@ -21,6 +21,7 @@ from harness.doctor.caches import Returned
 from harness.doctor.calling import AdapterPlan
 from harness.doctor.findings import Outcome, Said, failed, named, passed, skipped, warned
 from harness.doctor.probes.registry import probe
+from harness.doctor.reading.masks import BLOCKING
 from harness.doctor.subject import Subject
 from harness.masks import KEY_LAYOUTS, causal_keep
 from harness.scenarios import Invoke
@@ -242,9 +243,6 @@ def _misplaced(calls: list[tuple[int, int, Held, Held]]) -> str:
                         f"slots {wrote[0]}..{wrote[-1]} (stale_cache: keys written to the wrong "
                         "slots, then read from the right ones)")  # fmt: skip
     return ""
-
-
-BLOCKING = -1e4  # a fill or an added value this negative blocks its cell
 
 
 def _top_left(blocked: Tensor) -> bool:
