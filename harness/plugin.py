@@ -8,9 +8,10 @@
         attention_doctor(MyAttention(64, 4))
 
 fails with the doctor's findings when a probe fails (or warns, with ``strict=True`` or
-``--attention-doctor-strict``). Registered through the ``pytest11`` entry point, so it loads in
-every pytest run of an environment that has the package: it imports nothing heavy (torch, pandas,
-the doctor) until a test asks for the fixture.
+``--attention-doctor-strict``), and with the change to write where a trap's line has a fix the
+doctor proved by diagnosing the changed code. Registered through the ``pytest11`` entry point,
+so it loads in every pytest run of an environment that has the package: it imports nothing
+heavy (torch, pandas, the doctor) until a test asks for the fixture.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]:
     from harness.doctor import TIMEOUT, Config, diagnose
+    from harness.doctor.examine import called_once
+    from harness.doctor.fixes import propose
     from harness.errors import UsageError
 
     strict_default = request.config.getoption("--attention-doctor-strict")
@@ -72,11 +75,18 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
         if unknown:
             known = ", ".join([*(f.name for f in fields(Config)), "timeout"])
             pytest.fail(f"attention_doctor: no option {unknown[0]!r}; use {known}", pytrace=False)
+        config = Config(**options)
+        name = type(module).__name__
         try:
-            diagnosis = diagnose(module, Config(**options), type(module).__name__, timeout)
+            diagnosis = diagnose(module, config, name, timeout)
         except UsageError as exc:  # bad input, as the command line reports it: one line
             raise pytest.fail.Exception(f"attention_doctor: {exc}", pytrace=False) from None
-        if not diagnosis.healthy:
+        if not diagnosis.healthy:  # the failure says what to write, where it is proven
+            diagnosis.fixes = propose(
+                diagnosis,
+                lambda: diagnose(module, config, name, timeout),
+                lambda: called_once(module, config, timeout),
+            ).fixes
             raise AttentionDoctorFailure(diagnosis.text())
         return diagnosis
 

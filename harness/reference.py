@@ -220,11 +220,13 @@ PASSIVE = (nn.Dropout, nn.Identity)  # layers that do nothing in eval mode
 
 
 def _is_projection(child: nn.Module) -> bool:
-    """nn.Linear; a layer seen computing ``x W^T + b`` or ``x W + b`` with its own weight and
-    bias alone (transformers' Conv1D, fairscale's ColumnParallelLinear on one device); or an
-    nn.Sequential of one of those and layers that do nothing in eval mode (Dropout)."""
+    """An nn.Linear that, called, computes its own ``F.linear`` (a forward hook that rescales
+    or rotates its output makes it more than a projection); a layer seen computing ``x W^T + b``
+    or ``x W + b`` with its own weight and bias alone (transformers' Conv1D, fairscale's
+    ColumnParallelLinear on one device); or an nn.Sequential of one of those and layers that
+    do nothing in eval mode (Dropout)."""
     if isinstance(child, nn.Linear):
-        return True
+        return _behaves(child, child.weight, child.bias)
     if isinstance(child, nn.Sequential | nn.ModuleList):  # diffusers: ModuleList([Linear, Dropout])
         active = [m for m in child if not isinstance(m, PASSIVE)]
         return len(active) == 1 and _is_projection(active[0])
@@ -234,32 +236,62 @@ def _is_projection(child: nn.Module) -> bool:
 def _computes_linear(child: nn.Module) -> bool:
     """Whether ``child``, whose parameters are one 2-D weight and at most one bias, computes an
     affine map of its input by that weight (read either way round): called once on a seeded
-    input and compared with ``F.linear``. What it is called says nothing."""
+    input and compared with ``F.linear``; or, with more matrices than one (a low-rank adapter
+    beside its frozen weight, as peft's LoRA layers), an affine map of its input all the same.
+    What it is called says nothing."""
     params = list(child.parameters())
     weights = [p for p in params if p.dim() == 2]
     biases = [p for p in params if p.dim() == 1]
-    if len(weights) != 1 or len(biases) > 1 or len(params) != len(weights) + len(biases):
+    if len(params) != len(weights) + len(biases) or not weights:
+        return False
+    if len(weights) > 1:
+        return any(_affine(child, width) for width in dict.fromkeys(w.shape[1] for w in weights))
+    if len(biases) > 1:
         return False
     (weight,) = weights
     bias = biases[0] if biases else None
+    # (out, in) as nn.Linear stores it, else (in, out)
+    return any(_behaves(child, matrix, bias) for matrix in (weight, weight.T))
+
+
+def _affine(child: nn.Module, width: int) -> bool:
+    """Whether ``child`` maps inputs ``width`` wide to outputs token by token and affinely:
+    f(a + b) + f(0) = f(a) + f(b), f(2a) + f(0) = 2 f(a), each token's output its own."""
     generator = torch.Generator().manual_seed(0)
-    for matrix in (weight, weight.T):  # (out, in) as nn.Linear stores it, else (in, out)
-        if bias is not None and bias.shape[0] != matrix.shape[0]:
-            continue
-        x = torch.randn(2, 3, matrix.shape[1], generator=generator).to(weight)
-        try:
-            with torch.no_grad():
-                got = child(x)
-        except Exception:
-            continue
-        expected = F.linear(x, matrix, bias).detach()
-        if (
-            isinstance(got, Tensor)
-            and got.shape == expected.shape
-            and torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
-        ):
-            return True
-    return False
+    dtype = next(child.parameters()).dtype
+    a, b = (torch.randn(2, 3, width, generator=generator).to(dtype) for _ in range(2))
+    zero = torch.zeros_like(a)
+    try:
+        with torch.no_grad():
+            fa, fb, f0, fab, f2a = (child(t) for t in (a, b, zero, a + b, 2 * a))
+            alone = child(a[:, :1])
+    except Exception:
+        return False
+    if not all(isinstance(t, Tensor) and t.shape[:2] == a.shape[:2] for t in (fa, fb, f0)):
+        return False
+    scale = fa.abs().max().item() + fb.abs().max().item() + 1e-12
+    close = [(fab + f0, fa + fb), (f2a + f0, 2 * fa), (alone, fa[:, :1])]
+    return all(torch.allclose(x, y, rtol=0, atol=1e-4 * scale) for x, y in close)
+
+
+def _behaves(child: nn.Module, matrix: Tensor, bias: Tensor | None) -> bool:
+    """Whether ``child`` called on a seeded input gives ``F.linear`` by ``matrix`` (out, in)
+    and ``bias``, within rounding."""
+    if bias is not None and bias.shape[0] != matrix.shape[0]:
+        return False
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, matrix.shape[1], generator=generator).to(matrix)
+    try:
+        with torch.no_grad():
+            got = child(x)
+            expected = F.linear(x, matrix, bias)
+    except Exception:
+        return False
+    return (
+        isinstance(got, Tensor)
+        and got.shape == expected.shape
+        and torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
+    )
 
 
 def _as_projection(child: nn.Module) -> Project:

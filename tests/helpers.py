@@ -140,3 +140,14 @@ class MultiHead(nn.Module):
 
 class MultiHeadSplitByView(MultiHead):
     split_by_view = True
+
+
+# The tutorial's own code (pitfalls/tutorial.py) with one student's edit each: (trap, the line
+# as written, the edit).
+TUTORIAL_EDITS = [
+    ("softmax_dim", "F.softmax(scores, dim=-1)", "F.softmax(scores, dim=1)"),
+    ("mask_bool", "masked_fill(mask == 0,", "masked_fill(mask == 1,"),
+    ("scale_d_model", "torch.tensor(d_k, dtype", "torch.tensor(d_model, dtype"),
+    ("missing_scale", "K.transpose(1, 2)) / self.scale", "K.transpose(1, 2))"),
+    ("transpose", "K.transpose(1, 2)", "K.transpose(0, 1)"),
+]  # fmt: skip

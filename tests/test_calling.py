@@ -165,6 +165,17 @@ def test_of_several_mask_parameters_the_one_that_works_is_found_and_can_be_named
         diagnose(cm.TwoMasks(32, 4), Config(mask="drop", mask_arg="nope"))
 
 
+@pytest.mark.parametrize(("mask_arg", "shape"), [("key_padding_mask", "bk"), ("attn_mask", "bqk")])
+def test_nn_multihead_attentions_own_mask_parameters_can_be_named(mask_arg, shape):
+    """torch's own layer takes key_padding_mask and attn_mask; naming either is what its
+    users write (gluonts' TFT hands key_padding_mask), and its mask goes where its shape says."""
+    module = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+    config = Config(mask="drop", mask_shape=shape, mask_arg=mask_arg)
+    assert diagnose(module, config).healthy
+    with pytest.raises(UsageError, match="--mask-arg need_weights: forward has no parameter"):
+        diagnose(module, Config(mask="drop", mask_arg="need_weights"))
+
+
 def test_rotary_modules_are_compared_with_sdpa_under_the_same_rope_and_tiled_heads_fail():
     found = {f.probe: f for f in diagnose(cm.RotaryGQA(32, 4, 2), Config()).findings}
     assert found["agrees with SDPA"].status == "pass", found["agrees with SDPA"]

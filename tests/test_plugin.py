@@ -18,6 +18,9 @@ CONFTEST_FREE_TESTS = textwrap.dedent(
 
     def test_leaky(attention_doctor):
         attention_doctor(dm.gpt_leaky(32, 4), causal=True)
+
+    def test_wrong_axis(attention_doctor):
+        attention_doctor(dm.einsum_wrong_axis(32, 4), mask="keep")
     """
 )
 
@@ -25,13 +28,23 @@ CONFTEST_FREE_TESTS = textwrap.dedent(
 def test_fixture_passes_healthy_and_fails_buggy_with_the_findings(pytester, request):
     pytester.makepyfile(CONFTEST_FREE_TESTS.format(root=str(request.config.rootpath)))
     result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(
         [
             "*AttentionDoctorFailure*",
             "*FAIL  causal_leak*at *doctor_modules.py:*",
             "*key t + 1 open to query t*",
             "*- causal no-leak:*depends on input*",
+        ]
+    )
+    # the failure carries the change to write, proven on the module's own code
+    result.stdout.fnmatch_lines(
+        [
+            "*FAIL  softmax_dim*at *doctor_modules.py:*",
+            "*fix (softmax_dim) at *doctor_modules.py:*, proven: with this change every probe "
+            "passes",
+            "*- weights = scores.softmax(dim=self.softmax_axis)",
+            "*+ weights = scores.softmax(dim=-1)",
         ]
     )
 

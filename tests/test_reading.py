@@ -20,6 +20,8 @@ from harness.doctor.reading.attention import sites
 from harness.doctor.reading.facts import Named, Reading
 from harness.doctor.reading.record import record
 from harness.validation import build, config_for
+from tests import doctor_modules as dm
+from tests.helpers import TUTORIAL_EDITS
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "pitfalls" / "tutorial.py"
@@ -161,6 +163,17 @@ def test_a_wrong_scale_fails_as_read_where_sdpa_cannot_be_compared(scale, trap):
         assert d.causes[0].trap == trap and "read from the forward" in d.causes[0].probes
 
 
+@pytest.mark.parametrize("d_model", [16, 32])  # at 16, 1/sqrt(d_model) is also 1/width
+def test_queries_scaled_by_a_hook_on_their_projection_and_again_are_double_scale(d_model):
+    """A hook on q_proj that folds 1/sqrt(d_k) into the queries, which the forward scales
+    again: the hooked layer is no bare projection, so the scale read from the forward decides."""
+    module = dm.NamedLayers(d_model, 4, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    module.q_proj.register_forward_hook(lambda layer, inputs, out: out * (d_model // 4) ** -0.5)
+    d = diagnose(module, Config(), "NamedLayers")
+    assert next(f for f in d.findings if f.probe == "agrees with SDPA").status == "skip"
+    assert d.causes[0].trap == "double_scale", d.text()
+
+
 @pytest.mark.parametrize(("diagonal", "said"), [(0, "blocked"), (1, "open: key t + 1")])
 def test_a_mask_chosen_with_where_blocks_where_its_condition_is_false(diagonal, said):
     d = diagnose(WhereCausal(16, diagonal), Config(causal=True), "WhereCausal")
@@ -217,17 +230,9 @@ def test_an_einsum_softmax_over_another_axis_is_named_at_its_line(axis, named):
         assert "weights = F.softmax(scores, dim=self.axis)" in first.at
 
 
-# The tutorial's own code with one student's edit each: (trap, the line as written, the edit).
-EDITS = [
-    ("softmax_dim", "F.softmax(scores, dim=-1)", "F.softmax(scores, dim=1)"),
-    ("mask_bool", "masked_fill(mask == 0,", "masked_fill(mask == 1,"),
-    ("scale_d_model", "torch.tensor(d_k, dtype", "torch.tensor(d_model, dtype"),
-    ("missing_scale", "K.transpose(1, 2)) / self.scale", "K.transpose(1, 2))"),
-    ("transpose", "K.transpose(1, 2)", "K.transpose(0, 1)"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("trap", "written", "edit"), EDITS, ids=[e[0] for e in EDITS])
+@pytest.mark.parametrize(
+    ("trap", "written", "edit"), TUTORIAL_EDITS, ids=[e[0] for e in TUTORIAL_EDITS]
+)
 def test_a_students_one_line_edit_is_the_first_cause_at_the_edited_line(
     tmp_path, capsys, trap, written, edit
 ):

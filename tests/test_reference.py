@@ -284,6 +284,48 @@ def test_a_layer_that_is_not_an_affine_map_by_its_own_weight_is_no_projection():
     assert recognize(Layouts("sharded")) and not recognize(Layouts("sharded_doubled"))
 
 
+class LowRank(nn.Module):
+    """A frozen weight with a low-rank adapter beside it, as peft's LoRA layers compute:
+    W x + s B A x; ``bend``: a tanh on the adapter's path, no affine map any more."""
+
+    def __init__(self, d: int, rank: int = 2, bend: bool = False):
+        super().__init__()
+        self.base_layer = nn.Linear(d, d)
+        self.lora_A, self.lora_B = nn.Linear(d, rank, bias=False), nn.Linear(rank, d, bias=False)
+        nn.init.normal_(self.lora_B.weight, std=0.1)
+        self.bend = bend
+
+    def forward(self, x):
+        low = self.lora_B(self.lora_A(x))
+        return self.base_layer(x) + 2.0 * (torch.tanh(low) if self.bend else low)
+
+
+@pytest.mark.parametrize("bend", [False, True])
+def test_a_layer_with_a_low_rank_adapter_is_a_projection_while_it_stays_affine(bend):
+    torch.manual_seed(0)
+    module = Layouts("gqa").double().eval()
+    for name in ("q_proj", "k_proj", "v_proj"):
+        setattr(module, name, LowRank(16, bend=bend).double())
+    readings = recognize(module)
+    assert bool(readings) is not bend
+    if not bend:
+        x = torch.randn(2, 5, 16, dtype=torch.float64)
+        with torch.no_grad():
+            assert (attend(readings[0], x, None) - module(x)).abs().max() < 1e-12
+
+
+def test_an_nn_linear_whose_forward_hook_changes_its_output_is_no_projection():
+    """A forward hook is part of what the layer computes: an nn.Linear whose hook rescales its
+    output is not a projection by its weight, so SDPA is not run on it as if it were."""
+    module = Layouts("gqa")
+    assert recognize(module)
+    handle = module.q_proj.register_forward_hook(lambda layer, inputs, out: out * 0.5)
+    assert not recognize(module)
+    handle.remove()
+    module.q_proj.register_forward_hook(lambda layer, inputs, out: out)  # changes nothing
+    assert recognize(module)
+
+
 def test_an_output_projection_in_a_module_list_with_dropout_is_recognized():
     readings = recognize(Layouts("module_list_out"))
     assert readings and "to_out" in readings[0][3]

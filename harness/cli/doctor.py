@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import functools
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +16,9 @@ import torch
 from harness.cli.parser import given_options
 from harness.devices import resolve_device
 from harness.doctor import OPTIONS, STEPS, TIMEOUT, Config, UserCodeError, diagnose, guarded, shield
+from harness.doctor.examine import called_once
+from harness.doctor.findings import Diagnosis
+from harness.doctor.fixes import Fixes, propose
 from harness.doctor.model.call import takes_token_ids
 from harness.doctor.model.diagnosis import ModelDiagnosis
 from harness.doctor.model.examine import diagnose_model
@@ -59,8 +63,9 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     device = resolve_device(args.device)
     sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init), kv_heads=args.kv_heads,
                   layers=args.layers)  # fmt: skip
-    if args.report is not None:  # before any probe runs
-        check_file_destination(args.report, "--report")
+    for option in ("report", "fix"):  # before any probe runs
+        if getattr(args, option) is not None:
+            check_file_destination(getattr(args, option), f"--{option}")
     if not args.timeout >= 0:  # NaN too
         raise UsageError("--timeout must be a number of seconds >= 0 (0: no limit)")
     values = {o.name: getattr(args, o.name) for o in OPTIONS if o.config}
@@ -85,6 +90,14 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
         diagnosis.notes[:0] = [fact.text() for fact in declared_facts]
     else:
         diagnosis.facts[:0] = declared_facts
+        fixes = Fixes()
+        if not diagnosis.healthy:
+            with every_core():
+                fixes = propose(diagnosis, functools.partial(_rediagnosed, args, sizes, config),
+                                functools.partial(_called, args, sizes, config))  # fmt: skip
+            diagnosis.fixes = fixes.fixes
+        if args.fix is not None:
+            write_diff(Path(args.fix), fixes.diff())
     if args.report is not None:
         try:
             write_atomically(Path(args.report), diagnosis.markdown())
@@ -94,6 +107,34 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
             ) from None
     text = diagnosis.to_json() if args.json else printable(diagnosis.text())
     return text, diagnosis.exit_code
+
+
+def _rediagnosed(args: argparse.Namespace, sizes: Sizes, config: Config) -> Diagnosis:
+    """The target built and diagnosed again as ``cmd_doctor`` did, with the code as it runs
+    now (a fix's rewritten functions in place of the file's)."""
+    with guarded(args.timeout):
+        module = build_target(load_object(args.target), sizes, args.seed)
+    return diagnose(module, config, args.target, args.timeout)
+
+
+def _called(args: argparse.Namespace, sizes: Sizes, config: Config) -> None:
+    """The target built and called once, as the probes call it."""
+    with guarded(args.timeout):
+        module = build_target(load_object(args.target), sizes, args.seed)
+    called_once(module, config, args.timeout)
+
+
+def write_diff(path: Path, diff: str) -> None:
+    """The proven fixes as a unified diff at ``path`` (--fix); none: nothing written, said."""
+    if not diff:
+        print("--fix: no proven fix, so nothing was written", file=sys.stderr)
+        return
+    try:
+        write_atomically(path, diff)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write --fix {shorten(str(path), quote=True)}: {exc.strerror or exc}"
+        ) from None
 
 
 def check_expression(select: str) -> None:

@@ -55,6 +55,11 @@ class MultiheadSelfAttention(nn.Module):
         return (out if self.mha.batch_first else out.transpose(0, 1)), weights
 
 
+# nn.MultiheadAttention's own mask parameters: --mask-arg may name either, and its adapter
+# hands the mask to the one its shape belongs to
+MHA_MASKS = ("key_padding_mask", "attn_mask")
+
+
 def as_self_attention(module: nn.Module, layout: str | None = None) -> nn.Module:
     """The module itself, or an adapter for torch's own ``nn.MultiheadAttention`` that passes
     masks of ``layout`` where it takes them."""
@@ -299,6 +304,8 @@ def plan_call(
     qkv = next((t for t in QKV_NAMES if all(n in named for n in t)), None)
     first = next(iter(named))
     inputs = qkv or (next((n for n in INPUT_NAMES if n in named), first),)
+    if isinstance(module, nn.MultiheadAttention | MultiheadSelfAttention) and mask_arg in MHA_MASKS:
+        mask_arg = "mask"  # its adapter's one mask, handed on by its shape (see above)
     mask = _mask_name(named, mask_arg)
     signature = f"{type(module).__name__}.forward{inspect.signature(forward)}"
     if takes_mask and mask is None:

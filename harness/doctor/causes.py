@@ -55,6 +55,7 @@ class Cause:
     trap: str | None = None
     fit: str = ""  # what in the error's numbers, or in the forward, names the trap
     at: str = ""
+    also: tuple[str, ...] = ()  # other lines the trap involves (where a factor is made)
 
     @property
     def read(self) -> bool:
@@ -113,7 +114,7 @@ def read_causes(findings: list[Finding], reading: Reading) -> list[Cause]:
         scope = EXPLAINS.get(named.trap, frozenset())
         probes = tuple(p for p in failing if p not in taken and (scope is None or p in scope))
         if probes:
-            causes.append(Cause("", probes, named.trap, named.why, named.line))
+            causes.append(Cause("", probes, named.trap, named.why, named.line, named.also))
             taken |= set(probes)
     return causes
 

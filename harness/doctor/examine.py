@@ -71,6 +71,16 @@ def read_forward(subject: Subject, timeout: float | None) -> Callable[[bool], Re
         return lambda causal: stopped
 
 
+def called_once(module: nn.Module, config: Config, timeout: float | None = TIMEOUT) -> None:
+    """``module`` called as the probes call it, once (its convention found first)."""
+    with guarded(timeout):
+        found, _ = detect(module, config)
+        subject = Subject(module, found)
+        subject.settle()
+        with quietly_seeded(found.seed):
+            watch(subject)
+
+
 def diagnose(
     module: nn.Module,
     config: Config | None = None,

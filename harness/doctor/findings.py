@@ -13,6 +13,7 @@ from harness.doctor.config import Config
 
 if TYPE_CHECKING:
     from harness.doctor.causes import Cause
+    from harness.doctor.fixes import Fix
     from harness.doctor.reading.facts import Fact
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
@@ -170,6 +171,7 @@ class Diagnosis:
     causes: list[Cause] = field(default_factory=list)  # read traps, shared errors (causes.py)
     facts: list[Fact] = field(default_factory=list)  # what the recorded forward showed
     lead: str | None = None  # the failing probe that names the cause, printed first
+    fixes: list[Fix] = field(default_factory=list)  # proven changes to the user's lines
 
     @property
     def failures(self) -> list[Finding]:
@@ -206,6 +208,8 @@ class Diagnosis:
             lines.append(f"FAIL  {cause.trap:<{width}}  at {cause.at}".rstrip())
             lines.append(f"{'':<{width + 8}}{cause.fit}")
             lines += explained_lines(cause, by_probe, width + 6)
+            for fix in (f for f in self.fixes if f.trap == cause.trap):
+                lines += fix.text(" " * (width + 6))
         grouped = {probe: c for c in self.causes if not c.read for probe in c.probes}
         shown = set()
         first = [f for f in self.findings if f.probe == self.lead and f.probe not in grouped]
@@ -219,6 +223,8 @@ class Diagnosis:
                 shown.add(cause)
                 named = ", ".join(cause.probes)
                 lines.append(f"FAIL  {'one cause':<{width}}  {cause.said()} ({named})")
+                for fix in (f for f in self.fixes if f.trap == cause.trap):
+                    lines += fix.text(" " * (width + 6))
         if self.facts:
             lines.append("read from one recorded forward:")
             lines += [f"  {fact.text()}" for fact in self.facts]
@@ -236,8 +242,10 @@ class Diagnosis:
                 "findings": [asdict(f) for f in self.findings],
                 "causes": [asdict(c) for c in self.causes],
                 "facts": [asdict(f) for f in self.facts],
+                "fixes": [asdict(f) for f in self.fixes],
             },
             indent=2,
+            default=str,  # a fix's path
         )
 
     def markdown(self) -> str:

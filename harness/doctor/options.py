@@ -199,6 +199,11 @@ OPTIONS = (
         help="also write a markdown report here",
     ),
     Option(
+        "fix", group="output", metavar="PATH", config=False,
+        help="write the proven fixes here as a unified diff against your files (which are never "
+        "changed; apply it with git apply or patch -p1)",
+    ),
+    Option(
         "timeout", group="probes", kind="float", default=TIMEOUT, metavar="SECONDS", config=False,
         help=f"time limit of each probe, of building the module and of importing --call "
         f"({TIMEOUT:g}; 0: none)",

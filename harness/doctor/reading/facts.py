@@ -49,6 +49,7 @@ class Named:
     trap: str
     why: str
     line: str
+    also: tuple[str, ...] = ()  # other lines it involves (where its factors are applied or made)
 
 
 @dataclass
@@ -91,32 +92,38 @@ def _shape(site: Site) -> str:
     return "x".join(map(str, shape))
 
 
-def _scale_name(scale: float, width: int, d_model: int) -> str | None:
-    """The trap a wrong scale is, by its value against the head width and the model width."""
+def _near(a: float, b: float) -> bool:
+    """Equal within the reading's relative tolerance."""
+    return abs(a - b) <= CLOSE * abs(b)
 
-    def near(a: float, b: float) -> bool:
-        return abs(a - b) <= CLOSE * abs(b)
 
-    if near(scale, 1 / math.sqrt(width)):
+def _scale_name(scale: float, width: int, d_model: int, factors: list[float]) -> str | None:
+    """The trap a wrong scale is, by its value against the head width and the model width;
+    two ``factors`` of 1/sqrt(head width) each are the scale applied twice, whatever the
+    model width (1/sqrt(d_model) is also 1/width where d_model is width squared)."""
+    if _near(scale, 1 / math.sqrt(width)):
         return None
-    if near(scale, 1.0):
+    if _near(scale, 1.0):
         return "missing_scale"
-    if d_model != width and near(scale, 1 / math.sqrt(d_model)):
+    if len(factors) == 2 and all(_near(f, 1 / math.sqrt(width)) for f in factors):
+        return "double_scale"
+    if d_model != width and _near(scale, 1 / math.sqrt(d_model)):
         return "scale_d_model"
-    if near(scale, 1 / width):
+    if _near(scale, 1 / width):
         return "double_scale"
     return "wrong_scale"
 
 
-def _made(site: Site, made: Callable[[str], str]) -> str:
-    """Where a tensor that holds a scale factor was made, when the doctor watched it built."""
+def _made(site: Site, made: Callable[[str], str]) -> tuple[str, str]:
+    """Where a tensor that holds a scale factor was made, when the doctor watched it built:
+    the words and the line ("" and "" when not)."""
     for factor in site.factors:
         given = factor.given
         if given is not None and given.kind in ("attribute", "buffer") and given.ref:
             line = made(str(given.ref))
             if line:
-                return f"; self.{str(given.ref).rsplit('.', 1)[-1]} is made at {line}"
-    return ""
+                return f"; self.{str(given.ref).rsplit('.', 1)[-1]} is made at {line}", line
+    return "", ""
 
 
 def site_facts(
@@ -154,7 +161,7 @@ def site_facts(
         where = ", ".join(sorted({f.where for f in applied}))
         said = f"{site.scale:.6g}" + (f" (on the {where})" if where else " (none applied)")
         facts.append(Fact("scale", said, COMPUTED, scale_line))
-        trap = _scale_name(site.scale, site.width, d_model)
+        trap = _scale_name(site.scale, site.width, d_model, [f.value for f in applied])
         if trap is not None and not site.after_softmax:  # else: the scale is misplaced (below)
             expected = 1 / math.sqrt(site.width)
             each = (
@@ -162,10 +169,12 @@ def site_facts(
                 if len(applied) > 1
                 else ""
             )
+            words, made_at = _made(site, made)
+            also = tuple(dict.fromkeys(f.op.where for f in applied if f.op.where != scale_line))
             named.append(Named(trap, f"the scores are scaled by {site.scale:.6g}"
                                + (f" ({each})" if each else "")
-                               + f"; 1/sqrt(head width {site.width}) is {expected:.6g}"
-                               f"{_made(site, made)}", scale_line))  # fmt: skip
+                               + f"; 1/sqrt(head width {site.width}) is {expected:.6g}{words}",
+                               scale_line, also + ((made_at,) if made_at else ())))  # fmt: skip
     elif site.stopped_at is not None:
         facts.append(Fact("scale", "not read: the scores' operands pass through an op it does "
                           f"not follow ({site.stopped_at.name})", COMPUTED,

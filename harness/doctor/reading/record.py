@@ -173,6 +173,20 @@ def shown_path(filename: str) -> str:
     return filename
 
 
+def source_file(where: str) -> tuple[Path, int] | None:
+    """The file and line number a ``where`` (``file.py:34 `code```) names, as ``shown_path``
+    showed it; None when it names no file that is there."""
+    place = where.split(" `", 1)[0]
+    name, sep, number = place.rpartition(":")
+    if not sep or not number.isdigit():
+        return None
+    path = Path(name)
+    for candidate in (path,) if path.is_absolute() else (PROJECT / path, Path.cwd() / path):
+        if candidate.is_file():
+            return candidate, int(number)
+    return None
+
+
 def _at(frame: FrameType) -> tuple[str, str]:
     code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
     return f"{shown_path(frame.f_code.co_filename)}:{frame.f_lineno}", code

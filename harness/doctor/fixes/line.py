@@ -1,0 +1,167 @@
+"""One line of a user's source, parsed with LibCST so that an expression on it can be replaced
+and the file written back with its formatting and comments as they were."""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+NO_SPACE = cst.AssignEqual(
+    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+)
+
+
+@dataclass(frozen=True)
+class Line:
+    """Line ``number`` of ``source``; ``names``: the globals of the code there (what its names
+    are bound to when it runs, so ``F.softmax`` is told from ``scores.softmax``)."""
+
+    source: str
+    number: int
+    names: Mapping[str, object]
+    # the values expressions have on the line when the code runs ({} where not known)
+    values: Callable[[list[str]], Mapping[str, object]] = lambda expressions: {}
+
+    @functools.cached_property
+    def _wrapper(self) -> MetadataWrapper:
+        return MetadataWrapper(cst.parse_module(self.source))
+
+    @functools.cached_property
+    def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        return self._wrapper.resolve(PositionProvider)
+
+    def nodes(self, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]) -> list[cst.CSTNode]:
+        """The nodes of ``kind`` that start on the line or span it, outermost first."""
+        found = [
+            (where.start.line, where.start.column, node)
+            for node, where in self._positions.items()
+            if isinstance(node, kind) and where.start.line <= self.number <= where.end.line
+        ]
+        return [node for *_, node in sorted(found, key=lambda f: (f[0], f[1]))]
+
+    def calls(self, *names: str) -> list[cst.Call]:
+        """The calls on the line of a function or method called one of ``names``."""
+        return [c for c in self.nodes(cst.Call) if called(c) in names]  # type: ignore[misc]
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self._wrapper.module.code_for_node(node)
+
+    def replaced(self, old: cst.CSTNode, new: cst.CSTNode) -> str:
+        """The whole source with ``old`` replaced by ``new``."""
+        return self._wrapper.module.deep_replace(old, new).code  # type: ignore[union-attr]
+
+    def enclosing(self) -> tuple[cst.FunctionDef | None, cst.ClassDef | None]:
+        """The innermost function and class around the line."""
+        functions = [n for n in self.nodes(cst.FunctionDef)]
+        classes = [n for n in self.nodes(cst.ClassDef)]
+        return (functions[-1] if functions else None, classes[-1] if classes else None)
+
+    def is_function_form(self, call: cst.Call) -> bool:
+        """``F.softmax(x, ...)`` (the callee is an attribute of a module the code imported)
+        rather than ``x.softmax(...)``: the tensor is the first argument, not the receiver."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            return True
+        if not isinstance(func, cst.Attribute):
+            return False
+        return isinstance(_resolved(func.value, self.names), types.ModuleType)
+
+
+def called(call: cst.Call) -> str:
+    """The name a call calls: ``softmax`` for ``F.softmax(...)`` and ``x.softmax(...)``."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else ""
+
+
+def _resolved(node: cst.BaseExpression, names: Mapping[str, object]) -> object:
+    """What a dotted name (``torch.nn.functional``) is bound to in ``names``; None if unknown."""
+    if isinstance(node, cst.Name):
+        return names.get(node.value)
+    if isinstance(node, cst.Attribute):
+        owner = _resolved(node.value, names)
+        return getattr(owner, node.attr.value, None) if owner is not None else None
+    return None
+
+
+def argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
+    """The argument given at ``position`` (counting positional ones) or as ``keyword``."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    return positional[position] if position < len(positional) else None
+
+
+def with_argument(call: cst.Call, position: int, keyword: str, value: str) -> cst.Call:
+    """``call`` with the argument at ``position`` or ``keyword`` set to ``value``: replaced
+    where given, else added as ``keyword=value``."""
+    expression = cst.parse_expression(value)
+    given = argument(call, position, keyword)
+    if given is not None:
+        return call.deep_replace(given, given.with_changes(value=expression))  # type: ignore
+    added = cst.Arg(expression, keyword=cst.Name(keyword), equal=NO_SPACE)
+    return call.with_changes(args=[*call.args, added])
+
+
+def without_argument(call: cst.Call, keyword: str) -> cst.Call | None:
+    """``call`` without its ``keyword`` argument; None when it has none."""
+    kept = [a for a in call.args if a.keyword is None or a.keyword.value != keyword]
+    if len(kept) == len(call.args):
+        return None
+    if kept:  # the last argument keeps no trailing comma it did not have
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=kept)
+
+
+def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``node`` as an operand of a unary operator: in parentheses unless it is atomic."""
+    atomic = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+    if isinstance(node, atomic) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def names_in_scope(line: Line) -> Iterator[str]:
+    """Expressions that may stand for a size where the line is: the enclosing function's
+    parameters (``self`` aside), the names it assigns, and the ``self.`` attributes its class
+    assigns anywhere; each once, in that order."""
+    function, klass = line.enclosing()
+    seen: dict[str, None] = {}
+    if function is not None:
+        params = function.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            if param.name.value not in ("self", "cls"):
+                seen.setdefault(param.name.value)
+        for target in _assigned(function):
+            if isinstance(target, cst.Name):
+                seen.setdefault(target.value)
+    if klass is not None:
+        for target in _assigned(klass):
+            if (
+                isinstance(target, cst.Attribute)
+                and isinstance(target.value, cst.Name)
+                and target.value.value == "self"
+            ):
+                seen.setdefault(f"self.{target.attr.value}")
+    return iter(seen)
+
+
+def _assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The targets ``node``'s statements assign (``a = ...``, ``self.a = ...``, ``a, b = ...``)."""
+    found: list[cst.BaseExpression] = []
+
+    class Targets(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
+            value = target.target
+            items = value.elements if isinstance(value, cst.Tuple | cst.List) else None
+            found.extend(e.value for e in items) if items else found.append(value)
+
+    node.visit(Targets())
+    return found

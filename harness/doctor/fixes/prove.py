@@ -1,0 +1,174 @@
+"""Fixes proven before they are shown: for each cause read at a line of the user's source, the
+catalogue's fix rewritten into that line (``recipes``), run in place of the original code
+(``live``) and diagnosed again with the same options and seed. A rewrite is shown only when
+the trap it fixes is gone and no probe that passed fails; the causes after it are fixed on top
+of it, so several fixes are proven together."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.doctor.causes import Cause
+from harness.doctor.findings import FAIL, Diagnosis
+from harness.doctor.fixes.line import Line
+from harness.doctor.fixes.live import Owner, owners, recompiled, swapped
+from harness.doctor.fixes.recipes import RECIPES
+from harness.doctor.fixes.values import values_at
+from harness.doctor.reading.record import HARNESS, shown_path, source_file
+
+MOST = 3  # fixes proven on top of each other, at most
+CANDIDATES = 8  # rewrites of one cause tried, at most (each costs a diagnosis)
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A change to one line of the user's file, and what diagnosing the changed code showed."""
+
+    trap: str
+    path: Path
+    number: int
+    before: str  # the line as it is
+    after: str  # the line as the fix writes it
+    proof: str  # "with this change every probe passes", or what still fails
+
+    def text(self, indent: str = "") -> list[str]:
+        where = f"{shown_path(str(self.path))}:{self.number}"
+        return [
+            f"{indent}fix ({self.trap}) at {where}, proven: {self.proof}",
+            f"{indent}  - {self.before.strip()}",
+            f"{indent}  + {self.after.strip()}",
+        ]
+
+
+@dataclass
+class Fixes:
+    """The fixes proven, and each changed file's rewritten source."""
+
+    fixes: list[Fix] = field(default_factory=list)
+    sources: dict[Path, str] = field(default_factory=dict)
+    originals: dict[Path, str] = field(default_factory=dict)
+
+    def diff(self) -> str:
+        """A unified diff of every changed file against the file as it is."""
+        parts = []
+        for path, source in self.sources.items():
+            shown = shown_path(str(path))
+            parts += difflib.unified_diff(
+                self.originals[path].splitlines(keepends=True),
+                source.splitlines(keepends=True),
+                f"a/{shown}",
+                f"b/{shown}",
+            )
+        return "".join(parts)
+
+
+def _editable(path: Path) -> bool:
+    """A file of the user's: not the doctor's own, not an installed package's."""
+    parts = set(path.resolve().parts)
+    return not path.resolve().is_relative_to(HARNESS) and not parts & {
+        "site-packages",
+        "dist-packages",
+    }
+
+
+def _lines(cause: Cause) -> list[tuple[Path, int]]:
+    """The editable source lines a cause names: where it is, then the lines it involves."""
+    found = []
+    for where in (cause.at, *cause.also):
+        located = source_file(where) if where else None
+        if located is not None and _editable(located[0]) and located not in found:
+            found.append(located)
+    return found
+
+
+def _failing(diagnosis: Diagnosis) -> set[str]:
+    return {f.probe for f in diagnosis.findings if f.status == FAIL}
+
+
+def _traps(diagnosis: Diagnosis) -> set[str]:
+    named = {c.trap for c in diagnosis.causes if c.trap}
+    return named | {t for f in diagnosis.findings if f.status == FAIL for t in f.traps}
+
+
+def _proof(before: Diagnosis, after: Diagnosis, trap: str) -> str | None:
+    """What ``after`` shows of the change, or None when it is no fix of ``trap``: the trap
+    still named, or the probes failing after it not fewer of those failing before (a probe
+    that passed and fails now, or nothing fixed)."""
+    if trap in _traps(after) or not _failing(after) < _failing(before):
+        return None
+    if after.healthy:
+        return "with this change every probe passes"
+    left = [c.trap for c in after.causes if c.trap] or sorted(_failing(after))
+    return f"this change fixes {trap}; still failing: {', '.join(dict.fromkeys(left))}"
+
+
+def propose(
+    diagnosis: Diagnosis,
+    rediagnose: Callable[[], Diagnosis],
+    run: Callable[[], object] = lambda: None,
+    most: int = MOST,
+) -> Fixes:
+    """The fixes of ``diagnosis``'s causes, each proven by ``rediagnose`` (the same target
+    built and diagnosed again, with the same options and seed) with the fixes before it;
+    ``run`` builds and calls it once (where a fix reads what its code's names are worth)."""
+    found = Fixes()
+    replaced: dict[int, tuple[Owner, object]] = {}
+    current, tried = diagnosis, set()
+    while len(found.fixes) < most:
+        cause = next((c for c in current.causes if c.trap in RECIPES and c.trap not in tried), None)
+        if cause is None:
+            break
+        tried.add(cause.trap)
+        step = _first_proven(cause, current, found, replaced, rediagnose, run)
+        if step is not None:
+            current = step
+    return found
+
+
+def _first_proven(
+    cause: Cause, current: Diagnosis, found: Fixes, replaced: dict[int, tuple[Owner, object]],
+    rediagnose: Callable[[], Diagnosis], run: Callable[[], object],
+) -> Diagnosis | None:  # fmt: skip
+    """The first rewrite of ``cause`` that proves, recorded in ``found`` (and the rewritten
+    code kept in ``replaced``); its diagnosis, or None when none proves."""
+    trap = cause.trap or ""
+    tries = 0
+    for path, number in _lines(cause):
+        source = found.sources.get(path) or path.read_text()
+        live = owners(path, number)
+        if not live:
+            continue
+
+        def values(expressions: list[str], path: Path = path, number: int = number) -> dict:
+            with swapped(list(replaced.values())):
+                return values_at(path, number, expressions, run)
+
+        line = Line(source, number, live[0].function.__globals__, values)
+        for candidate in RECIPES[trap](line):
+            if tries >= CANDIDATES:
+                return None
+            tries += 1
+            functions = [recompiled(o, candidate, path, number) for o in live]
+            if any(f is None for f in functions):
+                continue
+            changed = {id(o.function): (o, f) for o, f in zip(live, functions, strict=True)}
+            trial = {**replaced, **changed}
+            try:
+                with swapped(list(trial.values())):
+                    after = rediagnose()
+            except Exception:  # the rewrite broke the build or the doctor's run: no fix
+                continue
+            proof = _proof(current, after, trap)
+            if proof is None:
+                continue
+            found.originals.setdefault(path, path.read_text())
+            found.sources[path] = candidate
+            replaced.update(trial)
+            before_line = source.splitlines()[number - 1]
+            after_line = candidate.splitlines()[number - 1]
+            found.fixes.append(Fix(trap, path, number, before_line, after_line, proof))
+            return after
+    return None
