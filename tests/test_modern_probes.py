@@ -111,6 +111,15 @@ def test_a_shift_that_moves_the_scores_and_not_the_values_names_the_pairing():
     assert "rope_on_value" not in found.message, found
 
 
+def test_a_shift_the_values_do_not_carry_is_not_named_rope_on_value_where_v_is_read_unrotated():
+    """An unrotated null key makes the scores depend on the query's absolute rotation: the
+    shift fails, but the forward shows v unrotated, so rope_on_value is not named."""
+    d = diagnose(make(gm.NullKeyRotary), CAUSAL)
+    found = next(f for f in d.findings if f.probe == "position shift")
+    assert found.status == FAIL and "not the values" in found.message, found
+    assert "rope_on_value" not in found.traps and not d.causes, d.text()
+
+
 def test_a_window_of_both_sides_is_not_a_causal_mask():
     """A band blocks keys far ahead and far behind: no causal intent is read off it."""
     d = diagnose(make(gm.BandAttention), Config())

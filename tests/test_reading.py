@@ -174,6 +174,50 @@ def test_queries_scaled_by_a_hook_on_their_projection_and_again_are_double_scale
     assert d.causes[0].trap == "double_scale", d.text()
 
 
+@pytest.mark.parametrize("split_by_view", [False, True])
+def test_the_heads_are_as_many_as_the_forward_contracts_whatever_their_count_is_called(
+    split_by_view,
+):
+    """Heads counted under a name no table lists are read from the forward (the queries' width
+    over the width the product contracts): SDPA is compared in 4 heads, not 1."""
+    d = diagnose(dm.FoldedHeads(32, 4, split_by_view), Config(), "FoldedHeads")
+    sdpa = next(f for f in d.findings if f.probe == "agrees with SDPA")
+    assert "with 4 head(s)" in sdpa.message, sdpa
+    assert sdpa.status == ("fail" if split_by_view else "pass"), sdpa
+    if split_by_view:
+        assert sdpa.traps == ("head_split_view",), sdpa
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_a_one_by_one_convolution_is_a_projection_and_the_scale_is_read_through_it(scaled):
+    d = diagnose(dm.ConvProjections(32, 4, scaled), Config(d_model=32), "ConvProjections")
+    facts = {f.name: f.value for f in d.facts}
+    assert facts["scale"] == ("0.353553 (on the queries)" if scaled else "1 (none applied)")
+    assert d.healthy == scaled and (scaled or d.causes[0].trap == "missing_scale"), d.text()
+
+
+class PatchedSoftmax(nn.Module):
+    """Attention whose forward runs with ``torch.Tensor.softmax`` replaced by a Python wrapper
+    (as a test's injected bug, or a library's patch, sets it), here over the queries' axis."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.inner = dm.EinsumAttention(dim, 4)
+
+    def forward(self, x, mask=None):
+        original = torch.Tensor.softmax
+        torch.Tensor.softmax = lambda t, dim=None, **kw: original(t, dim=-2)
+        try:
+            return self.inner(x, mask)
+        finally:
+            torch.Tensor.softmax = original
+
+
+def test_a_torch_method_replaced_by_a_python_function_is_read_by_the_name_it_is_called_by():
+    d = diagnose(PatchedSoftmax(32), Config(), "PatchedSoftmax")
+    assert d.causes and d.causes[0].trap == "softmax_dim", d.text()
+
+
 @pytest.mark.parametrize(("diagonal", "said"), [(0, "blocked"), (1, "open: key t + 1")])
 def test_a_mask_chosen_with_where_blocks_where_its_condition_is_false(diagonal, said):
     d = diagnose(WhereCausal(16, diagonal), Config(causal=True), "WhereCausal")

@@ -143,21 +143,38 @@ class Subject:
 
     @cached_property
     def fixed_length(self) -> int | None:
-        """The one length the module takes, when it declares a context (an N x N buffer, as
-        Swin's relative_position_index of one window) and runs there but not on 3 tokens."""
-        if self.context is None or self.context == 3 or self.config.seq_len != self.context:
+        """The one length the module takes: where it declares a context (an N x N buffer, as
+        Swin's relative_position_index of one window), when it runs there but not on 3 tokens;
+        else the probes' length, when it runs there and on no length beside it (a Linformer's
+        projection of its keys along a sequence of fixed length)."""
+        seq_len = self.config.seq_len
+        if self.context is not None and (self.context == 3 or seq_len != self.context):
             return None
-        module = self.copy()
+        if self.runs(3) or not self.runs(seq_len):
+            return None
+        if self.context is not None:
+            return self.context
+        return None if self.runs(seq_len - 1) or self.runs(seq_len + 1) else seq_len
 
-        def runs(seq_len: int) -> bool:
-            try:
-                with torch.no_grad():
-                    self.call(module, self.x(2, seq_len, 0), self.ordinary_keep(2, seq_len))
-            except Exception:
-                return False
-            return True
+    def runs(self, seq_len: int) -> bool:
+        """Whether a copy of the module runs on ``seq_len`` tokens of two sequences."""
+        if seq_len < 1:
+            return False
+        try:
+            with torch.no_grad():
+                self.call(self.copy(), self.x(2, seq_len, 0), self.ordinary_keep(2, seq_len))
+        except Exception:
+            return False
+        return True
 
-        return self.context if runs(self.context) and not runs(3) else None
+    @property
+    def length_source(self) -> str:
+        """How the one length it takes is known."""
+        if self.context is not None:
+            return (
+                "it declares that context and takes no other length, as a window of fixed size does"
+            )
+        return "it runs on no length beside it, as a projection along a sequence of fixed length"
 
     def _input_width(self, given: int | None) -> tuple[int, torch.dtype]:
         """The first candidate width the module runs on, in float64, else in float32 (a module
@@ -337,9 +354,33 @@ class Subject:
 
     def readings(self, module: nn.Module) -> list[Recognized]:
         """Every reading of ``module``'s projections (``reference.recognize``), at the softmax
-        scale the module means (--scale; else 1/sqrt(head width))."""
-        return [with_scale(found, self.config.scale)
-                for found in recognize(module, roles=self.reading.projections)]  # fmt: skip
+        scale the module means (--scale; else 1/sqrt(head width)), in as many heads as the
+        recorded forward shows (its queries' width over the width its product contracts)."""
+        return [with_scale(found, self.config.scale) for found in self.recognized(module)]
+
+    def recognized(self, module: nn.Module, extra: bool = False) -> list[Recognized]:
+        """Every reading of ``module``'s projections as they are (no scale of its own), by the
+        roles and in the heads its recorded forward shows (``extra``: as ``recognize``)."""
+        dtype = next((p.dtype for p in module.parameters()), self.dtype)
+        found = recognize(module, extra, roles=self.reading.projections)
+        return [self._heads_read(one, dtype) for one in found]
+
+    def _heads_read(self, found: Recognized, dtype: torch.dtype) -> Recognized:
+        """``found`` in the recorded forward's heads, where they differ from the ones its
+        attributes state (rtdl keeps its count as ``_n_heads``)."""
+        qkv, out, heads, described = found
+        width = self.reading.head_width
+        if not width:
+            return found
+        try:
+            with torch.no_grad():
+                q = qkv(torch.zeros(1, 1, self.d_model, dtype=dtype))[0]
+        except Exception:  # a reading of other widths: left as it is
+            return found
+        read = q.shape[-1] // width if q.shape[-1] % width == 0 else heads
+        if read == heads:
+            return found
+        return qkv, out, read, described.replace(f"with {heads} head(s)", f"with {read} head(s)")
 
     def encode(self, keep: Tensor | None, dtype: torch.dtype) -> Tensor | None:
         """The keep-mask in the module's convention and layout, on the device."""

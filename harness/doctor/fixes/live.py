@@ -54,9 +54,17 @@ def _defined_in(function: types.FunctionType, path: Path) -> bool:
 
 
 def _class_in(cls: type, path: Path) -> bool:
-    module = sys.modules.get(cls.__module__)
-    file = getattr(module, "__file__", None)
+    file = _file_of(sys.modules.get(cls.__module__))
     return file is not None and Path(file).resolve() == path
+
+
+def _file_of(module: object) -> str | None:
+    """A module's file; None where it has none, or will not say (an import stub that raises)."""
+    try:
+        file = getattr(module, "__file__", None)
+    except Exception:
+        return None
+    return file if isinstance(file, str) else None
 
 
 def owners(path: Path, line: int) -> list[Owner]:
@@ -67,7 +75,7 @@ def owners(path: Path, line: int) -> list[Owner]:
     seen: set[int] = set()
     found = []
     for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
+        file = _file_of(module)
         if file is None or Path(file).resolve() != path:
             continue
         for owner in _functions(module, path, seen):

@@ -122,7 +122,10 @@ def propose(
         if cause is None:
             break
         tried.add(cause.trap)
-        step = _first_proven(cause, current, found, replaced, rediagnose, run)
+        try:
+            step = _first_proven(cause, current, found, replaced, rediagnose, run)
+        except Exception:  # whatever the user's code or files do, a fix only ever adds
+            step = None
         if step is not None:
             current = step
     return found

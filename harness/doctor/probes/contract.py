@@ -39,6 +39,20 @@ def _shape_cases(subject: Subject) -> list[tuple[str, int, int]]:
     return [case for case in cases if case[2] <= context]
 
 
+def _longest(subject: Subject, seq_len: int) -> int | None:
+    """The longest sequence the module runs on, where ``seq_len``, past the probes' own length,
+    is past it and every length up to it runs (the lengths halved down to the probes' run);
+    None where a shorter length fails too: that is no limit of length."""
+    ordinary = subject.config.seq_len
+    if seq_len <= ordinary or subject.runs(seq_len):
+        return None
+    low, high = ordinary, seq_len  # runs at low, not at high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if subject.runs(middle) else (low, middle)
+    return low if all(subject.runs(n) for n in range(ordinary, low + 1, max(1, low // 8))) else None
+
+
 @probe("shape contract")
 def probe_shapes(subject: Subject) -> Outcome:
     """Output (B, T, d) and weights (B, [h,] T, T) on awkward shapes; a shape the module or its
@@ -55,6 +69,11 @@ def probe_shapes(subject: Subject) -> Outcome:
             untaken.append(f"{label}: {describe(exc)}")
             continue
         except Exception as exc:
+            longest = _longest(subject, seq_len)
+            if longest is not None:  # a length past what it takes: a table of N positions
+                untaken.append(f"{label}: it runs on up to {longest} tokens, and raises on "
+                               f"{seq_len}: {describe(exc)}")  # fmt: skip
+                continue
             return failed(
                 f"raises on {label} (B={batch} T={seq_len}): {describe(exc)}",
             )
@@ -81,8 +100,7 @@ def probe_shapes(subject: Subject) -> Outcome:
     beyond = "" if subject.context is None else f" (up to its context, {subject.context})"
     beyond += "".join(f"; not taken: {said}" for said in untaken)
     if subject.fixed_length is not None:
-        beyond = (f" (only at {subject.fixed_length} tokens: it declares that context and takes "
-                  "no other length, as a window of fixed size does)")  # fmt: skip
+        beyond = f" (only at {subject.fixed_length} tokens: {subject.length_source})"
     if subject.config.seq_len < subject.asked_seq_len:
         beyond += (f"; every probe runs at seq_len {subject.config.seq_len} instead of "
                    f"{subject.asked_seq_len}, within it")  # fmt: skip

@@ -111,6 +111,15 @@ def probe_shift(subject: Subject) -> Outcome:
                     f"[{subject.position_source}]",
                     "rope_pairing_mismatch",
                 )
+            reading = subject.reading
+            if reading.rotary and not any(n.trap == "rope_on_value" for n in reading.named):
+                return failed(  # the forward shows q and k rotated, and v not
+                    f"{said}, also with every token the same, while its forward rotates q and "
+                    f"k and not the values (at {reading.rotary}): something the rotation does "
+                    "not reach enters the scores (a key or bias added unrotated, as a learned "
+                    "null key or memory is, or an absolute embedding) "
+                    f"[{subject.position_source}]"
+                )
             return failed(
                 f"{said}, also with every token the same: the values carry absolute positions "
                 "(rope_on_value: rotary applied to V, or an absolute embedding) "

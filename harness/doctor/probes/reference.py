@@ -26,7 +26,6 @@ from harness.reference import (
     Kernel,
     Recognized,
     attend,
-    recognize,
     softcapped,
 )
 
@@ -420,7 +419,7 @@ def probe_sdpa(subject: Subject) -> Outcome:
         return passed(f"within {tolerance:.2g} (the float32 floor) on {described}")
     # the known wrong forms are of the usual scale: fitted on the projections as they are, on
     # attention's own output where it can be read
-    every = recognize(subject.copy(torch.float64), roles=subject.reading.projections)
+    every = subject.recognized(subject.copy(torch.float64))
     as_is = [every[best[0]], *(r for i, r in enumerate(every) if i != best[0])]  # best first
     if inner is not None:
         out, error, tolerance = inner.output, inner.error, inner.tolerance

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from harness.doctor.findings import Outcome, failed, passed
 from harness.doctor.probes.inside import projection_input, submodule_name
 from harness.doctor.subject import Subject
-from harness.reference import Recognized, recognize, split_heads
+from harness.reference import Recognized, split_heads
 
 MIN_WEIGHT = 1e-3  # lighter weights are left out of the fit: their logarithm is mostly rounding
 MISFIT = 1e-3  # the most log P may stray from the fitted line: float32 weights stray ~1e-6
@@ -117,7 +117,7 @@ def measure(subject: Subject) -> Measured | None:
     for every input."""
     cfg = subject.config
     module = subject.copy()
-    for reading in recognize(module, extra=True, roles=subject.reading.projections):
+    for reading in subject.recognized(module, extra=True):
         with torch.no_grad():
             head_width = reading[0](subject.x(1, 1, 0))[2].shape[-1] // reading[2]
         seq_len = min(cfg.seq_len, head_width)

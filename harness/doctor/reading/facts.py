@@ -69,6 +69,7 @@ class Reading:
     # the parameters the attention's queries, keys, values and output are projected by, as
     # the record shows them ({} where it does not show all of q, k and v)
     projections: dict[str, str | None] = field(default_factory=dict)
+    head_width: int | None = None  # the width each head's q and k are contracted over
 
 
 def _axis_word(site: Site, axis: int) -> str:
@@ -386,6 +387,7 @@ def interpret(
         reading.masks_future = reading.masks_future or one.masks_future
         if site.rotated is not None:
             reading.rotary = reading.rotary or site.rotated.where
+        reading.head_width = reading.head_width or site.width or None
         read = site.projections
         if not reading.projections and all(read.get(r) for r in ("queries", "keys", "values")):
             reading.projections = dict(read)

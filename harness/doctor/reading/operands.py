@@ -24,8 +24,15 @@ from harness.doctor.reading.record import Op, Record, Value
 
 
 def is_projection(record: Record, op: Op, memo: dict[int, bool]) -> bool:
-    """A linear op, or data times a weight written out (x @ W)."""
-    return op.name in {"linear", "addmm"} or (op.name in PRODUCTS and weighted(record, op, memo))
+    """A linear op, data times a weight written out (x @ W), or a convolution by a kernel the
+    module learns (a U-Net's 1x1 ``to_qkv``): where an operand's factors start."""
+    if op.name in {"linear", "addmm"} or (op.name in PRODUCTS and weighted(record, op, memo)):
+        return True
+    kernel = op.arg(1, "weight")
+    return op.name in CONVOLUTIONS and kernel is not None and kernel.kind == "parameter"
+
+
+CONVOLUTIONS = frozenset({"conv1d", "conv2d", "conv3d"})
 
 
 def weight_name(record: Record, op: Op, memo: dict[int, bool]) -> str | None:

@@ -20,9 +20,10 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import CodeType, FrameType
+from types import CodeType, FrameType, FunctionType
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
@@ -228,6 +229,20 @@ def _forwards(module: nn.Module) -> frozenset[CodeType]:
     return frozenset(code for code in codes if code is not None)
 
 
+def _torch_name(func: Callable[..., object]) -> str:
+    """The name of the torch function a mode is handed: its own, or for a Python function set
+    in torch's place (``torch.Tensor.softmax = wrapper``, which torch hands a mode as the
+    function it finds under the method's name) the name it is set under."""
+    name = getattr(func, "__name__", str(func))
+    if not isinstance(func, FunctionType) or (func.__module__ or "").startswith("torch"):
+        return name
+    for owner in (torch.Tensor, F, torch):
+        found = next((key for key, value in vars(owner).items() if value is func), None)
+        if found is not None:
+            return found
+    return name
+
+
 class Recorder(TorchFunctionMode):
     """Keeps an ``Op`` for each torch call made while it is on (``with Recorder(...)``)."""
 
@@ -263,7 +278,7 @@ class Recorder(TorchFunctionMode):
         kwargs: Mapping[str, object] | None = None,
     ) -> object:
         kwargs = dict(kwargs or {})
-        name = getattr(func, "__name__", str(func))
+        name = _torch_name(func)
         if name == "__get__" or len(self.record.ops) >= MAX_OPS:  # .shape, .device, ...
             self.record.truncated |= len(self.record.ops) >= MAX_OPS
             return func(*args, **kwargs)
