@@ -468,6 +468,50 @@ def test_a_float_triangle_a_module_gives_sdpa_itself_is_named_without_a_declared
     assert "causal no-leak" in d.causes[0].probes, d.text()
 
 
+class PaddingAddedToCausalBias(nn.Module):
+    """OLMo's caller's mistake: a causal bias (-inf above the diagonal) plus the padding mask
+    as 0/1 floats, handed to SDPA, which adds it: padding gets 0 where it needs -inf."""
+
+    def __init__(self, d_model=32, heads=4, as_blocking=False):
+        super().__init__()
+        self.heads, self.as_blocking = heads, as_blocking
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        bias = torch.full((T, T), float("-inf")).triu(1)
+        padding = mask.float() if not self.as_blocking else (~mask).float() * -1e9  # (B, T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias + padding[:, None, None, :])
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+def test_a_0_1_float_mask_added_to_a_causal_bias_for_sdpa_is_sdpa_float_mask():
+    config = Config(causal=True, mask="keep", mask_shape="bk")
+    assert diagnose(PaddingAddedToCausalBias(as_blocking=True), config).healthy
+    d = diagnose(PaddingAddedToCausalBias(), config)
+    assert d.causes and d.causes[0].trap == "sdpa_float_mask", d.text()
+
+
+class FloatPadding(nn.MultiheadAttention):
+    """gluonts' TFT's slip: the key padding mask handed on as floats, which
+    nn.MultiheadAttention adds to the scores (1 on padding: nothing blocked)."""
+
+    def forward(self, query, key, value, key_padding_mask=None, **kwargs):
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.float()  # the slip
+        return super().forward(query, key, value, key_padding_mask, **kwargs)
+
+
+def test_a_float_0_1_mask_inside_nn_multihead_attention_is_named_where_it_was_made():
+    config = Config(mask="drop", mask_shape="bk")
+    d = diagnose(FloatPadding(32, 4, batch_first=True), config, "FloatPadding")
+    first = d.causes[0] if d.causes else None
+    assert first is not None and first.trap == "sdpa_float_mask", d.text()
+    assert "key_padding_mask = key_padding_mask.float()  # the slip" in first.at
+    assert diagnose(nn.MultiheadAttention(32, 4, batch_first=True), config).healthy
+
+
 class HalvesSwapped(nn.Module):
     """The values' two halves put back in the other order (a layout, no table): both parts
     come from one projection, as rotary's do, but nothing turns them by position."""

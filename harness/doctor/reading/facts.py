@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.doctor.reading.attention import LAST_AXIS, Site, sites
+from harness.doctor.reading.masks import BLOCKING
 from harness.doctor.reading.record import Op, Record
 
 # How a value is known, strongest first (the issue's order): what the user declared, what the
@@ -276,6 +277,15 @@ def unread_mask(site: Site) -> list[Fact]:
     return [Fact("mask", said, COMPUTED, site.softmax.where)]
 
 
+def _zero_one(mask: torch.Tensor | None) -> bool:
+    """A float tensor of 0s and 1s (where it does not block: a causal triangle may sit beside
+    them): a keep-mask as floats, which a kernel that adds float masks adds."""
+    if mask is None or not mask.is_floating_point():
+        return False
+    values = set(mask[mask > BLOCKING].unique().tolist())
+    return values == {0.0, 1.0}
+
+
 def sdpa_mask(site: Site, keep: torch.Tensor | None, causal: bool = False) -> Named | None:
     """What the mask given to SDPA does against the declared keep-mask (or, for a causal
     module given none, the causal one): a float 0/1 mask is added (nothing blocked), a bool
@@ -285,8 +295,7 @@ def sdpa_mask(site: Site, keep: torch.Tensor | None, causal: bool = False) -> Na
         return None
     line = site.softmax.where
     if mask.is_floating_point():  # whatever the caller meant: a 0/1 float mask blocks nothing
-        values = set(mask.unique().tolist())
-        if values <= {0.0, 1.0} and len(values) == 2:
+        if _zero_one(mask):
             return Named("sdpa_float_mask", "a float 0/1 mask is given to SDPA, which adds a "
                          "float mask to the scores: it blocks nothing", line)  # fmt: skip
         return None
@@ -399,6 +408,13 @@ def interpret(
     if not reading.attention_found and fused is not None:
         said = f"inside one torch call ({fused.name}), whose steps are not recorded"
         reading.facts.append(Fact("attention", said, COMPUTED, fused.where))
+        masks = [v for v in fused.tensors if v.kind != "parameter" and _zero_one(found.result(v))]
+        if masks:  # said where the mask was made a float, where the record saw it made
+            made = found.producer(masks[0])
+            line = made.where if made is not None and made.line else fused.called_where
+            reading.named.append(Named("sdpa_float_mask", "a float 0/1 mask is given to "
+                                       f"{fused.name}, which adds a float mask to the scores: "
+                                       "it blocks nothing", line))  # fmt: skip
     elif not reading.attention_found and not raised:
         reading.facts.append(Fact("attention", "no softmax of a product, nor an SDPA call, in "
                                   "the recorded forward", COMPUTED))  # fmt: skip
