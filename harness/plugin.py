@@ -17,7 +17,7 @@ heavy (torch, pandas, the doctor) until a test asks for the fixture.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -85,7 +85,8 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
             diagnosis.fixes = propose(
                 diagnosis,
                 lambda: diagnose(module, config, name, timeout),
-                lambda: called_once(module, config, timeout),
+                lambda seq_len=None: called_once(module, config, timeout, seq_len),
+                lambda: called_once(module, replace(config, mask="none"), timeout),
             ).fixes
             raise AttentionDoctorFailure(diagnosis.text())
         return diagnosis

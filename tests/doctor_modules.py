@@ -848,3 +848,46 @@ class ConvProjections(nn.Module):
         out = torch.einsum("bhij,bhdj->bhid", weights, v)  # (B, h, T, d)
         out = out.permute(0, 1, 3, 2).reshape(b, c, t)  # (B, h d, T)
         return self.to_out(out).transpose(1, 2)
+
+
+class PaddingToSDPA(nn.Module):
+    """A key padding mask (True = pad) handed to SDPA as it is, whose bool True attends; the
+    mask is optional, and without one the module attends everywhere. ``floats``: the keep-mask
+    handed over as 0/1 floats instead, in a call written over several lines."""
+
+    def __init__(self, dim, heads, floats=False):
+        super().__init__()
+        self.heads, self.floats = heads, floats
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x, key_padding_mask=None):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        attn_mask = None
+        if key_padding_mask is not None:
+            attn_mask = key_padding_mask[:, None, None, :]  # (B, 1, 1, T)
+        if self.floats:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=(~key_padding_mask)[:, None, None, :].float()
+            )
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+class WidthScaled(nn.Module):
+    """nanoGPT's attention with the scale's root taken of C, the model's width, where
+    ``k.size(-1)`` is meant (scale_d_model): no name in scope holds the head width."""
+
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn, self.c_proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = (
+            t.view(B, T, self.n_head, -1).transpose(1, 2) for t in self.c_attn(x).split(C, 2)
+        )
+        att = F.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C)), dim=-1)
+        return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))

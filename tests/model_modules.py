@@ -204,6 +204,22 @@ class DeclaredUnscaledGPT(GPT):
     attention = UnscaledAttention
 
 
+class ModelWidthScaledAttention(SelfAttention):
+    """Scores scaled by 1/sqrt(n_embd), the model's width, and saying so (``scaling``): the
+    catalogue's scale_d_model, written down where Granite writes its multiplier."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.scaling = config.n_embd**-0.5
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1) * self.scaling
+
+
+class ModelWidthScaledGPT(GPT):
+    attention = ModelWidthScaledAttention
+
+
 class SilentUnscaledAttention(SelfAttention):
     """The same scores, with nothing that says so: the scale is missing."""
 

@@ -23,6 +23,7 @@ from harness.doctor.fixes.live import owners
 from harness.doctor.fixes.recipes import mask_bool, softmax_dim
 from harness.doctor.target import Sizes, load_object
 from harness.doctor.target import build as build_target
+from tests import doctor_modules as dm
 from tests.helpers import TUTORIAL_EDITS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +70,9 @@ def test_a_students_edit_gets_a_proven_fix_that_gives_back_the_tutorials_outputs
     d = diagnose(built(), CONFIG, target)
     assert not d.healthy and d.causes[0].trap == trap, d.text()
     fixes = propose(
-        d, lambda: diagnose(built(), CONFIG, target), lambda: called_once(built(), CONFIG)
+        d,
+        lambda: diagnose(built(), CONFIG, target),
+        lambda seq_len=None: called_once(built(), CONFIG, seq_len=seq_len),
     )
     [fix] = fixes.fixes
     assert fix.trap == trap and fix.proof == "with this change every probe passes"
@@ -213,3 +216,42 @@ def test_a_fix_that_breaks_on_the_way_leaves_the_diagnosis_as_it_is(tmp_path, mo
 
     monkeypatch.setitem(recipes.RECIPES, "softmax_dim", broken)
     assert propose(d, lambda: d).fixes == []
+
+
+def _fixes(module, config):
+    d = diagnose(module, config, type(module).__name__)
+    assert not d.healthy, d.text()
+    bare = dataclasses.replace(config, mask="none")
+    return d, propose(
+        d,
+        lambda: diagnose(module, config, type(module).__name__),
+        lambda seq_len=None: called_once(module, config, seq_len=seq_len),
+        lambda: called_once(module, bare),
+    ).fixes
+
+
+def test_a_fix_that_breaks_a_call_without_a_mask_is_not_shown():
+    """Inverting the mask at the SDPA call fixes the padding the probes pass, and breaks the
+    call without one (~None), which the code as it is takes: no fix is shown."""
+    config = Config(mask="drop", mask_shape="bk")
+    d, fixes = _fixes(dm.PaddingToSDPA(32, 4), config)
+    assert d.causes[0].trap == "sdpa_mask_inverted", d.text()
+    assert fixes == []
+
+
+def test_a_change_on_another_line_of_a_call_is_shown_on_that_line():
+    config = Config(mask="drop", mask_shape="bk")
+    d, fixes = _fixes(dm.PaddingToSDPA(32, 4, floats=True), config)
+    [fix] = fixes
+    assert fix.trap == "sdpa_float_mask" and len(fix.before) == len(fix.after) == 1
+    assert (
+        fix.before[0].strip() == "q, k, v, attn_mask=(~key_padding_mask)[:, None, None, :].float()"
+    )
+    assert fix.after[0].strip().endswith(".float().bool()"), fix.after
+    assert d.causes[0].at.split(" ")[0].endswith(f":{fix.number - 1}")  # the call's first line
+
+
+def test_a_scale_of_the_model_width_is_fixed_with_a_tensors_width_where_no_name_holds_it():
+    _, [fix] = _fixes(dm.WidthScaled(32, 4), Config())
+    assert fix.trap == "scale_d_model", fix
+    assert fix.after[0].strip().endswith("(1.0 / math.sqrt(q.size(-1))), dim=-1)"), fix.after

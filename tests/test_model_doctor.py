@@ -233,6 +233,17 @@ def test_a_layer_is_held_to_the_scale_it_declares():
     assert "missing_scale" in _layer(silent, "agrees with SDPA").message
 
 
+def test_a_scale_a_layer_states_is_not_its_design_where_it_is_1_over_sqrt_d_model():
+    """A ``scaling`` of 1/sqrt(model width) is the catalogue's slip, named, unless the model's
+    config states that number (then it is a design, as Granite's multiplier is)."""
+    stated = diagnose_model(small(model_modules.ModelWidthScaledGPT))
+    assert not stated.healthy, stated.text()
+    assert "scale_d_model" in _layer(stated, "agrees with SDPA").traps
+    configured = small(model_modules.ModelWidthScaledGPT)
+    configured.config = SimpleNamespace(attention_multiplier=configured.h[0].attn.scaling)
+    assert diagnose_model(configured).healthy
+
+
 def test_a_layer_after_a_float32_only_block_is_recorded_in_float32():
     diagnosis = diagnose_model(small(model_modules.Float32OnlyGPT))
     assert diagnosis.healthy, diagnosis.text()
@@ -748,7 +759,9 @@ def test_a_shape_its_model_cannot_make_is_not_the_layers_failure():
     diagnosis = diagnose_model(small(model_modules.ShortPositionsGPT))
     assert diagnosis.healthy, diagnosis.text()
     shapes = next(f for f in diagnosis.groups[0].diagnosis.findings if f.probe == "shape contract")
-    assert "not taken: seq_len == d_model" in shapes.message, shapes.message
+    assert "not taken: seq_len == d_model: NotImplementedError: its model does not run" in (
+        shapes.message
+    ), shapes.message
 
 
 def test_a_model_whose_layers_build_their_own_triangle_is_causal_by_what_they_compute():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import os
 import sys
@@ -93,8 +94,10 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
         fixes = Fixes()
         if not diagnosis.healthy:
             with every_core():
+                bare = dataclasses.replace(config, mask="none")  # a call without a mask
                 fixes = propose(diagnosis, functools.partial(_rediagnosed, args, sizes, config),
-                                functools.partial(_called, args, sizes, config))  # fmt: skip
+                                functools.partial(_called, args, sizes, config),
+                                functools.partial(_called, args, sizes, bare))  # fmt: skip
             diagnosis.fixes = fixes.fixes
         if args.fix is not None:
             write_diff(Path(args.fix), fixes.diff())
@@ -117,11 +120,12 @@ def _rediagnosed(args: argparse.Namespace, sizes: Sizes, config: Config) -> Diag
     return diagnose(module, config, args.target, args.timeout)
 
 
-def _called(args: argparse.Namespace, sizes: Sizes, config: Config) -> None:
-    """The target built and called once, as the probes call it."""
+def _called(args: argparse.Namespace, sizes: Sizes, config: Config,
+            seq_len: int | None = None) -> None:  # fmt: skip
+    """The target built and called once, as the probes call it (on ``seq_len`` tokens)."""
     with guarded(args.timeout):
         module = build_target(load_object(args.target), sizes, args.seed)
-    called_once(module, config, args.timeout)
+    called_once(module, config, args.timeout, seq_len)
 
 
 def write_diff(path: Path, diff: str) -> None:

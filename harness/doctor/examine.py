@@ -8,7 +8,9 @@ past the limit fails that step; the process's global settings are restored after
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
+import torch
 from torch import nn
 
 from harness.devices import resolve_device
@@ -71,14 +73,20 @@ def read_forward(subject: Subject, timeout: float | None) -> Callable[[bool], Re
         return lambda causal: stopped
 
 
-def called_once(module: nn.Module, config: Config, timeout: float | None = TIMEOUT) -> None:
-    """``module`` called as the probes call it, once (its convention found first)."""
+def called_once(module: nn.Module, config: Config, timeout: float | None = TIMEOUT,
+                seq_len: int | None = None) -> None:  # fmt: skip
+    """A copy of ``module`` called as the probes call it, once (its convention found first),
+    on ``seq_len`` tokens where given; what the call raises, it raises."""
+    if seq_len is not None:
+        config = replace(config, seq_len=seq_len)
     with guarded(timeout):
         found, _ = detect(module, config)
         subject = Subject(module, found)
         subject.settle()
-        with quietly_seeded(found.seed):
-            watch(subject)
+        batch, seq_len = subject.config.batch, subject.config.seq_len
+        with quietly_seeded(found.seed), torch.no_grad():
+            subject.call(subject.copy(), subject.x(batch, seq_len, 0),
+                         subject.ordinary_keep(batch, seq_len))  # fmt: skip
 
 
 def diagnose(

@@ -16,7 +16,7 @@ from harness.doctor.findings import FAIL, Diagnosis
 from harness.doctor.fixes.line import Line
 from harness.doctor.fixes.live import Owner, owners, recompiled, swapped
 from harness.doctor.fixes.recipes import RECIPES
-from harness.doctor.fixes.values import values_at
+from harness.doctor.fixes.values import steady, values_at
 from harness.doctor.reading.record import HARNESS, shown_path, source_file
 
 MOST = 3  # fixes proven on top of each other, at most
@@ -29,18 +29,29 @@ class Fix:
 
     trap: str
     path: Path
-    number: int
-    before: str  # the line as it is
-    after: str  # the line as the fix writes it
+    number: int  # the first line it changes
+    before: tuple[str, ...]  # the lines it changes, as they are
+    after: tuple[str, ...]  # those lines as the fix writes them
     proof: str  # "with this change every probe passes", or what still fails
 
     def text(self, indent: str = "") -> list[str]:
         where = f"{shown_path(str(self.path))}:{self.number}"
         return [
             f"{indent}fix ({self.trap}) at {where}, proven: {self.proof}",
-            f"{indent}  - {self.before.strip()}",
-            f"{indent}  + {self.after.strip()}",
+            *(f"{indent}  - {line.strip()}" for line in self.before),
+            *(f"{indent}  + {line.strip()}" for line in self.after),
         ]
+
+
+def _changed(source: str, rewritten: str) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
+    """The first line a rewrite changes, and the lines it changes before and after (a call
+    over several lines may change on any of them)."""
+    old, new = source.splitlines(), rewritten.splitlines()
+    first = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), 0)
+    last_old, last_new = len(old), len(new)
+    while last_old > first and last_new > first and old[last_old - 1] == new[last_new - 1]:
+        last_old, last_new = last_old - 1, last_new - 1
+    return first + 1, tuple(old[first:last_old]), tuple(new[first:last_new])
 
 
 @dataclass
@@ -108,12 +119,16 @@ def _proof(before: Diagnosis, after: Diagnosis, trap: str) -> str | None:
 def propose(
     diagnosis: Diagnosis,
     rediagnose: Callable[[], Diagnosis],
-    run: Callable[[], object] = lambda: None,
+    run: Callable[..., object] = lambda seq_len=None: None,
+    bare: Callable[[], object] | None = None,
     most: int = MOST,
 ) -> Fixes:
     """The fixes of ``diagnosis``'s causes, each proven by ``rediagnose`` (the same target
     built and diagnosed again, with the same options and seed) with the fixes before it;
-    ``run`` builds and calls it once (where a fix reads what its code's names are worth)."""
+    ``run(seq_len=None)`` builds and calls it once, on the probes' length or on ``seq_len``
+    tokens (where a fix reads what its code's names are worth, at two lengths);
+    ``bare`` calls it without a mask, which a fix must not break where the code takes it (the
+    probes, given a mask convention, always pass one)."""
     found = Fixes()
     replaced: dict[int, tuple[Owner, object]] = {}
     current, tried = diagnosis, set()
@@ -123,7 +138,7 @@ def propose(
             break
         tried.add(cause.trap)
         try:
-            step = _first_proven(cause, current, found, replaced, rediagnose, run)
+            step = _first_proven(cause, current, found, replaced, (rediagnose, run, bare))
         except Exception:  # whatever the user's code or files do, a fix only ever adds
             step = None
         if step is not None:
@@ -131,12 +146,29 @@ def propose(
     return found
 
 
+Runs = tuple[
+    Callable[[], Diagnosis], Callable[..., object], Callable[[], object] | None
+]  # (rediagnose, run, bare), as ``propose`` takes them
+LONGER = 3  # tokens more than the probes', where a size is read a second time
+
+
+def _runs(call: Callable[[], object], replaced: dict[int, tuple[Owner, object]]) -> bool:
+    """Whether ``call`` runs with the ``replaced`` functions in place."""
+    try:
+        with swapped(list(replaced.values())):
+            call()
+    except Exception:
+        return False
+    return True
+
+
 def _first_proven(
     cause: Cause, current: Diagnosis, found: Fixes, replaced: dict[int, tuple[Owner, object]],
-    rediagnose: Callable[[], Diagnosis], run: Callable[[], object],
+    runs: Runs,
 ) -> Diagnosis | None:  # fmt: skip
     """The first rewrite of ``cause`` that proves, recorded in ``found`` (and the rewritten
     code kept in ``replaced``); its diagnosis, or None when none proves."""
+    rediagnose, run, bare = runs
     trap = cause.trap or ""
     tries = 0
     for path, number in _lines(cause):
@@ -146,8 +178,11 @@ def _first_proven(
             continue
 
         def values(expressions: list[str], path: Path = path, number: int = number) -> dict:
+            longer = current.config.seq_len + LONGER
             with swapped(list(replaced.values())):
-                return values_at(path, number, expressions, run)
+                first = values_at(path, number, expressions, run)
+                second = values_at(path, number, expressions, lambda: run(seq_len=longer))
+            return steady(first, second)  # a size that moves with the length is no width
 
         line = Line(source, number, live[0].function.__globals__, values)
         for candidate in RECIPES[trap](line):
@@ -167,11 +202,11 @@ def _first_proven(
             proof = _proof(current, after, trap)
             if proof is None:
                 continue
+            if bare is not None and _runs(bare, replaced) and not _runs(bare, trial):
+                continue  # it breaks a call without a mask, which the code as it is takes
             found.originals.setdefault(path, path.read_text())
             found.sources[path] = candidate
             replaced.update(trial)
-            before_line = source.splitlines()[number - 1]
-            after_line = candidate.splitlines()[number - 1]
-            found.fixes.append(Fix(trap, path, number, before_line, after_line, proof))
+            found.fixes.append(Fix(trap, path, *_changed(source, candidate), proof))
             return after
     return None

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import libcst as cst
-import torch
 
 from harness.doctor.fixes.line import (
     Line,
@@ -19,6 +18,7 @@ from harness.doctor.fixes.line import (
     with_argument,
     without_argument,
 )
+from harness.doctor.fixes.values import number_of
 
 Recipe = Callable[[Line], Iterator[str]]
 
@@ -165,30 +165,20 @@ def _operands(line: Line, node: cst.BaseExpression) -> list[cst.BaseExpression]:
     return found
 
 
-def _size(value: object) -> float | None:
-    """A number (a Python one or a one-element tensor), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.item())
-    return None
-
-
 def scale_d_model(line: Line) -> Iterator[str]:
     """The scale's square root taken of the model's width: each size it is taken of, put as
-    another size in scope, each value once (what the line's names are worth when it runs; the
-    head width among them, and the proof tells which)."""
-    scope = list(names_in_scope(line))
+    another size in scope (a name's, else a tensor's last), each value once (what the line's
+    names are worth when it runs; the head width among them, and the proof tells which)."""
+    names = list(names_in_scope(line))
+    scope = [*names, *(f"{name}.size(-1)" for name in names)]  # a tensor's width too
     for root in _roots(line):
         for operand in _operands(line, root):
             written = line.code(operand)
             values = line.values([written, *scope])
-            current = _size(values.get(written))
+            current = number_of(values.get(written))
             if current is None:
                 continue
-            sizes = {n: _size(values.get(n)) for n in scope if n != written}
+            sizes = {n: number_of(values.get(n)) for n in scope if n != written}
             tried: set[float] = set()
             for name in sizes:
                 size = sizes[name]

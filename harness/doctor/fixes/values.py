@@ -10,20 +10,21 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 
+import torch
+
 
 def values_at(path: Path, number: int, expressions: Iterable[str],
               run: Callable[[], object]) -> dict[str, object]:  # fmt: skip
-    """Each expression's value the first time line ``number`` of ``path`` runs in ``run()``
-    (left out where it cannot be evaluated there); {} when the line never runs."""
+    """Each expression's value the last time line ``number`` of ``path`` runs in ``run()``
+    (the call itself, after whatever ``run`` calls first to learn how to call; left out where
+    it cannot be evaluated there); {} when the line never runs."""
     wanted = os.path.realpath(path)
     ours: dict[str, bool] = {}
     found: dict[str, object] = {}
-    reached = False
 
     def in_frame(frame: FrameType, event: str, arg: object) -> object:
-        nonlocal reached
-        if event == "line" and frame.f_lineno == number and not reached:
-            reached = True
+        if event == "line" and frame.f_lineno == number:
+            found.clear()
             for expression in expressions:
                 try:
                     found[expression] = eval(expression, frame.f_globals, dict(frame.f_locals))
@@ -32,8 +33,6 @@ def values_at(path: Path, number: int, expressions: Iterable[str],
         return in_frame
 
     def on_call(frame: FrameType, event: str, arg: object) -> object:
-        if reached:
-            return None
         name = frame.f_code.co_filename
         if name not in ours:
             ours[name] = os.path.realpath(name) == wanted
@@ -48,3 +47,31 @@ def values_at(path: Path, number: int, expressions: Iterable[str],
     finally:
         sys.settrace(before)
     return found
+
+
+def steady(first: dict[str, object], second: dict[str, object]) -> dict[str, object]:
+    """The values of ``first`` that ``second`` (the code run on another length) agrees with:
+    numbers equal, anything else the same object or equal; those that move are left out."""
+    kept = {}
+    for expression, value in first.items():
+        other = second.get(expression, _ABSENT)
+        if number_of(value) is not None or number_of(other) is not None:
+            if number_of(value) == number_of(other):
+                kept[expression] = value
+        elif other is value:
+            kept[expression] = value
+    return kept
+
+
+_ABSENT = object()
+
+
+def number_of(value: object) -> float | None:
+    """A Python number or a one-element tensor as a float, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    return None

@@ -103,7 +103,8 @@ def probe_layer(
     forward shows wrong (``read from the forward``), where SDPA could compare at neither scale,
     is not excused by a ``scaling`` attribute that says the same wrong number (fair-esm's
     ``self.scaling`` set to 1), unless its model's config states that number too (Granite's
-    ``attention_multiplier``): a design then, not a slip."""
+    ``attention_multiplier``): a design then, not a slip. Nor is a stated scale that the
+    comparison at 1/sqrt(d) fits as 1/sqrt(d_model), the catalogue's slip, unconfigured."""
     with guarded(timeout), quietly_seeded(config.seed):
         layer, skip = layer_plan(config, group, causal, replay)
 
@@ -118,6 +119,9 @@ def probe_layer(
         return diagnosis
     other = run(replace(layer, scale=declared))
     if _sdpa(other) in (PASS, WARN):
+        fitted = next(f.traps for f in diagnosis.findings if f.probe == "agrees with SDPA")
+        if "scale_d_model" in fitted and not _configured(replay.model, declared):
+            return diagnosis  # its word is the catalogue's slip, 1/sqrt(d_model), unconfigured
         return other
     if _sdpa(diagnosis) != SKIP:
         return diagnosis  # compared at 1/sqrt(d), and not agreeing at its word either
