@@ -58,7 +58,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]:
     from harness.doctor import TIMEOUT, Config, diagnose
     from harness.doctor.examine import called_once
-    from harness.doctor.fixes import propose
     from harness.errors import UsageError
 
     strict_default = request.config.getoption("--attention-doctor-strict")
@@ -82,6 +81,8 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
         except UsageError as exc:  # bad input, as the command line reports it: one line
             raise pytest.fail.Exception(f"attention_doctor: {exc}", pytrace=False) from None
         if not diagnosis.healthy:  # the failure says what to write, where it is proven
+            from harness.doctor.fixes import propose  # LibCST: only where there is a fault
+
             diagnosis.fixes = propose(
                 diagnosis,
                 lambda: diagnose(module, config, name, timeout),

@@ -19,7 +19,6 @@ from harness.devices import resolve_device
 from harness.doctor import OPTIONS, STEPS, TIMEOUT, Config, UserCodeError, diagnose, guarded, shield
 from harness.doctor.examine import called_once
 from harness.doctor.findings import Diagnosis
-from harness.doctor.fixes import Fixes, propose
 from harness.doctor.model.call import takes_token_ids
 from harness.doctor.model.diagnosis import ModelDiagnosis
 from harness.doctor.model.examine import diagnose_model
@@ -91,16 +90,18 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
         diagnosis.notes[:0] = [fact.text() for fact in declared_facts]
     else:
         diagnosis.facts[:0] = declared_facts
-        fixes = Fixes()
+        diff = ""
         if not diagnosis.healthy:
+            from harness.doctor.fixes import propose  # LibCST: only where there is a fault
+
             with every_core():
                 bare = dataclasses.replace(config, mask="none")  # a call without a mask
                 fixes = propose(diagnosis, functools.partial(_rediagnosed, args, sizes, config),
                                 functools.partial(_called, args, sizes, config),
                                 functools.partial(_called, args, sizes, bare))  # fmt: skip
-            diagnosis.fixes = fixes.fixes
+            diagnosis.fixes, diff = fixes.fixes, fixes.diff()
         if args.fix is not None:
-            write_diff(Path(args.fix), fixes.diff())
+            write_diff(Path(args.fix), diff)
     if args.report is not None:
         try:
             write_atomically(Path(args.report), diagnosis.markdown())
