@@ -230,13 +230,15 @@ def _fixes(module, config):
     ).fixes
 
 
-def test_a_fix_that_breaks_a_call_without_a_mask_is_not_shown():
+def test_a_mask_that_may_be_none_is_fixed_where_it_is_made_not_where_it_is_used():
     """Inverting the mask at the SDPA call fixes the padding the probes pass, and breaks the
-    call without one (~None), which the code as it is takes: no fix is shown."""
+    call without one (~None), which the code as it is takes: that change is not shown; the
+    one where the mask is built, inside ``if key_padding_mask is not None``, is."""
     config = Config(mask="drop", mask_shape="bk")
-    d, fixes = _fixes(dm.PaddingToSDPA(32, 4), config)
+    d, [fix] = _fixes(dm.PaddingToSDPA(32, 4), config)
     assert d.causes[0].trap == "sdpa_mask_inverted", d.text()
-    assert fixes == []
+    assert fix.before[0].strip() == "attn_mask = key_padding_mask[:, None, None, :]  # (B, 1, 1, T)"
+    assert fix.after[0].strip() == "attn_mask = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, T)"
 
 
 def test_a_change_on_another_line_of_a_call_is_shown_on_that_line():

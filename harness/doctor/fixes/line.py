@@ -61,6 +61,25 @@ class Line:
         classes = [n for n in self.nodes(cst.ClassDef)]
         return (functions[-1] if functions else None, classes[-1] if classes else None)
 
+    def assigned(self, name: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The values the enclosing function assigns to ``name`` where it is a plain local
+        (``attn_mask = mask[:, None]``), other than None: where what the line uses is made."""
+        function, _ = self.enclosing()
+        if function is None or not isinstance(name, cst.Name):
+            return []
+        found: list[cst.BaseExpression] = []
+
+        class Values(cst.CSTVisitor):
+            def visit_Assign(self, node: cst.Assign) -> None:
+                targets = [t.target for t in node.targets]
+                named = [t for t in targets if isinstance(t, cst.Name) and t.value == name.value]
+                none = isinstance(node.value, cst.Name) and node.value.value == "None"
+                if named and not none:
+                    found.append(node.value)
+
+        function.visit(Values())
+        return found
+
     def is_function_form(self, call: cst.Call) -> bool:
         """``F.softmax(x, ...)`` (the callee is an attribute of a module the code imported)
         rather than ``x.softmax(...)``: the tensor is the first argument, not the receiver."""

@@ -74,22 +74,27 @@ def mask_bool(line: Line) -> Iterator[str]:
             yield line.replaced(condition.value, _inverted(condition.value))
 
 
+def _sdpa_masks(line: Line) -> Iterator[cst.BaseExpression]:
+    """The masks the line's SDPA calls are given, then, for a mask given by a local name, the
+    values the function assigns to that name (where a mask that may be None is built)."""
+    given = [a.value for c in line.calls(*SDPA) if (a := argument(c, 3, "attn_mask")) is not None]
+    yield from given
+    for mask in given:
+        yield from line.assigned(mask)
+
+
 def sdpa_mask_inverted(line: Line) -> Iterator[str]:
     """A bool mask given to SDPA True where it blocks: read the other way round (SDPA's True
-    attends)."""
-    for call in line.calls(*SDPA):
-        mask = argument(call, 3, "attn_mask")
-        if mask is not None:
-            yield line.replaced(mask.value, _inverted(mask.value))
+    attends), where it is given or where it is made."""
+    for mask in _sdpa_masks(line):
+        yield line.replaced(mask, _inverted(mask))
 
 
 def sdpa_float_mask(line: Line) -> Iterator[str]:
-    """A 0/1 float mask given to SDPA, which adds a float mask to the scores: given as bool."""
-    for call in line.calls(*SDPA):
-        mask = argument(call, 3, "attn_mask")
-        if mask is not None:
-            as_bool = cst.parse_expression(f"{line.code(parenthesized(mask.value))}.bool()")
-            yield line.replaced(mask.value, as_bool)
+    """A 0/1 float mask given to SDPA, which adds a float mask to the scores: given as bool,
+    where it is given or where it is made."""
+    for mask in _sdpa_masks(line):
+        yield line.replaced(mask, cst.parse_expression(f"{line.code(parenthesized(mask))}.bool()"))
 
 
 def _products(line: Line) -> Iterator[tuple[cst.BaseExpression, cst.BaseExpression]]:
