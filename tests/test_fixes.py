@@ -36,6 +36,11 @@ CONFIG = Config(mask="keep")
 SIZES = Sizes(64, 4)
 
 
+def _built(target: str) -> torch.nn.Module:
+    """``target`` imported and built as the doctor builds it, with the doctor's seed."""
+    return build_target(load_object(target), SIZES, 0)
+
+
 def _edited(tmp_path: Path, written: str, edit: str, name: str = "attention.py") -> Path:
     source = TUTORIAL.read_text()
     assert source.count(written) == 1
@@ -63,16 +68,12 @@ def test_a_students_edit_gets_a_proven_fix_that_gives_back_the_tutorials_outputs
 ):
     path = _edited(tmp_path, written, edit)
     target = f"{path}:MultiHeadAttention"
-
-    def built():
-        return build_target(load_object(target), SIZES, 0)
-
-    d = diagnose(built(), CONFIG, target)
+    d = diagnose(_built(target), CONFIG, target)
     assert not d.healthy and d.causes[0].trap == trap, d.text()
     fixes = propose(
         d,
-        lambda: diagnose(built(), CONFIG, target),
-        lambda seq_len=None: called_once(built(), CONFIG, seq_len=seq_len),
+        lambda: diagnose(_built(target), CONFIG, target),
+        lambda seq_len=None: called_once(_built(target), CONFIG, seq_len=seq_len),
     )
     [fix] = fixes.fixes
     assert fix.trap == trap and fix.proof == "with this change every probe passes"
@@ -127,7 +128,7 @@ def test_a_rewrite_is_shown_only_when_the_code_it_makes_passes(tmp_path):
     which passed, shows no fix; one that passes shows it."""
     path = _edited(tmp_path, "F.softmax(scores, dim=-1)", "F.softmax(scores, dim=1)")
     target = f"{path}:MultiHeadAttention"
-    d = diagnose(build_target(load_object(target), SIZES, 0), CONFIG, target)
+    d = diagnose(_built(target), CONFIG, target)
     assert not propose(d, lambda: d).fixes  # the same diagnosis again: nothing fixed
     failing = [f for f in d.findings if f.status == FAIL]
     one_less = [dataclasses.replace(f, status=PASS) if f is failing[0] else f for f in d.findings]
@@ -181,7 +182,7 @@ def test_the_doctor_never_imports_a_rewritten_file(tmp_path):
     target = f"{path}:MultiHeadAttention"
 
     def diagnosed():
-        return diagnose(build_target(load_object(target), SIZES, 0), CONFIG, target)
+        return diagnose(_built(target), CONFIG, target)
 
     assert propose(diagnosed(), diagnosed).fixes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.py"]
@@ -209,7 +210,7 @@ def test_a_fix_that_breaks_on_the_way_leaves_the_diagnosis_as_it_is(tmp_path, mo
     raises), the diagnosis stands, without a fix."""
     path = _edited(tmp_path, "F.softmax(scores, dim=-1)", "F.softmax(scores, dim=1)")
     target = f"{path}:MultiHeadAttention"
-    d = diagnose(build_target(load_object(target), SIZES, 0), CONFIG, target)
+    d = diagnose(_built(target), CONFIG, target)
 
     def broken(line):
         raise OSError("unreadable")

@@ -72,8 +72,7 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     values["call"] = load_adapter(args.call, args.timeout) if args.call else None
     config = Config(**{**values, "device": str(device)})
     try:  # importing and building run the user's code too
-        with guarded(args.timeout):
-            module = build_target(load_object(args.target), sizes, args.seed)
+        module = _built(args, sizes)
     except UserCodeError as exc:
         raise UsageError(f"building {shorten(args.target)} stopped: it {exc}") from None
     whole = args.model or takes_token_ids(module)
@@ -113,20 +112,22 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     return text, diagnosis.exit_code
 
 
+def _built(args: argparse.Namespace, sizes: Sizes) -> torch.nn.Module:
+    """The target imported and built, with the code as it runs now, within --timeout."""
+    with guarded(args.timeout):
+        return build_target(load_object(args.target), sizes, args.seed)
+
+
 def _rediagnosed(args: argparse.Namespace, sizes: Sizes, config: Config) -> Diagnosis:
     """The target built and diagnosed again as ``cmd_doctor`` did, with the code as it runs
     now (a fix's rewritten functions in place of the file's)."""
-    with guarded(args.timeout):
-        module = build_target(load_object(args.target), sizes, args.seed)
-    return diagnose(module, config, args.target, args.timeout)
+    return diagnose(_built(args, sizes), config, args.target, args.timeout)
 
 
 def _called(args: argparse.Namespace, sizes: Sizes, config: Config,
             seq_len: int | None = None) -> None:  # fmt: skip
     """The target built and called once, as the probes call it (on ``seq_len`` tokens)."""
-    with guarded(args.timeout):
-        module = build_target(load_object(args.target), sizes, args.seed)
-    called_once(module, config, args.timeout, seq_len)
+    called_once(_built(args, sizes), config, args.timeout, seq_len)
 
 
 def write_diff(path: Path, diff: str) -> None:

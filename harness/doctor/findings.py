@@ -208,8 +208,7 @@ class Diagnosis:
             lines.append(f"FAIL  {cause.trap:<{width}}  at {cause.at}".rstrip())
             lines.append(f"{'':<{width + 8}}{cause.fit}")
             lines += explained_lines(cause, by_probe, width + 6)
-            for fix in (f for f in self.fixes if f.trap == cause.trap):
-                lines += fix.text(" " * (width + 6))
+            lines += self._fix_lines(cause.trap, width + 6)
         grouped = {probe: c for c in self.causes if not c.read for probe in c.probes}
         shown = set()
         first = [f for f in self.findings if f.probe == self.lead and f.probe not in grouped]
@@ -223,8 +222,7 @@ class Diagnosis:
                 shown.add(cause)
                 named = ", ".join(cause.probes)
                 lines.append(f"FAIL  {'one cause':<{width}}  {cause.said()} ({named})")
-                for fix in (f for f in self.fixes if f.trap == cause.trap):
-                    lines += fix.text(" " * (width + 6))
+                lines += self._fix_lines(cause.trap, width + 6)
         if self.facts:
             lines.append("read from one recorded forward:")
             lines += [f"  {fact.text()}" for fact in self.facts]
@@ -232,6 +230,10 @@ class Diagnosis:
         warned = sum(f.status == WARN for f in self.findings)
         tail = f" ({warned} warning(s))" if warned and self.healthy else ""
         return "\n".join([f"attention doctor: {self.target}", *lines, f"=> {verdict}{tail}"])
+
+    def _fix_lines(self, trap: str | None, indent: int) -> list[str]:
+        """The proven fixes of ``trap``, as printed under its cause."""
+        return [line for fix in self.fixes if fix.trap == trap for line in fix.text(" " * indent)]
 
     def to_json(self) -> str:
         return json.dumps(

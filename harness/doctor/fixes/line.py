@@ -57,8 +57,7 @@ class Line:
 
     def enclosing(self) -> tuple[cst.FunctionDef | None, cst.ClassDef | None]:
         """The innermost function and class around the line."""
-        functions = [n for n in self.nodes(cst.FunctionDef)]
-        classes = [n for n in self.nodes(cst.ClassDef)]
+        functions, classes = self.nodes(cst.FunctionDef), self.nodes(cst.ClassDef)
         return (functions[-1] if functions else None, classes[-1] if classes else None)
 
     def assigned(self, name: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -67,18 +66,12 @@ class Line:
         function, _ = self.enclosing()
         if function is None or not isinstance(name, cst.Name):
             return []
-        found: list[cst.BaseExpression] = []
-
-        class Values(cst.CSTVisitor):
-            def visit_Assign(self, node: cst.Assign) -> None:
-                targets = [t.target for t in node.targets]
-                named = [t for t in targets if isinstance(t, cst.Name) and t.value == name.value]
-                none = isinstance(node.value, cst.Name) and node.value.value == "None"
-                if named and not none:
-                    found.append(node.value)
-
-        function.visit(Values())
-        return found
+        return [
+            value
+            for target, value in _assignments(function)
+            if isinstance(target, cst.Name) and target.value == name.value
+            and value is not None and not (isinstance(value, cst.Name) and value.value == "None")
+        ]  # fmt: skip
 
     def is_function_form(self, call: cst.Call) -> bool:
         """``F.softmax(x, ...)`` (the callee is an attribute of a module the code imported)
@@ -174,13 +167,21 @@ def names_in_scope(line: Line) -> Iterator[str]:
 
 def _assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
     """The targets ``node``'s statements assign (``a = ...``, ``self.a = ...``, ``a, b = ...``)."""
-    found: list[cst.BaseExpression] = []
+    return [target for target, _ in _assignments(node)]
 
-    class Targets(cst.CSTVisitor):
-        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
-            value = target.target
-            items = value.elements if isinstance(value, cst.Tuple | cst.List) else None
-            found.extend(e.value for e in items) if items else found.append(value)
 
-    node.visit(Targets())
+def _assignments(node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression | None]]:
+    """Each target ``node``'s statements assign, with the value it gets (None for one of
+    several unpacked: ``a, b = ...``)."""
+    found: list[tuple[cst.BaseExpression, cst.BaseExpression | None]] = []
+
+    class Assignments(cst.CSTVisitor):
+        def visit_Assign(self, assign: cst.Assign) -> None:
+            for target in (t.target for t in assign.targets):
+                if isinstance(target, cst.Tuple | cst.List):
+                    found.extend((element.value, None) for element in target.elements)
+                else:
+                    found.append((target, assign.value))
+
+    node.visit(Assignments())
     return found

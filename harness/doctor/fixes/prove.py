@@ -78,11 +78,9 @@ class Fixes:
 
 def _editable(path: Path) -> bool:
     """A file of the user's: not the doctor's own, not an installed package's."""
-    parts = set(path.resolve().parts)
-    return not path.resolve().is_relative_to(HARNESS) and not parts & {
-        "site-packages",
-        "dist-packages",
-    }
+    resolved = path.resolve()
+    installed = {"site-packages", "dist-packages"} & set(resolved.parts)
+    return not resolved.is_relative_to(HARNESS) and not installed
 
 
 def _lines(cause: Cause) -> list[tuple[Path, int]]:

@@ -27,6 +27,7 @@ FILL = ("masked_fill", "masked_fill_")
 SDPA = ("scaled_dot_product_attention",)
 PRODUCT = ("matmul", "bmm", "einsum")
 ROOT = ("sqrt",)
+HALF = ("0.5", "-0.5")  # the exponents of a square root, as written
 MERGE = ("reshape", "view")
 
 
@@ -129,13 +130,8 @@ def _roots(line: Line) -> Iterator[cst.BaseExpression]:
         if call.args:
             yield call.args[0].value
     for node in line.nodes(cst.BinaryOperation):
-        exponent = node.right  # type: ignore[attr-defined]
-        if isinstance(node.operator, cst.Power) and line.code(exponent).replace(" ", "") in (  # type: ignore[attr-defined]
-            "0.5",
-            "-0.5",
-            "(0.5)",
-            "(-0.5)",
-        ):
+        exponent = line.code(node.right).replace(" ", "").strip("()")  # type: ignore[attr-defined]
+        if isinstance(node.operator, cst.Power) and exponent in HALF:  # type: ignore[attr-defined]
             yield node.left  # type: ignore[attr-defined]
 
 
@@ -236,8 +232,8 @@ def head_merge_no_transpose(line: Line) -> Iterator[str]:
 def rope_on_value(line: Line) -> Iterator[str]:
     """Values rotated by position: a call on the line that rotates one tensor, left out (its
     first argument kept); the proof finds the one that rotates the values."""
-    for call in line.calls(*{called(c) for c in line.nodes(cst.Call)}):  # type: ignore[arg-type]
-        positional = [a for a in call.args if a.keyword is None and not a.star]
+    for call in line.nodes(cst.Call):
+        positional = [a for a in call.args if a.keyword is None and not a.star]  # type: ignore[attr-defined]
         if positional:
             yield line.replaced(call, positional[0].value)
 
