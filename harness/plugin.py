@@ -83,12 +83,13 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
         if not diagnosis.healthy:  # the failure says what to write, where it is proven
             from harness.doctor.fixes import propose  # LibCST: only where there is a fault
 
-            diagnosis.fixes = propose(
+            fixes = propose(
                 diagnosis,
                 lambda: diagnose(module, config, name, timeout),
                 lambda seq_len=None: called_once(module, config, timeout, seq_len),
                 lambda: called_once(module, replace(config, mask="none"), timeout),
-            ).fixes
+            )
+            diagnosis.fixes, diagnosis.looks = fixes.fixes, fixes.looks
             raise AttentionDoctorFailure(diagnosis.text())
         return diagnosis
 

@@ -360,6 +360,8 @@ def test_keys_transposed_on_the_batch_axis_fail_once_as_transpose():
     (cause,) = d.causes
     assert cause.trap == "transpose", d.text()
     assert "batch (4) on its second axis and 8 on its first" in cause.fit
+    said = [line for line in d.text().splitlines() if line.startswith("FAIL")]
+    assert len(said) == 1 and said[0].startswith("FAIL  one cause"), d.text()  # said once
 
 
 def test_an_error_no_trap_explains_is_one_cause_without_a_name():

@@ -7,22 +7,27 @@ import dataclasses
 import importlib.util
 import subprocess
 import sys
+import textwrap
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from harness import cli
+from harness.catalogue import registry
 from harness.doctor import Config, diagnose
 from harness.doctor.examine import called_once
 from harness.doctor.findings import FAIL, PASS, Finding
 from harness.doctor.fixes import propose, recipes
 from harness.doctor.fixes.line import Line
-from harness.doctor.fixes.live import owners
-from harness.doctor.fixes.recipes import mask_bool, softmax_dim
+from harness.doctor.fixes.live import owners, recompiled, swapped
+from harness.doctor.fixes.recipes import RECIPES, mask_bool, softmax_dim
 from harness.doctor.target import Sizes, load_object
 from harness.doctor.target import build as build_target
+from harness.validation import build as build_pair
+from harness.validation import config_for
 from tests import doctor_modules as dm
 from tests.helpers import TUTORIAL_EDITS
 
@@ -139,6 +144,18 @@ def test_a_rewrite_is_shown_only_when_the_code_it_makes_passes(tmp_path):
     broke = dataclasses.replace(d, findings=[*others, Finding(passed.probe, FAIL, "broken")],
                                 causes=[])  # fmt: skip
     assert not propose(d, lambda: broke).fixes  # the trap gone, another probe broken
+    unnamed = dataclasses.replace(d, findings=[dataclasses.replace(f, traps=())
+                                               for f in d.findings], causes=[])  # fmt: skip
+    assert not propose(d, lambda: unnamed).fixes  # the same failures, only no longer named
+    cause = d.causes[0]
+    renamed = dataclasses.replace(unnamed, causes=[dataclasses.replace(cause, trap="other")])
+    assert not propose(d, lambda: renamed).fixes  # the same failures, renamed where they were
+    number = int(cause.at.split(" ")[0].rsplit(":", 1)[1])
+    elsewhere = cause.at.replace(f":{number} ", f":{number - 4} ", 1)
+    revealed = dataclasses.replace(unnamed, causes=[dataclasses.replace(cause, trap="other",
+                                                                        at=elsewhere)])  # fmt: skip
+    [fix] = propose(d, lambda: revealed).fixes  # another fault, at another line, shows now
+    assert fix.proof == "this change fixes softmax_dim; still failing: other"
     healthy = dataclasses.replace(d, findings=[dataclasses.replace(f, status=PASS)
                                                for f in d.findings], causes=[])  # fmt: skip
     [fix] = propose(d, lambda: healthy).fixes
@@ -168,6 +185,7 @@ def test_the_softmax_fix_reads_the_function_form_from_what_its_names_are(line, f
         ("s = s.masked_fill(m != 0, x)\n", "s = s.masked_fill(m == 0, x)\n"),
         ("s = s.masked_fill(a & b, x)\n", "s = s.masked_fill(~(a & b), x)\n"),
         ("s = torch.masked_fill(s, m > 0, x)\n", "s = torch.masked_fill(s, m <= 0, x)\n"),
+        ("s = s.masked_fill(m.eq(1), x)\n", "s = s.masked_fill(m.eq(0), x)\n"),
     ],
 )
 def test_a_mask_is_read_the_other_way_round_in_the_users_own_form(line, fixed):
@@ -258,3 +276,292 @@ def test_a_scale_of_the_model_width_is_fixed_with_a_tensors_width_where_no_name_
     _, [fix] = _fixes(dm.WidthScaled(32, 4), Config())
     assert fix.trap == "scale_d_model", fix
     assert fix.after[0].strip().endswith("(1.0 / math.sqrt(q.size(-1))), dim=-1)"), fix.after
+
+
+F_NAMES = {"F": torch.nn.functional, "torch": torch, "nn": torch.nn}
+
+
+RECIPE_CASES = [
+    ("softmax_dim", "self.sm = nn.Softmax(dim=1)", "self.sm = nn.Softmax(dim=-1)"),
+    ("causal_leak", "m = torch.tril(o, diagonal=1)", "m = torch.tril(o, diagonal=0)"),
+    ("causal_leak", "m = o.triu(2)", "m = o.triu(1)"),
+    ("causal_leak", "m = torch.triu(o)", "m = torch.triu(o, diagonal=1)"),
+    ("causal_leak", "y = F.scaled_dot_product_attention(q, k, v)",
+     "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)"),
+    ("fill_too_small", "s = s.masked_fill(m, -1e4)",
+     "s = s.masked_fill(m, torch.finfo(s.dtype).min)"),
+    ("fill_overflow_half", "s = torch.masked_fill(a + b, m, -1e9)",
+     "s = torch.masked_fill(a + b, m, torch.finfo((a + b).dtype).min)"),
+    ("qk_overflow_half", "s = (q @ k.mT) / math.sqrt(d)", "s = (q / math.sqrt(d)) @ k.mT"),
+    ("qk_overflow_half", "s = torch.matmul(q, k) * c", "s = torch.matmul(q * c, k)"),
+    ("scale_after_softmax", "w = F.softmax(s, dim=-1) / c", "w = F.softmax(s / c, dim=-1)"),
+    ("scale_after_softmax", "w = s.softmax(-1) * c", "w = (s * c).softmax(-1)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("trap", "source", "fixed"), RECIPE_CASES)
+def test_each_recipe_rewrites_the_users_own_form(trap, source, fixed):
+    candidates = list(RECIPES[trap](Line(source + "\n", 1, F_NAMES)))
+    assert candidates[0] == fixed + "\n", candidates
+
+
+METHOD = """class A(nn.Module):
+    def forward(self, q, k, v, w):
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p)
+        w = F.dropout(w, 0.1)
+        k, v = k.repeat(1, self.n, 1, 1), v.repeat(1, self.n, 1, 1)
+        return y
+"""
+
+
+@pytest.mark.parametrize(
+    ("trap", "number", "written"),
+    [
+        (
+            "dropout_in_eval",
+            3,
+            "y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training "
+            "else 0.0)",
+        ),
+        ("dropout_in_eval", 4, "w = F.dropout(w, 0.1, training=self.training)"),
+        (
+            "gqa_kv_grouping",
+            5,
+            "k, v = k.repeat_interleave(self.n, dim=1), v.repeat_interleave(self.n, dim=1)",
+        ),
+    ],
+)
+def test_a_method_is_fixed_with_what_its_instance_knows(trap, number, written):
+    [candidate] = RECIPES[trap](Line(METHOD, number, F_NAMES))
+    assert candidate.splitlines()[number - 1].strip() == written
+    free = textwrap.dedent(METHOD.split("\n", 1)[1])  # a plain function: no instance to ask
+    assert trap == "gqa_kv_grouping" or list(RECIPES[trap](Line(free, number - 1, F_NAMES))) == []
+
+
+ORIGINS = """class Inner(nn.Module):
+    def __init__(self, temperature, p=0.1):
+        super().__init__()
+        self.temperature = temperature
+        self.other = p
+
+    def forward(self, s):
+        scale = 1 / self.temperature
+        return s * scale
+
+
+class Outer(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.inner = Inner(
+            temperature=d ** 0.5)
+        self.unrelated = Inner(1.0)
+"""
+
+
+def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
+    """``s * scale``: where the local ``scale`` is assigned; ``1 / self.temperature``: where
+    ``self.temperature`` is assigned, then where the file builds the class with the argument
+    it is assigned from (by keyword or position)."""
+    assert Line(ORIGINS, 9, {}).origins() == [8]
+    assert Line(ORIGINS, 8, {}).origins() == [4, 16, 17]
+    assert Line(ORIGINS, 15, {}).origins() == []  # reads nothing made elsewhere
+
+
+FIXABLE = [
+    "softmax_dim", "mask_bool", "causal_leak", "scale_after_softmax", "fill_too_small",
+    "qk_overflow_half", "gqa_kv_grouping", "dropout_in_eval", "missing_scale", "scale_d_model",
+    "double_scale", "transpose", "head_merge_no_transpose", "rope_on_value", "sdpa_float_mask",
+    "sdpa_mask_inverted", "fill_overflow_half",
+]  # fmt: skip
+DECLARED = {"fill_overflow_half": {"dtype": "float16"}}  # how a user of the pair would run it
+
+
+@pytest.mark.parametrize("trap", FIXABLE)
+def test_each_catalogue_bug_gets_a_proven_fix_that_computes_what_its_fixed_twin_does(trap):
+    """The pair's buggy.py, fixed by the doctor, computes what its fixed.py computes, and the
+    proof says what the fixed twin's own diagnosis says (fill_overflow_half's twin still
+    overflows its product in float16, as the catalogue's pair means it to)."""
+    pair = registry.load(trap)
+    config = config_for(pair.card, **DECLARED.get(trap, {}))
+
+    def diagnosed(side="buggy"):
+        return diagnose(build_pair(pair, side), config, trap)
+
+    d = diagnosed()
+    assert d.causes and d.causes[0].trap == trap, d.text()
+    fixes = propose(d, diagnosed, lambda seq_len=None: called_once(
+        build_pair(pair, "buggy"), config, seq_len=seq_len), most=1)  # fmt: skip
+    [fix] = fixes.fixes
+    twin = diagnosed("fixed")
+    left = ", ".join(c.trap for c in twin.causes if c.trap)
+    assert fix.trap == trap and fix.proof == (
+        "with this change every probe passes"
+        if twin.healthy
+        else f"this change fixes {trap}; still failing: {left}"
+    ), (fix, twin.text())
+    [(path, source)] = fixes.sources.items()
+    rewritten = [(o, recompiled(o, source, path, fix.number)) for o in owners(path, fix.number)]
+    with swapped(rewritten):
+        [patched, *_] = called_once(build_pair(pair, "buggy"), config)
+    [fixed, *_] = called_once(build_pair(pair, "fixed"), config)
+    torch.testing.assert_close(patched, fixed, rtol=1e-5, atol=1e-6)
+
+
+MADE_IN_INIT = """import torch
+from torch import nn
+
+
+class Scaled(nn.Module):
+    def __init__(self, temperature):
+        super().__init__()
+        self.temperature = temperature
+        self.softmax = nn.Softmax(dim={dim})
+
+    def forward(self, q, k, v):
+        weights = self.softmax(q @ k.transpose(1, 2) / self.temperature)
+        return weights @ v
+
+
+class Heads(nn.Module):
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.n_head, self.d_k = n_head, d_model // n_head
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.attention = Scaled(temperature={width} ** 0.5)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3 * self.n_head, self.d_k).transpose(1, 2).chunk(3, 1)
+        out = self.attention(*(t.reshape(B * self.n_head, T, self.d_k) for t in (q, k, v)))
+        return out.view(B, self.n_head, T, self.d_k).transpose(1, 2).reshape(B, T, C)
+"""
+
+
+@pytest.mark.parametrize(
+    ("dim", "width", "trap", "line", "written"),
+    [
+        (1, "self.d_k", "softmax_dim", 9, "self.softmax = nn.Softmax(dim=-1)"),
+        (
+            -1,
+            "d_model",
+            "scale_d_model",
+            21,
+            "self.attention = Scaled(temperature=self.d_k ** 0.5)",
+        ),
+    ],
+)
+def test_what_the_forward_reads_from_self_is_fixed_where_it_is_made(
+    tmp_path, dim, width, trap, line, written
+):
+    """The forward's line reads ``self.softmax`` or ``self.temperature``; the fix is where the
+    constructor makes it, or where the model builds the layer with the argument it is made
+    from, proven on modules built again from the rewritten constructors."""
+    path = tmp_path / "made.py"
+    path.write_text(MADE_IN_INIT.format(dim=dim, width=width))
+    target = f"{path}:Heads"
+    d = diagnose(_built(target), Config(), target)
+    assert d.causes[0].trap == trap and d.causes[0].at.split(" ")[0].endswith(":12"), d.text()
+    [fix] = propose(
+        d,
+        lambda: diagnose(_built(target), Config(), target),
+        lambda seq_len=None: called_once(_built(target), Config(), seq_len=seq_len),
+    ).fixes
+    assert (fix.number, fix.after[0].strip()) == (line, written), fix
+    assert fix.proof == "with this change every probe passes"
+
+
+FREE_DROPOUT = """import math
+
+import torch.nn.functional as F
+from torch import nn
+
+
+def attend(q, k, v):
+    weights = F.softmax(q @ k.transpose(1, 2) / math.sqrt(q.size(-1)), dim=-1)
+    return F.dropout(weights, 0.5) @ v
+
+
+class Attention(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in range(3))
+
+    def forward(self, x):
+        return attend(self.q(x), self.k(x), self.v(x))
+"""
+
+
+def test_a_cause_with_no_proven_fix_says_where_the_change_is_shown(tmp_path, capsys):
+    """A functional dropout left on in a plain function has no module whose ``training`` to
+    read: no fix is guessed, and the cause points at the catalogue's pair instead."""
+    path = tmp_path / "free.py"
+    path.write_text(FREE_DROPOUT)
+    code = cli.main(["doctor", f"{path}:Attention"])
+    said = capsys.readouterr().out
+    assert code == 1 and said.splitlines()[1].startswith("FAIL  dropout_in_eval"), said
+    assert (
+        "no fix proven; the catalogue's change: diff pitfalls/dropout_in_eval/buggy.py "
+        "pitfalls/dropout_in_eval/fixed.py" in said
+    ), said
+
+
+SIZED = """class A:
+    def forward(self, query, key):
+        d_k = self.d_k
+        scores = query @ key.transpose(-2, -1) / {root}
+"""
+
+
+@pytest.mark.parametrize(
+    ("root", "fixed"),
+    [("math.sqrt(query.size(-1))", "math.sqrt(d_k)"), ("query.shape[-1] ** 0.5", "d_k ** 0.5"),
+     ("np.power(query.size(-1), 0.5)", "np.power(d_k, 0.5)")],
+)  # fmt: skip
+def test_a_scale_taken_of_a_tensors_size_is_put_as_another_size_in_scope(root, fixed):
+    """The model's width as a tensor's size: the size is an operand of its own, put as a name
+    in scope worth another value when the line runs, whichever way the root is written."""
+    values = {"query.size(-1)": 64, "query.shape[-1]": 64, "d_k": 16, "self.d_k": 16}
+    line = Line(SIZED.format(root=root), 4, {**F_NAMES, "np": np}, lambda found: values)
+    written = next(RECIPES["scale_d_model"](line)).splitlines()[3]
+    assert written.strip() == f"scores = query @ key.transpose(-2, -1) / {fixed}"
+
+
+READ_TWICE = """import math
+
+import torch
+from torch import nn
+
+
+class TwiceMasked(nn.Module):
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.h, self.d_k = n_head, d_model // n_head
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x, mask):  # mask: (B, T, T), True where a query may attend
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3 * self.h, self.d_k).transpose(1, 2).chunk(3, 1)
+        blocked = mask.unsqueeze(1).eq({keep})  # (B, 1, T, T)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(blocked, -1e9)
+        weights = torch.softmax(scores, dim=-1).masked_fill(blocked, 0.0)
+        return (weights @ v).transpose(1, 2).reshape(B, T, C)
+"""
+
+
+def test_a_mask_read_in_two_places_is_fixed_where_it_is_made(tmp_path):
+    """The mask fills the scores and zeroes the weights (ESPnet's way): inverting it at the
+    fill fixes one of the two, and is a partial fix; where it is made fixes both, and that
+    is the fix shown."""
+    path = tmp_path / "twice.py"
+    path.write_text(READ_TWICE.format(keep=1))
+    target = f"{path}:TwiceMasked"
+    config = Config(mask="keep")
+    d = diagnose(_built(target), config, target)
+    assert d.causes[0].trap == "mask_bool", d.text()
+    [fix] = propose(
+        d,
+        lambda: diagnose(_built(target), config, target),
+        lambda seq_len=None: called_once(_built(target), config, seq_len=seq_len),
+    ).fixes
+    assert fix.proof == "with this change every probe passes", fix
+    assert fix.after[0].strip() == "blocked = mask.unsqueeze(1).eq(0)  # (B, 1, T, T)"

@@ -792,3 +792,15 @@ def test_an_index_error_in_the_model_before_the_layer_is_a_shape_not_taken():
     embedding: the layer is not failed for it."""
     diagnosis = diagnose_model(build(model_modules.OffsetPositionsGPT, Sizes(context=64), 0))
     assert diagnosis.healthy, diagnosis.text()
+
+
+def test_fix_on_a_whole_model_writes_nothing_and_says_where_fixes_are_proven(capsys, tmp_path):
+    out = tmp_path / "fix.diff"
+    code, said, err = run_cli(capsys, "doctor", f"{TARGET}:LeakyGPT", "--fix", str(out))
+    assert code == 1 and "causal_leak" in said
+    assert not out.exists()
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("--fix: fixes are proven on one attention module, so nothing was written")
+    ), err

@@ -714,3 +714,79 @@ def test_an_inverted_sequence_id_mask_is_named_on_the_real_tokens_rows():
     assert diagnose(SequenceIds(), config).healthy
     d = diagnose(SequenceIds(inverted=True), config)
     assert d.causes and d.causes[0].trap == "sdpa_mask_inverted", d.text()
+
+
+class NanoLike(nn.Module):
+    """nanoGPT's causal attention, each of its lines as written or as a bug report has it:
+    ``merge`` without the transpose, the triangle filled where it ``keeps`` (== 1), a
+    functional dropout left on in eval (``dropout_call``); an nn.Dropout on the weights."""
+
+    def __init__(self, d_model, n_head, merge=True, keeps=False, dropout_call=False):
+        super().__init__()
+        self.n_head, self.merge, self.keeps, self.dropout_call = n_head, merge, keeps, dropout_call
+        self.c_attn, self.c_proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.attn_dropout = nn.Dropout(0.1)
+        self.register_buffer("bias", torch.tril(torch.ones(16, 16)))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:T, :T] == int(self.keeps), float("-inf"))
+        att = F.softmax(att, dim=-1)
+        att = F.dropout(att, 0.1) if self.dropout_call else self.attn_dropout(att)
+        y = att @ v  # (B, h, T, d)
+        y = (y.transpose(1, 2) if self.merge else y).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+def _first_cause(**bug):
+    d = diagnose(NanoLike(32, 4, **bug), Config(causal=True), "NanoLike")
+    return d, d.causes[0] if d.causes else None
+
+
+@pytest.mark.parametrize(
+    ("bug", "trap", "written"),
+    [
+        ({}, None, ""),
+        ({"merge": False}, "head_merge_no_transpose", "y = (y.transpose(1, 2) if self.merge"),
+        ({"keeps": True}, "mask_bool", "att = att.masked_fill(self.bias[:T, :T] == int(self"),
+        ({"dropout_call": True}, "dropout_in_eval", "att = F.dropout(att, 0.1) if self"),
+    ],
+)
+def test_a_bug_in_nanogpts_lines_is_named_at_its_line_through_a_dropout_on_the_weights(
+    bug, trap, written
+):
+    """The weights pass an nn.Dropout before the product with V (off in eval): the merge is
+    still followed from that product; a triangle read the wrong way round keeps the future
+    and blocks the rest; a dropout called with its default training=True drops in eval."""
+    d, cause = _first_cause(**bug)
+    assert (cause.trap if cause else None) == trap, d.text()
+    dropping = [f.value for f in d.facts if f.name == "dropout"]  # nn.Dropout is off in eval
+    assert dropping == (["on in eval mode: dropout with p=0.1 and training=True"]
+                        if trap == "dropout_in_eval" else []), d.text()  # fmt: skip
+    if trap:
+        assert cause.at.split("`")[1].startswith(written), cause.at
+
+
+class FutureToSDPA(nn.Module):
+    """A causal module that hands SDPA the triangle of the future (True where a causal mask
+    blocks), as if True blocked: SDPA attends where True."""
+
+    def __init__(self, d_model):
+        super().__init__()
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)[:, None].chunk(3, dim=-1)  # (B, 1, T, d)
+        T = x.shape[1]
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=future)[:, 0]
+
+
+def test_a_triangle_given_to_sdpa_the_wrong_way_round_is_sdpas_mask_misread():
+    """Its blocked cells are the past and the diagonal, as a fill read the wrong way round
+    would block; given to SDPA, it is SDPA's mask that is read the wrong way round."""
+    d = diagnose(FutureToSDPA(16), Config(causal=True), "FutureToSDPA")
+    assert d.causes[0].trap == "sdpa_mask_inverted", d.text()

@@ -87,6 +87,10 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
                             crashed=shield.crashed())  # fmt: skip
     if isinstance(diagnosis, ModelDiagnosis):
         diagnosis.notes[:0] = [fact.text() for fact in declared_facts]
+        if args.fix is not None:  # a model's fix may span code no one layer's record shows
+            print("--fix: fixes are proven on one attention module, so nothing was written; "
+                  "run the doctor with --fix on the class the layer table names (file.py:Class)",
+                  file=sys.stderr)  # fmt: skip
     else:
         diagnosis.facts[:0] = declared_facts
         diff = ""
@@ -98,7 +102,7 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
                 fixes = propose(diagnosis, functools.partial(_rediagnosed, args, sizes, config),
                                 functools.partial(_called, args, sizes, config),
                                 functools.partial(_called, args, sizes, bare))  # fmt: skip
-            diagnosis.fixes, diff = fixes.fixes, fixes.diff()
+            diagnosis.fixes, diagnosis.looks, diff = fixes.fixes, fixes.looks, fixes.diff()
         if args.fix is not None:
             write_diff(Path(args.fix), diff)
     if args.report is not None:

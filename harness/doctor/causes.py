@@ -41,6 +41,7 @@ EXPLAINS: dict[str, frozenset[str] | None] = {
     "rope_on_value": None,
     "padding_on_queries": None,
     "sdpa_mask_inverted": None,
+    "dropout_in_eval": None,  # random outputs fail whatever compares them
 }
 
 
@@ -105,14 +106,23 @@ SIGNATURES: tuple[tuple[str, Callable[[str, Config], str | None]], ...] = (
 )
 
 
+# Traps that a probe names from what it measures, and the forward only locates: each explains
+# the failing probes that name it (a finite fill is a risk; a probe shows whether it bites).
+LOCATED = frozenset({"fill_too_small", "fill_overflow_half", "qk_overflow_half", "gqa_kv_grouping"})
+
+
 def read_causes(findings: list[Finding], reading: Reading) -> list[Cause]:
     """The traps the forward shows, each with the failing probes it explains (a trap that
     explains no failure is no cause: a fact alone never fails a module)."""
-    failing = [f.probe for f in findings if f.status == FAIL]
+    failing = [f for f in findings if f.status == FAIL]
     causes, taken = [], set()
     for named in reading.named:
         scope = EXPLAINS.get(named.trap, frozenset())
-        probes = tuple(p for p in failing if p not in taken and (scope is None or p in scope))
+        if named.trap in LOCATED:
+            scope = frozenset(f.probe for f in failing if named.trap in f.traps)
+        probes = tuple(
+            f.probe for f in failing if f.probe not in taken and (scope is None or f.probe in scope)
+        )
         if probes:
             causes.append(Cause("", probes, named.trap, named.why, named.line, named.also))
             taken |= set(probes)

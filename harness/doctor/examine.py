@@ -74,9 +74,10 @@ def read_forward(subject: Subject, timeout: float | None) -> Callable[[bool], Re
 
 
 def called_once(module: nn.Module, config: Config, timeout: float | None = TIMEOUT,
-                seq_len: int | None = None) -> None:  # fmt: skip
+                seq_len: int | None = None) -> object:  # fmt: skip
     """A copy of ``module`` called as the probes call it, once (its convention found first),
-    on ``seq_len`` tokens where given; what the call raises, it raises."""
+    on ``seq_len`` tokens where given: its output and weights as the probes read them; what
+    the call raises, it raises."""
     if seq_len is not None:
         config = replace(config, seq_len=seq_len)
     with guarded(timeout):
@@ -85,8 +86,8 @@ def called_once(module: nn.Module, config: Config, timeout: float | None = TIMEO
         subject.settle()
         batch, seq_len = subject.config.batch, subject.config.seq_len
         with quietly_seeded(found.seed), torch.no_grad():
-            subject.call(subject.copy(), subject.x(batch, seq_len, 0),
-                         subject.ordinary_keep(batch, seq_len))  # fmt: skip
+            return subject.call(subject.copy(), subject.x(batch, seq_len, 0),
+                                subject.ordinary_keep(batch, seq_len))  # fmt: skip
 
 
 def diagnose(

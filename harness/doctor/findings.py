@@ -172,6 +172,7 @@ class Diagnosis:
     facts: list[Fact] = field(default_factory=list)  # what the recorded forward showed
     lead: str | None = None  # the failing probe that names the cause, printed first
     fixes: list[Fix] = field(default_factory=list)  # proven changes to the user's lines
+    looks: dict[str, str] = field(default_factory=dict)  # trap -> where to look, unfixed
 
     @property
     def failures(self) -> list[Finding]:
@@ -232,8 +233,11 @@ class Diagnosis:
         return "\n".join([f"attention doctor: {self.target}", *lines, f"=> {verdict}{tail}"])
 
     def _fix_lines(self, trap: str | None, indent: int) -> list[str]:
-        """The proven fixes of ``trap``, as printed under its cause."""
-        return [line for fix in self.fixes if fix.trap == trap for line in fix.text(" " * indent)]
+        """The proven fixes of ``trap``, as printed under its cause; where none was proven,
+        where to look (when fixes were sought)."""
+        fixed = [line for fix in self.fixes if fix.trap == trap for line in fix.text(" " * indent)]
+        looked = [f"{' ' * indent}{self.looks[trap]}"] if trap in self.looks else []
+        return fixed or looked
 
     def to_json(self) -> str:
         return json.dumps(
@@ -245,6 +249,7 @@ class Diagnosis:
                 "causes": [asdict(c) for c in self.causes],
                 "facts": [asdict(f) for f in self.facts],
                 "fixes": [asdict(f) for f in self.fixes],
+                "looks": self.looks,
             },
             indent=2,
             default=str,  # a fix's path

@@ -55,6 +55,27 @@ class Line:
         """The whole source with ``old`` replaced by ``new``."""
         return self._wrapper.module.deep_replace(old, new).code  # type: ignore[union-attr]
 
+    def replaced_all(self, changes: Mapping[cst.CSTNode, cst.CSTNode]) -> str:
+        """The whole source with each node of ``changes`` replaced by its value."""
+
+        class Replace(cst.CSTTransformer):
+            def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+                return changes.get(original, updated)  # type: ignore[return-value]
+
+        return self._wrapper.module.visit(Replace()).code
+
+    def in_function(self, kind: type[cst.CSTNode]) -> list[cst.CSTNode]:
+        """The nodes of ``kind`` in the function around the line (the line's, where none)."""
+        function, _ = self.enclosing()
+        if function is None:
+            return self.nodes(kind)
+        span = self._positions[function]
+        return [
+            node
+            for node, where in self._positions.items()
+            if isinstance(node, kind) and span.start.line <= where.start.line <= span.end.line
+        ]
+
     def enclosing(self) -> tuple[cst.FunctionDef | None, cst.ClassDef | None]:
         """The innermost function and class around the line."""
         functions, classes = self.nodes(cst.FunctionDef), self.nodes(cst.ClassDef)
@@ -73,6 +94,51 @@ class Line:
             and value is not None and not (isinstance(value, cst.Name) and value.value == "None")
         ]  # fmt: skip
 
+    def origins(self) -> list[int]:
+        """The lines where what the line reads is made: where the enclosing function assigns
+        each plain local name on the line (``scale = n ** -0.5``, before ``q * scale``);
+        each ``self.x = ...`` of the enclosing class for an ``self.x`` on the line, and, where
+        the value assigned is a parameter of the method that assigns it, each line of the file
+        that constructs the class with that argument (a scale made in ``__init__`` from what
+        the model passes)."""
+        function, klass = self.enclosing()
+        found: dict[int, None] = {}
+        names = {node.value for node in self.nodes(cst.Name)}
+        if function is not None:
+            for target, _ in _assignments(function):
+                if isinstance(target, cst.Name) and target.value in names:
+                    found.setdefault(self._positions[target].start.line)
+        read = {node.attr.value for node in self.nodes(cst.Attribute) if _on_self(node)}
+        methods = klass.body.children if klass is not None else ()
+        for method in methods:
+            if not isinstance(method, cst.FunctionDef):
+                continue
+            for target, value in _assignments(method):
+                if not (_on_self(target) and target.attr.value in read):  # type: ignore[attr-defined]
+                    continue
+                found.setdefault(self._positions[target].start.line)
+                for call in self._constructions(klass, method, value):  # type: ignore[arg-type]
+                    found.setdefault(self._positions[call].start.line)
+        found.pop(self.number, None)
+        return list(found)
+
+    def _constructions(
+        self, klass: cst.ClassDef, method: cst.FunctionDef, value: cst.BaseExpression | None
+    ) -> Iterator[cst.BaseExpression]:
+        """Where the file constructs ``klass`` with the argument that ``method``'s parameter
+        ``value`` (a plain name) receives: the argument given, in each such call."""
+        if not isinstance(value, cst.Name):
+            return
+        params = [p.name.value for p in method.params.params if p.name.value not in ("self", "cls")]
+        if value.value not in params:
+            return
+        position = params.index(value.value)
+        for node in self._positions:
+            if isinstance(node, cst.Call) and called(node) == klass.name.value:
+                given = argument(node, position, value.value)
+                if given is not None:
+                    yield given.value
+
     def is_function_form(self, call: cst.Call) -> bool:
         """``F.softmax(x, ...)`` (the callee is an attribute of a module the code imported)
         rather than ``x.softmax(...)``: the tensor is the first argument, not the receiver."""
@@ -82,6 +148,15 @@ class Line:
         if not isinstance(func, cst.Attribute):
             return False
         return isinstance(_resolved(func.value, self.names), types.ModuleType)
+
+
+def _on_self(node: cst.BaseExpression) -> bool:
+    """``self.x``: an attribute of the instance itself."""
+    return (
+        isinstance(node, cst.Attribute)
+        and isinstance(node.value, cst.Name)
+        and node.value.value == "self"
+    )
 
 
 def called(call: cst.Call) -> str:
@@ -156,12 +231,8 @@ def names_in_scope(line: Line) -> Iterator[str]:
                 seen.setdefault(target.value)
     if klass is not None:
         for target in _assigned(klass):
-            if (
-                isinstance(target, cst.Attribute)
-                and isinstance(target.value, cst.Name)
-                and target.value.value == "self"
-            ):
-                seen.setdefault(f"self.{target.attr.value}")
+            if _on_self(target):
+                seen.setdefault(f"self.{target.attr.value}")  # type: ignore[attr-defined]
     return iter(seen)
 
 

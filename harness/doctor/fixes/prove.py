@@ -7,7 +7,7 @@ of it, so several fixes are proven together."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from harness.doctor.fixes.line import Line
 from harness.doctor.fixes.live import Owner, owners, recompiled, swapped
 from harness.doctor.fixes.recipes import RECIPES
 from harness.doctor.fixes.values import steady, values_at
-from harness.doctor.reading.record import HARNESS, shown_path, source_file
+from harness.doctor.reading.record import HARNESS, PROJECT, shown_path, source_file
 
 MOST = 3  # fixes proven on top of each other, at most
 CANDIDATES = 8  # rewrites of one cause tried, at most (each costs a diagnosis)
@@ -61,6 +61,7 @@ class Fixes:
     fixes: list[Fix] = field(default_factory=list)
     sources: dict[Path, str] = field(default_factory=dict)
     originals: dict[Path, str] = field(default_factory=dict)
+    looks: dict[str, str] = field(default_factory=dict)  # trap -> where to look, unfixed
 
     def diff(self) -> str:
         """A unified diff of every changed file against the file as it is."""
@@ -83,13 +84,25 @@ def _editable(path: Path) -> bool:
     return not resolved.is_relative_to(HARNESS) and not installed
 
 
-def _lines(cause: Cause) -> list[tuple[Path, int]]:
+def _named(cause: Cause) -> list[tuple[Path, int]]:
     """The editable source lines a cause names: where it is, then the lines it involves."""
-    found = []
+    named = []
     for where in (cause.at, *cause.also):
         located = source_file(where) if where else None
-        if located is not None and _editable(located[0]) and located not in found:
-            found.append(located)
+        if located is not None and _editable(located[0]) and located not in named:
+            named.append(located)
+    return named
+
+
+def _lines(named: list[tuple[Path, int]], sources: dict[Path, str]) -> list[tuple[Path, int]]:
+    """The lines a cause names (``named``), then where what those lines read is made
+    (``Line.origins``); ``sources``: the files as the fixes before have rewritten them."""
+    found = list(named)
+    for path, number in named:
+        source = sources.get(path) or path.read_text()
+        for origin in Line(source, number, {}).origins():
+            if (path, origin) not in found:
+                found.append((path, origin))
     return found
 
 
@@ -102,16 +115,45 @@ def _traps(diagnosis: Diagnosis) -> set[str]:
     return named | {t for f in diagnosis.findings if f.status == FAIL for t in f.traps}
 
 
-def _proof(before: Diagnosis, after: Diagnosis, trap: str) -> str | None:
+def _proof(
+    before: Diagnosis, after: Diagnosis, trap: str, changed: Callable[[str], bool]
+) -> str | None:
     """What ``after`` shows of the change, or None when it is no fix of ``trap``: the trap
-    still named, or the probes failing after it not fewer of those failing before (a probe
-    that passed and fails now, or nothing fixed)."""
-    if trap in _traps(after) or not _failing(after) < _failing(before):
+    still named, a probe that passed failing now, or nothing fixed: the same probes failing,
+    with no other trap named for them at a line that neither the cause nor the change touched
+    (one probe may show two traps, the second only once the first is gone, as a float16 probe
+    shows an overflowing product once its fill fits; a trap named where the cause was, or
+    where the change is, is the same failure named again). ``changed(where)``: whether a
+    source line is one the cause or the change touched."""
+    failing_before, failing_after = _failing(before), _failing(after)
+    if trap in _traps(after) or not failing_after <= failing_before:
+        return None
+    if failing_after == failing_before and not any(
+        c.trap and c.at and not changed(c.at) for c in after.causes
+    ):
         return None
     if after.healthy:
         return "with this change every probe passes"
     left = [c.trap for c in after.causes if c.trap] or sorted(_failing(after))
     return f"this change fixes {trap}; still failing: {', '.join(dict.fromkeys(left))}"
+
+
+def _touching(
+    lines: list[tuple[Path, int]], path: Path, first: int, count: int
+) -> Callable[[str], bool]:
+    """Whether a source line (``file.py:34 `code```) is one the cause was named at or
+    involves (``lines``), or one of the ``count`` lines of ``path`` from ``first`` that the
+    change rewrote."""
+    own = {(p.resolve(), n) for p, n in lines}
+
+    def touches(where: str) -> bool:
+        located = source_file(where)
+        if located is None:
+            return False
+        at, number = located[0].resolve(), located[1]
+        return (at, number) in own or (at == path.resolve() and 0 <= number - first < count)
+
+    return touches
 
 
 def propose(
@@ -141,7 +183,21 @@ def propose(
             step = None
         if step is not None:
             current = step
+    for cause in diagnosis.causes:
+        if cause.trap and cause.trap not in {f.trap for f in found.fixes}:
+            found.looks.setdefault(cause.trap, look(cause.trap))
     return found
+
+
+def look(trap: str) -> str:
+    """Where to look for the change a cause needs, where no fix of it was proven: the
+    catalogue's pair of the trap, whose diff is the change (a cause with no line, or one
+    whose fix spans code the record does not show, is not guessed at)."""
+    pair = PROJECT / "pitfalls" / trap
+    if not (pair / "fixed.py").is_file():
+        return "no fix proven"
+    shown = shown_path(str(pair))
+    return f"no fix proven; the catalogue's change: diff {shown}/buggy.py {shown}/fixed.py"
 
 
 Runs = tuple[
@@ -160,16 +216,52 @@ def _runs(call: Callable[[], object], replaced: dict[int, tuple[Owner, object]])
     return True
 
 
+@dataclass(frozen=True)
+class _Proven:
+    """A rewrite of a cause that proved: the file, its rewritten source, the functions
+    swapped in, the lines it changes, what the proof said and the diagnosis after it."""
+
+    path: Path
+    source: str
+    trial: dict[int, tuple[Owner, object]]
+    change: tuple[int, tuple[str, ...], tuple[str, ...]]
+    proof: str
+    after: Diagnosis
+
+
 def _first_proven(
     cause: Cause, current: Diagnosis, found: Fixes, replaced: dict[int, tuple[Owner, object]],
     runs: Runs,
 ) -> Diagnosis | None:  # fmt: skip
-    """The first rewrite of ``cause`` that proves, recorded in ``found`` (and the rewritten
-    code kept in ``replaced``); its diagnosis, or None when none proves."""
+    """The first rewrite of ``cause`` that proves and leaves none of the probes it explains
+    failing, else the one that proved with the fewest probes left failing, recorded in
+    ``found`` (and the rewritten code kept in ``replaced``); its diagnosis, or None when none
+    proves. (A mask read in two places is fixed where it is made, not at one of them.)"""
+    best = None
+    for proven in _proven(cause, current, found, replaced, runs):
+        if best is None or len(_failing(proven.after)) < len(_failing(best.after)):
+            best = proven
+        if not set(cause.probes) & _failing(proven.after):
+            break
+    if best is None:
+        return None
+    found.originals.setdefault(best.path, best.path.read_text())
+    found.sources[best.path] = best.source
+    replaced.update(best.trial)
+    found.fixes.append(Fix(cause.trap or "", best.path, *best.change, best.proof))
+    return best.after
+
+
+def _proven(
+    cause: Cause, current: Diagnosis, found: Fixes, replaced: dict[int, tuple[Owner, object]],
+    runs: Runs,
+) -> Iterator[_Proven]:  # fmt: skip
+    """Each rewrite of ``cause`` that proves, at most ``CANDIDATES`` rewrites tried."""
     rediagnose, run, bare = runs
     trap = cause.trap or ""
     tries = 0
-    for path, number in _lines(cause):
+    named = _named(cause)
+    for path, number in _lines(named, found.sources):
         source = found.sources.get(path) or path.read_text()
         live = owners(path, number)
         if not live:
@@ -185,7 +277,7 @@ def _first_proven(
         line = Line(source, number, live[0].function.__globals__, values)
         for candidate in RECIPES[trap](line):
             if tries >= CANDIDATES:
-                return None
+                return
             tries += 1
             functions = [recompiled(o, candidate, path, number) for o in live]
             if any(f is None for f in functions):
@@ -197,14 +289,11 @@ def _first_proven(
                     after = rediagnose()
             except Exception:  # the rewrite broke the build or the doctor's run: no fix
                 continue
-            proof = _proof(current, after, trap)
+            change = _changed(source, candidate)
+            touched = _touching(named, path, change[0], len(change[1]))
+            proof = _proof(current, after, trap, touched)
             if proof is None:
                 continue
             if bare is not None and _runs(bare, replaced) and not _runs(bare, trial):
                 continue  # it breaks a call without a mask, which the code as it is takes
-            found.originals.setdefault(path, path.read_text())
-            found.sources[path] = candidate
-            replaced.update(trial)
-            found.fixes.append(Fix(trap, path, *_changed(source, candidate), proof))
-            return after
-    return None
+            yield _Proven(path, candidate, trial, change, proof, after)

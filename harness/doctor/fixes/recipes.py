@@ -23,27 +23,41 @@ from harness.doctor.fixes.values import number_of
 Recipe = Callable[[Line], Iterator[str]]
 
 SOFTMAX = ("softmax", "log_softmax")
+SOFTMAX_LAYERS = ("Softmax", "LogSoftmax")
+TRIANGLES = {"triu": "1", "tril": "0"}  # the diagonal each keeps of a causal mask
 FILL = ("masked_fill", "masked_fill_")
 SDPA = ("scaled_dot_product_attention",)
+DROPOUT = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d")
 PRODUCT = ("matmul", "bmm", "einsum")
 ROOT = ("sqrt",)
-HALF = ("0.5", "-0.5")  # the exponents of a square root, as written
+POWER = ("power", "pow", "float_power")
+HALF = ("0.5", "-0.5", "0.25", "-0.25")  # a square root's exponents, as written (and its
+# root, where the scale is split between the queries and the keys)
 MERGE = ("reshape", "view")
 
 
 def softmax_dim(line: Line) -> Iterator[str]:
-    """``softmax(scores)`` without ``dim``, or over another axis: over the last, the keys'."""
+    """``softmax(scores)`` without ``dim``, or over another axis: over the last, the keys'
+    (``nn.Softmax(dim=1)``, made where the forward's ``self.softmax`` is, too)."""
     for call in line.calls(*SOFTMAX):
         position = 1 if line.is_function_form(call) else 0
         yield line.replaced(call, with_argument(call, position, "dim", "-1"))
+    for call in line.calls(*SOFTMAX_LAYERS):
+        yield line.replaced(call, with_argument(call, 0, "dim", "-1"))
 
 
 def _inverted(node: cst.BaseExpression) -> cst.BaseExpression:
-    """The condition read the other way: ``mask == 0`` <-> ``mask == 1``, ``~m`` -> ``m``,
-    ``a != b`` -> ``a == b``, ``a < b`` -> ``a >= b``; else ``~(node)``."""
+    """The condition read the other way: ``mask == 0`` <-> ``mask == 1`` (``mask.eq(0)`` <->
+    ``mask.eq(1)``), ``~m`` -> ``m``, ``a != b`` -> ``a == b``, ``a < b`` -> ``a >= b``; else
+    ``~(node)``."""
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert):
         inner = node.expression
         return inner.with_changes(lpar=[], rpar=[]) if isinstance(inner, cst.Name) else inner
+    if isinstance(node, cst.Call) and called(node) in ("eq", "ne") and len(node.args) == 1:
+        value = node.args[0].value
+        if isinstance(value, cst.Integer) and value.value in ("0", "1"):  # mask.eq(0) <-> eq(1)
+            other = cst.Integer("1" if value.value == "0" else "0")
+            return node.with_changes(args=[node.args[0].with_changes(value=other)])
     if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
         target = node.comparisons[0]
         value = target.comparator
@@ -64,15 +78,20 @@ def _inverted(node: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def mask_bool(line: Line) -> Iterator[str]:
-    """A mask filled where it keeps: the fill's condition read the other way round."""
-    for call in line.calls(*FILL):
-        condition = argument(call, 1 if line.is_function_form(call) else 0, "mask")
-        if condition is not None:
-            yield line.replaced(condition.value, _inverted(condition.value))
-    for call in line.calls("where"):
-        condition = argument(call, 0, "condition")
-        if condition is not None:
-            yield line.replaced(condition.value, _inverted(condition.value))
+    """A mask filled where it keeps: the fill's condition read the other way round, at the
+    fill, else where the function makes the mask it fills with (a mask also read elsewhere,
+    as a fill of the weights after the softmax)."""
+    conditions = [
+        a.value
+        for c in line.calls(*FILL)
+        if (a := argument(c, 1 if line.is_function_form(c) else 0, "mask")) is not None
+    ]
+    conditions += [a.value for c in line.calls("where") if (a := argument(c, 0, "condition"))]
+    for condition in conditions:
+        yield line.replaced(condition, _inverted(condition))
+    for condition in conditions:  # a mask read in several places: where its name is made
+        for made in line.assigned(condition):
+            yield line.replaced(made, _inverted(made))
 
 
 def _sdpa_masks(line: Line) -> Iterator[cst.BaseExpression]:
@@ -129,10 +148,24 @@ def _roots(line: Line) -> Iterator[cst.BaseExpression]:
     for call in line.calls(*ROOT):
         if call.args:
             yield call.args[0].value
+    for call in line.calls(*POWER):  # np.power(x, 0.5), torch.pow(x, 0.5), x.pow(0.5)
+        function_form = line.is_function_form(call)
+        exponent = argument(call, 1 if function_form else 0, "exponent")
+        if exponent is None or _exponent(line, exponent.value) not in HALF:
+            continue
+        if function_form and call.args:
+            yield call.args[0].value
+        elif isinstance(call.func, cst.Attribute):
+            yield call.func.value
     for node in line.nodes(cst.BinaryOperation):
-        exponent = line.code(node.right).replace(" ", "").strip("()")  # type: ignore[attr-defined]
+        exponent = _exponent(line, node.right)  # type: ignore[attr-defined]
         if isinstance(node.operator, cst.Power) and exponent in HALF:  # type: ignore[attr-defined]
             yield node.left  # type: ignore[attr-defined]
+
+
+def _exponent(line: Line, node: cst.BaseExpression) -> str:
+    """An exponent as written, without spaces or parentheses."""
+    return line.code(node).replace(" ", "").strip("()")
 
 
 def _operands(line: Line, node: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -153,9 +186,19 @@ def _operands(line: Line, node: cst.BaseExpression) -> list[cst.BaseExpression]:
             return False  # not the attribute's name
 
         def visit_Call(self, call: cst.Call) -> bool:
+            if called(call) == "size" and not line.is_function_form(call):
+                found.append(call)  # a tensor's size: a value in its own right
+                return False
             for arg in call.args:
                 arg.visit(self)
             return False  # not what it calls
+
+        def visit_Subscript(self, subscript: cst.Subscript) -> bool:
+            shape = subscript.value
+            if isinstance(shape, cst.Attribute) and shape.attr.value == "shape":
+                found.append(subscript)  # x.shape[-1]
+                return False
+            return True
 
         def visit_Name(self, name: cst.Name) -> bool:
             if not callable(line.names.get(name.value)) and name.value not in ("True", "False"):
@@ -204,6 +247,111 @@ def double_scale(line: Line) -> Iterator[str]:
                 yield line.replaced(call, without)
 
 
+def causal_leak(line: Line) -> Iterator[str]:
+    """A causal mask a diagonal off: ``triu`` of the future from the first key after the
+    query (``diagonal=1``), ``tril`` of the past up to the query itself (``diagonal=0``); an
+    SDPA call with no mask told ``is_causal=True``."""
+    for call in line.calls(*TRIANGLES):
+        position = 1 if line.is_function_form(call) else 0
+        diagonal = TRIANGLES[called(call)]
+        given = argument(call, position, "diagonal")
+        if given is None or line.code(given.value).strip() != diagonal:
+            yield line.replaced(call, with_argument(call, position, "diagonal", diagonal))
+    for call in line.calls(*SDPA):
+        if argument(call, 3, "attn_mask") is None:
+            yield line.replaced(call, with_argument(call, 5, "is_causal", "True"))
+
+
+def dropout_in_eval(line: Line) -> Iterator[str]:
+    """A dropout that drops in eval mode, in a method, told to drop only while its module
+    trains: a dropout function given ``training=self.training``, SDPA's ``dropout_p`` given
+    only then (a plain function has no module to ask)."""
+    function, klass = line.enclosing()
+    params = function.params.params if function is not None else ()
+    if klass is None or not params:
+        return  # not a method: no instance whose ``training`` to read
+    training = f"{params[0].name.value}.training"
+    for call in line.calls(*DROPOUT):
+        if line.is_function_form(call):
+            yield line.replaced(call, with_argument(call, 2, "training", training))
+    for call in line.calls(*SDPA):
+        given = argument(call, 4, "dropout_p")
+        if given is not None:
+            gated = f"{line.code(given.value)} if {training} else 0.0"
+            yield line.replaced(given.value, cst.parse_expression(gated))
+
+
+def finite_fill(line: Line) -> Iterator[str]:
+    """A mask filled with a finite constant that logits outgrow or the dtype cannot hold:
+    filled with the dtype's own lowest value (``torch.finfo(scores.dtype).min``), else -inf."""
+    for call in line.calls(*FILL):
+        function_form = line.is_function_form(call)
+        value = argument(call, 2 if function_form else 1, "value")
+        scores = call.args[0].value if function_form and call.args else call.func.value  # type: ignore[attr-defined]
+        if value is None:
+            continue
+        lowest = f"torch.finfo({line.code(parenthesized(scores))}.dtype).min"
+        for fill in (lowest, 'float("-inf")')[0 if "torch" in line.names else 1 :]:
+            yield line.replaced(value.value, cst.parse_expression(fill))
+
+
+def scale_queries_first(line: Line) -> Iterator[str]:
+    """Scores scaled after the product q k^T: the scale moved onto the queries, so that the
+    product is made of scaled queries (``(q @ k^T) / s`` -> ``(q / s) @ k^T``)."""
+    for node in line.nodes(cst.BinaryOperation):
+        if not isinstance(node.operator, cst.Multiply | cst.Divide):  # type: ignore[attr-defined]
+            continue
+        for product, queries in _products(line):
+            if node.left is not product:  # type: ignore[attr-defined]
+                continue
+            scaled: cst.BaseExpression = cst.BinaryOperation(
+                parenthesized(queries),
+                node.operator,
+                node.right,  # type: ignore[attr-defined]
+            )
+            if isinstance(product, cst.BinaryOperation):  # an operand of @: in parentheses
+                scaled = parenthesized(scaled)
+            moved = product.deep_replace(queries, scaled).with_changes(lpar=[], rpar=[])
+            yield line.replaced(node, moved)
+
+
+def gqa_kv_grouping(line: Line) -> Iterator[str]:
+    """Grouped K/V heads tiled (``k.repeat(1, n_rep, 1, 1)``): each repeated in place on that
+    axis (``k.repeat_interleave(n_rep, dim=1)``), every such tiling in the function at once
+    (keys and values are grouped alike)."""
+    changes = {}
+    for call in line.in_function(cst.Call):
+        if called(call) != "repeat" or line.is_function_form(call):  # type: ignore[arg-type]
+            continue
+        sizes = [a for a in call.args if a.keyword is None and not a.star]  # type: ignore[attr-defined]
+        grown = [i for i, a in enumerate(sizes) if line.code(a.value).strip() != "1"]
+        if len(sizes) < 3 or len(grown) != 1:
+            continue
+        axis = grown[0]
+        interleaved = f"{line.code(call.func.value)}.repeat_interleave("  # type: ignore[attr-defined]
+        interleaved += f"{line.code(sizes[axis].value)}, dim={axis})"
+        changes[call] = cst.parse_expression(interleaved)
+    if changes:
+        yield line.replaced_all(changes)
+
+
+def scale_after_softmax(line: Line) -> Iterator[str]:
+    """Weights scaled after the softmax (``softmax(s) / c``): the factor moved onto the
+    scores, inside it (``softmax(s / c)``), where the rows sum to 1 again."""
+    for node in line.nodes(cst.BinaryOperation):
+        softmax = node.left  # type: ignore[attr-defined]
+        if not isinstance(node.operator, cst.Multiply | cst.Divide) or not (  # type: ignore[attr-defined]
+            isinstance(softmax, cst.Call) and called(softmax) in SOFTMAX
+        ):
+            continue
+        function_form = line.is_function_form(softmax)
+        scores = softmax.args[0].value if function_form and softmax.args else softmax.func.value  # type: ignore[attr-defined]
+        scaled = cst.BinaryOperation(parenthesized(scores), node.operator, node.right)  # type: ignore[attr-defined]
+        inside = scaled if function_form else parenthesized(scaled)
+        moved = softmax.deep_replace(scores, inside).with_changes(lpar=[], rpar=[])
+        yield line.replaced(node, moved)
+
+
 def transpose(line: Line) -> Iterator[str]:
     """Keys transposed on the batch axis: on their last two, (B, T, d) -> (B, d, T)."""
     for call in line.calls("transpose"):
@@ -247,6 +395,13 @@ RECIPES: dict[str, Recipe] = {
     "scale_d_model": scale_d_model,
     "double_scale": double_scale,
     "wrong_scale": scale_d_model,
+    "scale_after_softmax": scale_after_softmax,
+    "causal_leak": causal_leak,
+    "gqa_kv_grouping": gqa_kv_grouping,
+    "fill_too_small": finite_fill,
+    "fill_overflow_half": finite_fill,
+    "qk_overflow_half": scale_queries_first,
+    "dropout_in_eval": dropout_in_eval,
     "transpose": transpose,
     "head_merge_no_transpose": head_merge_no_transpose,
     "rope_on_value": rope_on_value,

@@ -351,7 +351,7 @@ def sites(record: Record) -> list[Site]:
             provenance(record, fill)
         if site.consumer is not None and site.query_axis is not None:
             first = tensor_args(site.consumer)[0]
-            if first.kind == "op" and first.ref == op.index:  # weights @ V: queries stay put
+            if first.kind == "op" and first.ref == site.weights_ref:  # weights @ V: queries stay
                 _merged(record, site, site.consumer, _query_in_output(site))
         if site.consumer is not None:
             values = [v for v in tensor_args(site.consumer)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.doctor.reading.attention import LAST_AXIS, Site, sites
+from harness.doctor.reading.located import dropout_left_on, finite_fill, tilings
 from harness.doctor.reading.masks import BLOCKING
 from harness.doctor.reading.record import Op, Record
 
@@ -198,6 +199,12 @@ def site_facts(
     for fill in site.fills:
         value = "added" if fill.value is None else f"filled with {fill.value:g}"
         facts.append(Fact("mask", value, COMPUTED, fill.op.where))
+        named.extend(Named(trap, why, fill.op.where) for trap, why in finite_fill(fill))
+    scores_scaled = [f for f in applied if f.where == "scores"]
+    if scores_scaled and site.product is not None:  # q k^T made whole, then scaled
+        named.append(Named("qk_overflow_half", "the scores are scaled after the product q k^T "
+                           "is made: in float16 it can overflow first, where scaling the "
+                           "queries first stays finite", scores_scaled[0].op.where))  # fmt: skip
     for cap in site.caps:
         facts.append(Fact("cap", "tanh on the scores", COMPUTED, cap.where))
     if site.rank_raised is not None:
@@ -250,19 +257,32 @@ def _future(site: Site, reading: Reading, causal: bool, made: Callable[[str], st
             said += "; some queries' own key is blocked too"
         reading.facts.append(Fact("future", said, COMPUTED, line))
         return
+    held = next((f.held for f in own if f.held is not None and f.held.ref), None)
+    built = made(str(held.ref)) if held is not None else ""
+    words = f"; self.{str(held.ref).rsplit('.', 1)[-1]} is made at {built}" if built else ""
+    also = (built,) if built else ()
     if not blocked[ahead].any():
+        if causal and not site.sdpa and blocked[~ahead].all():  # an SDPA mask: sdpa_mask's
+            reading.facts.append(Fact("future", "open: every key after its query; every key "
+                                      "up to it is blocked", COMPUTED, line))  # fmt: skip
+            reading.named.append(
+                Named(
+                    "mask_bool",
+                    "the module's causal mask blocks each "
+                    "query's own and earlier keys and keeps the later ones: "
+                    f"it is read the wrong way round{words}",
+                    line,
+                    also,
+                )
+            )
         return  # not a causal triangle (a padding mask of its own, a window of past keys)
     open_ahead = (ahead & ~blocked).nonzero()
     gap = int((open_ahead[:, 1] - open_ahead[:, 0]).min())
     reading.facts.append(Fact("future", f"open: key t + {gap} is not blocked for query t",
                               COMPUTED, line))  # fmt: skip
-    held = next((f.held for f in own if f.held is not None and f.held.ref), None)
-    built = made(str(held.ref)) if held is not None else ""
-    if built:
-        built = f"; self.{str(held.ref).rsplit('.', 1)[-1]} is made at {built}"
     if causal:
         reading.named.append(Named("causal_leak", f"the module's causal mask leaves key t + "
-                                   f"{gap} open to query t{built}", line))  # fmt: skip
+                                   f"{gap} open to query t{words}", line, also))  # fmt: skip
 
 
 def unread_mask(site: Site) -> list[Fact]:
@@ -418,6 +438,18 @@ def interpret(
     elif not reading.attention_found and not raised:
         reading.facts.append(Fact("attention", "no softmax of a product, nor an SDPA call, in "
                                   "the recorded forward", COMPUTED))  # fmt: skip
+    tiled = tilings(found)
+    if tiled:
+        also = tuple(dict.fromkeys(op.where for op in tiled[1:] if op.where != tiled[0].where))
+        reading.named.append(Named("gqa_kv_grouping", "K/V heads are tiled (repeat), so query "
+                                   "head i reads K/V head i % kv_heads, not i // n_rep",
+                                   tiled[0].where, also))  # fmt: skip
+    left_on = dropout_left_on(found)
+    if left_on is not None:
+        how, op = left_on
+        reading.facts.append(Fact("dropout", f"on in eval mode: {how}", COMPUTED, op.where))
+        reading.named.append(Named("dropout_in_eval", f"a dropout drops in eval mode ({how}): "
+                                   "turn it on only while training", op.where))  # fmt: skip
     if found.truncated:
         reading.facts.append(Fact("record", "cut short: the forward ran more ops than are kept"))
     return reading

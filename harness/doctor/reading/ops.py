@@ -24,6 +24,11 @@ LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "fl
           "unbind", "tensor_split", "split_with_sizes", "view_as_complex",
           "view_as_real", "index_select", "view_as", "reshape_as"}  # fmt: skip
 CAPS = {"tanh"}
+TILES = {"repeat", "tile"}  # copies of a tensor laid end to end along an axis
+# dropout ops, with the position and name of the argument that turns them on
+DROPOUT = {"dropout": (2, "training"), "alpha_dropout": (2, "training"),
+           "feature_alpha_dropout": (2, "training"), "dropout1d": (2, "training"),
+           "dropout2d": (2, "training"), "dropout3d": (2, "training")}  # fmt: skip
 
 
 def tensor_args(op: Op) -> list[Value]:
