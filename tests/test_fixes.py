@@ -296,6 +296,11 @@ RECIPE_CASES = [
     ("qk_overflow_half", "s = torch.matmul(q, k) * c", "s = torch.matmul(q * c, k)"),
     ("scale_after_softmax", "w = F.softmax(s, dim=-1) / c", "w = F.softmax(s / c, dim=-1)"),
     ("scale_after_softmax", "w = s.softmax(-1) * c", "w = (s * c).softmax(-1)"),
+    ("mask_rank", "m = torch.ones(1, 1, T, T).tril()", "m = torch.ones(1, T, T).tril()"),
+    ("mask_rank", "m = mask[:, None, None, :]", "m = mask[:, None, :]"),
+    ("mask_rank", "m = mask.unsqueeze(1)", "m = mask"),
+    ("padding_on_queries", "s = s.masked_fill(m[:, :, None] == 0, x)",
+     "s = s.masked_fill(m[:, None, :] == 0, x)"),
 ]  # fmt: skip
 
 
@@ -371,7 +376,7 @@ FIXABLE = [
     "softmax_dim", "mask_bool", "causal_leak", "scale_after_softmax", "fill_too_small",
     "qk_overflow_half", "gqa_kv_grouping", "dropout_in_eval", "missing_scale", "scale_d_model",
     "double_scale", "transpose", "head_merge_no_transpose", "rope_on_value", "sdpa_float_mask",
-    "sdpa_mask_inverted", "fill_overflow_half",
+    "sdpa_mask_inverted", "fill_overflow_half", "mask_rank", "padding_on_queries",
 ]  # fmt: skip
 DECLARED = {"fill_overflow_half": {"dtype": "float16"}}  # how a user of the pair would run it
 

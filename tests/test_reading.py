@@ -790,3 +790,34 @@ def test_a_triangle_given_to_sdpa_the_wrong_way_round_is_sdpas_mask_misread():
     would block; given to SDPA, it is SDPA's mask that is read the wrong way round."""
     d = diagnose(FutureToSDPA(16), Config(causal=True), "FutureToSDPA")
     assert d.causes[0].trap == "sdpa_mask_inverted", d.text()
+
+
+class FoldedHeadsMask(nn.Module):
+    """Heads folded into the batch, (B * h, T, T) scores, as einops' ``(b h) n d`` lays them
+    out; the (B, T, T) keep-mask repeated for each sequence's heads, then filled where it
+    blocks, or (``wrong``) where it keeps."""
+
+    def __init__(self, d_model, heads, wrong=False):
+        super().__init__()
+        self.h, self.wrong = heads, wrong
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = (t.reshape(B, T, self.h, -1).transpose(1, 2).reshape(B * self.h, T, -1)
+                   for t in self.qkv(x).chunk(3, dim=-1))  # (B * h, T, d)  # fmt: skip
+        mask = mask.repeat_interleave(self.h, dim=0)  # (B * h, T, T)
+        blocked = mask if self.wrong else ~mask
+        sim = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(blocked, -1e9)
+        out = sim.softmax(dim=-1) @ v  # (B * h, T, d)
+        return out.reshape(B, self.h, T, -1).transpose(1, 2).reshape(B, T, C)
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_keep_mask_read_the_wrong_way_round_is_named_with_the_heads_folded_into_the_batch(
+    wrong,
+):
+    d = diagnose(FoldedHeadsMask(32, 4, wrong), Config(mask="keep"), "FoldedHeadsMask")
+    assert d.healthy != wrong, d.text()
+    if wrong:
+        assert d.causes[0].trap == "mask_bool" and "masked_fill(blocked" in d.causes[0].at

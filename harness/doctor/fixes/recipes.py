@@ -34,6 +34,7 @@ POWER = ("power", "pow", "float_power")
 HALF = ("0.5", "-0.5", "0.25", "-0.25")  # a square root's exponents, as written (and its
 # root, where the scale is split between the queries and the keys)
 MERGE = ("reshape", "view")
+MADE = ("ones", "zeros", "full", "empty", "rand")  # tensors made from their sizes
 
 
 def softmax_dim(line: Line) -> Iterator[str]:
@@ -352,6 +353,46 @@ def scale_after_softmax(line: Line) -> Iterator[str]:
         yield line.replaced(node, moved)
 
 
+def mask_rank(line: Line) -> Iterator[str]:
+    """A mask made with more axes than the scores it fills: one axis fewer, each way the line
+    adds one (a leading size 1 of ``torch.ones(1, 1, T, T)``, a ``None`` of ``m[:, None]``,
+    an ``unsqueeze``); the proof finds the one that lays it out as the scores."""
+    for call in line.calls(*MADE):
+        sizes = [a for a in call.args if a.keyword is None and not a.star]
+        if len(sizes) > 2 and line.code(sizes[0].value).strip() == "1":
+            kept = [a for a in call.args if a is not sizes[0]]
+            yield line.replaced(call, call.with_changes(args=kept))
+    for index in line.nodes(cst.Subscript):
+        elements = index.slice  # type: ignore[attr-defined]
+        for element in elements:
+            if isinstance(element.slice, cst.Index) and line.code(element.slice.value) == "None":
+                kept = [e for e in elements if e is not element]
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                yield line.replaced(index, index.with_changes(slice=kept))
+    for call in line.calls("unsqueeze"):
+        if isinstance(call.func, cst.Attribute):
+            yield line.replaced(call, call.func.value)
+
+
+def padding_on_queries(line: Line) -> Iterator[str]:
+    """A padding mask laid along the queries (``mask[:, :, None]``): its new axis moved to
+    each other place, nearest first (``mask[:, None, :]``), so that it runs along the keys."""
+    for index in line.nodes(cst.Subscript):
+        elements = list(index.slice)  # type: ignore[attr-defined]
+        new = [e for e in elements if line.code(e.slice).strip() == "None"]
+        if len(new) != 1 or len(elements) < 3:
+            continue
+        others = [e for e in elements if e is not new[0]]
+        at = elements.index(new[0])
+        for place in sorted(set(range(len(elements))) - {at}, key=lambda p: abs(p - at)):
+            moved = [*others[:place], new[0], *others[place:]]
+            last = len(moved) - 1
+            moved = [e.with_changes(comma=cst.MaybeSentinel.DEFAULT if i == last else
+                                    cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                     for i, e in enumerate(moved)]  # fmt: skip
+            yield line.replaced(index, index.with_changes(slice=moved))
+
+
 def transpose(line: Line) -> Iterator[str]:
     """Keys transposed on the batch axis: on their last two, (B, T, d) -> (B, d, T)."""
     for call in line.calls("transpose"):
@@ -397,6 +438,8 @@ RECIPES: dict[str, Recipe] = {
     "wrong_scale": scale_d_model,
     "scale_after_softmax": scale_after_softmax,
     "causal_leak": causal_leak,
+    "padding_on_queries": padding_on_queries,
+    "mask_rank": mask_rank,
     "gqa_kv_grouping": gqa_kv_grouping,
     "fill_too_small": finite_fill,
     "fill_overflow_half": finite_fill,

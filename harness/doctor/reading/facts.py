@@ -351,9 +351,14 @@ def agrees_where_real(cells: torch.Tensor, expected: torch.Tensor, kept: torch.T
 
 def keep_like(keep: torch.Tensor, cells: torch.Tensor) -> torch.Tensor | None:
     """The declared (B, T, T) keep-mask laid out as ``cells`` (a head axis added for 4-D
-    scores); None when it does not broadcast to them."""
+    scores; each sequence's rows repeated for its heads where 3-D scores fold the heads into
+    the batch, (B * h, T, T) with a sequence's heads together); None when it does not
+    broadcast to them."""
     kept = keep.to(cells.device)
     kept = kept[:, None] if cells.dim() == 4 and kept.dim() == 3 else kept
+    batch, folded = kept.shape[0], cells.shape[0]
+    if cells.dim() == kept.dim() and folded > batch > 0 and folded % batch == 0:
+        kept = kept.repeat_interleave(folded // batch, dim=0)
     try:  # the shape both broadcast to: a (B, 1, 1, T) mask meets the (B, 1, T, T) keep-mask
         return kept.expand(torch.broadcast_shapes(kept.shape, cells.shape))
     except RuntimeError:
