@@ -299,6 +299,7 @@ RECIPE_CASES = [
     ("mask_rank", "m = torch.ones(1, 1, T, T).tril()", "m = torch.ones(1, T, T).tril()"),
     ("mask_rank", "m = mask[:, None, None, :]", "m = mask[:, None, :]"),
     ("mask_rank", "m = mask.unsqueeze(1)", "m = mask"),
+    ("causal_leak", "ok = (dist >= -1) & (dist < w)", "ok = (dist >= 0) & (dist < w)"),
     ("padding_on_queries", "s = s.masked_fill(m[:, :, None] == 0, x)",
      "s = s.masked_fill(m[:, None, :] == 0, x)"),
 ]  # fmt: skip
@@ -315,6 +316,7 @@ METHOD = """class A(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p)
         w = F.dropout(w, 0.1)
         k, v = k.repeat(1, self.n, 1, 1), v.repeat(1, self.n, 1, 1)
+        s = self.softmax(s) / c
         return y
 """
 
@@ -334,13 +336,14 @@ METHOD = """class A(nn.Module):
             5,
             "k, v = k.repeat_interleave(self.n, dim=1), v.repeat_interleave(self.n, dim=1)",
         ),
+        ("scale_after_softmax", 6, "s = self.softmax(s / c)"),  # the layer is given s
     ],
 )
 def test_a_method_is_fixed_with_what_its_instance_knows(trap, number, written):
     [candidate] = RECIPES[trap](Line(METHOD, number, F_NAMES))
     assert candidate.splitlines()[number - 1].strip() == written
     free = textwrap.dedent(METHOD.split("\n", 1)[1])  # a plain function: no instance to ask
-    assert trap == "gqa_kv_grouping" or list(RECIPES[trap](Line(free, number - 1, F_NAMES))) == []
+    assert trap != "dropout_in_eval" or list(RECIPES[trap](Line(free, number - 1, F_NAMES))) == []
 
 
 ORIGINS = """class Inner(nn.Module):

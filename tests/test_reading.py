@@ -797,27 +797,37 @@ class FoldedHeadsMask(nn.Module):
     out; the (B, T, T) keep-mask repeated for each sequence's heads, then filled where it
     blocks, or (``wrong``) where it keeps."""
 
-    def __init__(self, d_model, heads, wrong=False):
+    def __init__(self, d_model, heads, wrong=False, heads_first=False):
         super().__init__()
-        self.h, self.wrong = heads, wrong
+        self.h, self.wrong, self.heads_first = heads, wrong, heads_first
         self.qkv = nn.Linear(d_model, 3 * d_model)
 
-    def forward(self, x, mask):
+    def forward(self, x, mask):  # mask: (B, T), True on real tokens
         B, T, C = x.shape
         q, k, v = (t.reshape(B, T, self.h, -1).transpose(1, 2).reshape(B * self.h, T, -1)
                    for t in self.qkv(x).chunk(3, dim=-1))  # (B * h, T, d)  # fmt: skip
-        mask = mask.repeat_interleave(self.h, dim=0)  # (B * h, T, T)
+        mask = mask[:, None, :].expand(B, T, T)  # each sequence its own padding
+        if self.heads_first:  # (h B, T, d): each head's sequences together, Set Transformer's
+            q, k, v = (t.reshape(B, self.h, T, -1).transpose(0, 1).reshape(B * self.h, T, -1)
+                       for t in (q, k, v))  # fmt: skip
+            mask = mask.repeat(self.h, 1, 1)  # (h B, T, T)
+        else:
+            mask = mask.repeat_interleave(self.h, dim=0)  # (B h, T, T)
         blocked = mask if self.wrong else ~mask
         sim = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(blocked, -1e9)
         out = sim.softmax(dim=-1) @ v  # (B * h, T, d)
+        if self.heads_first:
+            out = out.reshape(self.h, B, T, -1).transpose(0, 1).reshape(B * self.h, T, -1)
         return out.reshape(B, self.h, T, -1).transpose(1, 2).reshape(B, T, C)
 
 
+@pytest.mark.parametrize("heads_first", [False, True])
 @pytest.mark.parametrize("wrong", [False, True])
 def test_a_keep_mask_read_the_wrong_way_round_is_named_with_the_heads_folded_into_the_batch(
-    wrong,
+    wrong, heads_first
 ):
-    d = diagnose(FoldedHeadsMask(32, 4, wrong), Config(mask="keep"), "FoldedHeadsMask")
+    module = FoldedHeadsMask(32, 4, wrong, heads_first)
+    d = diagnose(module, Config(mask="keep", mask_shape="bk"), "FoldedHeadsMask")
     assert d.healthy != wrong, d.text()
     if wrong:
         assert d.causes[0].trap == "mask_bool" and "masked_fill(blocked" in d.causes[0].at

@@ -140,13 +140,18 @@ class Line:
                     yield given.value
 
     def is_function_form(self, call: cst.Call) -> bool:
-        """``F.softmax(x, ...)`` (the callee is an attribute of a module the code imported)
-        rather than ``x.softmax(...)``: the tensor is the first argument, not the receiver."""
+        """``F.softmax(x, ...)`` (the callee is an attribute of a module the code imported, or
+        of the instance the method runs on: ``self.softmax(x)``) rather than
+        ``x.softmax(...)``: the tensor is the first argument, not the receiver."""
         func = call.func
         if isinstance(func, cst.Name):
             return True
         if not isinstance(func, cst.Attribute):
             return False
+        function, klass = self.enclosing()
+        params = function.params.params if function is not None and klass is not None else ()
+        if params and isinstance(func.value, cst.Name) and func.value.value == params[0].name.value:
+            return True  # self.softmax(scores): a layer of the instance, given the tensor
         return isinstance(_resolved(func.value, self.names), types.ModuleType)
 
 

@@ -248,10 +248,21 @@ def double_scale(line: Line) -> Iterator[str]:
                 yield line.replaced(call, without)
 
 
+def _literal(node: cst.BaseExpression) -> int | float | None:
+    """An integer written as a literal (``3``, ``-1``), else None."""
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _literal(node.expression)
+        return -inner if inner is not None else None
+    return None
+
+
 def causal_leak(line: Line) -> Iterator[str]:
     """A causal mask a diagonal off: ``triu`` of the future from the first key after the
     query (``diagonal=1``), ``tril`` of the past up to the query itself (``diagonal=0``); an
-    SDPA call with no mask told ``is_causal=True``."""
+    SDPA call with no mask told ``is_causal=True``; a bound on the distance between query and
+    key written one off (``dist >= -1``), one up and one down, the proof choosing."""
     for call in line.calls(*TRIANGLES):
         position = 1 if line.is_function_form(call) else 0
         diagonal = TRIANGLES[called(call)]
@@ -261,6 +272,14 @@ def causal_leak(line: Line) -> Iterator[str]:
     for call in line.calls(*SDPA):
         if argument(call, 3, "attn_mask") is None:
             yield line.replaced(call, with_argument(call, 5, "is_causal", "True"))
+    for comparison in line.nodes(cst.Comparison):  # (dist >= -1): a bound one off
+        for target in comparison.comparisons:  # type: ignore[attr-defined]
+            bound = number_of(_literal(target.comparator))
+            if bound is None or bound != int(bound):
+                continue
+            for moved in (int(bound) + 1, int(bound) - 1):
+                value = cst.parse_expression(str(moved))
+                yield line.replaced(target.comparator, value)
 
 
 def dropout_in_eval(line: Line) -> Iterator[str]:

@@ -330,12 +330,10 @@ def sdpa_mask(site: Site, keep: torch.Tensor | None, causal: bool = False) -> Na
                          line)  # fmt: skip
     if keep is None or keep.all():
         return None
-    kept = keep_like(keep, mask)
-    if kept is None:
-        return None
-    if agrees_where_real(mask.expand(kept.shape), ~kept, kept):
-        return Named("sdpa_mask_inverted", "the bool mask SDPA is given is True where the "
-                     "keep-mask blocks: SDPA attends where True", line)  # fmt: skip
+    for kept in keep_layouts(keep, mask):
+        if agrees_where_real(mask.expand(kept.shape), ~kept, kept):
+            return Named("sdpa_mask_inverted", "the bool mask SDPA is given is True where the "
+                         "keep-mask blocks: SDPA attends where True", line)  # fmt: skip
     return None
 
 
@@ -349,20 +347,28 @@ def agrees_where_real(cells: torch.Tensor, expected: torch.Tensor, kept: torch.T
     return bool(real.any()) and torch.equal(cells[real], expected[real])
 
 
-def keep_like(keep: torch.Tensor, cells: torch.Tensor) -> torch.Tensor | None:
+def keep_layouts(keep: torch.Tensor, cells: torch.Tensor) -> list[torch.Tensor]:
     """The declared (B, T, T) keep-mask laid out as ``cells`` (a head axis added for 4-D
-    scores; each sequence's rows repeated for its heads where 3-D scores fold the heads into
-    the batch, (B * h, T, T) with a sequence's heads together); None when it does not
-    broadcast to them."""
+    scores), each way it may be (3-D scores that fold the heads into the batch, (B * h, T, T),
+    hold a sequence's heads together, ``(b h)``, or each head's sequences, ``(h b)``); none
+    when it does not broadcast to them."""
     kept = keep.to(cells.device)
     kept = kept[:, None] if cells.dim() == 4 and kept.dim() == 3 else kept
+    layouts = [kept]
     batch, folded = kept.shape[0], cells.shape[0]
     if cells.dim() == kept.dim() and folded > batch > 0 and folded % batch == 0:
-        kept = kept.repeat_interleave(folded // batch, dim=0)
-    try:  # the shape both broadcast to: a (B, 1, 1, T) mask meets the (B, 1, T, T) keep-mask
-        return kept.expand(torch.broadcast_shapes(kept.shape, cells.shape))
-    except RuntimeError:
-        return None
+        heads = folded // batch
+        layouts = [
+            kept.repeat_interleave(heads, dim=0),
+            kept.repeat(heads, *[1] * (kept.dim() - 1)),
+        ]
+    found = []
+    for layout in layouts:
+        try:  # the shape both broadcast to: a (B, 1, 1, T) mask meets the (B, 1, T, T) keep-mask
+            found.append(layout.expand(torch.broadcast_shapes(layout.shape, cells.shape)))
+        except RuntimeError:
+            continue
+    return found
 
 
 def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
@@ -375,19 +381,19 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
         cells = fill.cells
         if cells is None or cells.dim() < 2 or fill.value is None or fill.value > -1e3:
             continue
-        kept = keep_like(keep, cells)
-        if kept is None or kept.shape != cells.shape:
-            continue
-        if agrees_where_real(cells, kept, kept):
-            return Named("mask_bool", "the mask fills exactly the cells the keep-mask keeps "
-                         f"(with {fill.value:g}): it is read the wrong way round",
-                         fill.op.where)  # fmt: skip
-        if not torch.equal(kept, kept.transpose(-1, -2)) and torch.equal(
-            cells, ~kept.transpose(-1, -2)
-        ):
-            return Named("padding_on_queries", "the mask blocks the padded queries' rows, not "
-                         "the padded keys' columns: it is applied along the queries' axis",
-                         fill.op.where)  # fmt: skip
+        for kept in keep_layouts(keep, cells):
+            if kept.shape != cells.shape:
+                continue
+            if agrees_where_real(cells, kept, kept):
+                return Named("mask_bool", "the mask fills exactly the cells the keep-mask "
+                             f"keeps (with {fill.value:g}): it is read the wrong way round",
+                             fill.op.where)  # fmt: skip
+            if not torch.equal(kept, kept.transpose(-1, -2)) and torch.equal(
+                cells, ~kept.transpose(-1, -2)
+            ):
+                return Named("padding_on_queries", "the mask blocks the padded queries' rows, "
+                             "not the padded keys' columns: it is applied along the queries' "
+                             "axis", fill.op.where)  # fmt: skip
     return None
 
 
