@@ -139,6 +139,14 @@ class Line:
                 if given is not None:
                     yield given.value
 
+    def operand(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The tensor a call works on: its first argument in the function form
+        (``F.softmax(x)``, ``self.softmax(x)``), its receiver in the method form
+        (``x.softmax()``); None where it has neither."""
+        if self.is_function_form(call):
+            return call.args[0].value if call.args else None
+        return call.func.value if isinstance(call.func, cst.Attribute) else None
+
     def is_function_form(self, call: cst.Call) -> bool:
         """``F.softmax(x, ...)`` (the callee is an attribute of a module the code imported, or
         of the instance the method runs on: ``self.softmax(x)``) rather than
@@ -182,13 +190,18 @@ def _resolved(node: cst.BaseExpression, names: Mapping[str, object]) -> object:
     return None
 
 
+def positional(call: cst.Call) -> list[cst.Arg]:
+    """The arguments a call gives by position (not by keyword, not unpacked)."""
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
 def argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
     """The argument given at ``position`` (counting positional ones) or as ``keyword``."""
-    positional = [a for a in call.args if a.keyword is None and not a.star]
+    given = positional(call)
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == keyword:
             return arg
-    return positional[position] if position < len(positional) else None
+    return given[position] if position < len(given) else None
 
 
 def with_argument(call: cst.Call, position: int, keyword: str, value: str) -> cst.Call:

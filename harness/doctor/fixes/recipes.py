@@ -15,6 +15,7 @@ from harness.doctor.fixes.line import (
     called,
     names_in_scope,
     parenthesized,
+    positional,
     with_argument,
     without_argument,
 )
@@ -150,14 +151,10 @@ def _roots(line: Line) -> Iterator[cst.BaseExpression]:
         if call.args:
             yield call.args[0].value
     for call in line.calls(*POWER):  # np.power(x, 0.5), torch.pow(x, 0.5), x.pow(0.5)
-        function_form = line.is_function_form(call)
-        exponent = argument(call, 1 if function_form else 0, "exponent")
-        if exponent is None or _exponent(line, exponent.value) not in HALF:
-            continue
-        if function_form and call.args:
-            yield call.args[0].value
-        elif isinstance(call.func, cst.Attribute):
-            yield call.func.value
+        exponent = argument(call, 1 if line.is_function_form(call) else 0, "exponent")
+        base = line.operand(call)
+        if exponent is not None and _exponent(line, exponent.value) in HALF and base is not None:
+            yield base
     for node in line.nodes(cst.BinaryOperation):
         exponent = _exponent(line, node.right)  # type: ignore[attr-defined]
         if isinstance(node.operator, cst.Power) and exponent in HALF:  # type: ignore[attr-defined]
@@ -248,7 +245,7 @@ def double_scale(line: Line) -> Iterator[str]:
                 yield line.replaced(call, without)
 
 
-def _literal(node: cst.BaseExpression) -> int | float | None:
+def _literal(node: cst.BaseExpression) -> int | None:
     """An integer written as a literal (``3``, ``-1``), else None."""
     if isinstance(node, cst.Integer):
         return int(node.value)
@@ -274,12 +271,9 @@ def causal_leak(line: Line) -> Iterator[str]:
             yield line.replaced(call, with_argument(call, 5, "is_causal", "True"))
     for comparison in line.nodes(cst.Comparison):  # (dist >= -1): a bound one off
         for target in comparison.comparisons:  # type: ignore[attr-defined]
-            bound = number_of(_literal(target.comparator))
-            if bound is None or bound != int(bound):
-                continue
-            for moved in (int(bound) + 1, int(bound) - 1):
-                value = cst.parse_expression(str(moved))
-                yield line.replaced(target.comparator, value)
+            bound = _literal(target.comparator)
+            for moved in (bound + 1, bound - 1) if bound is not None else ():
+                yield line.replaced(target.comparator, cst.parse_expression(str(moved)))
 
 
 def dropout_in_eval(line: Line) -> Iterator[str]:
@@ -305,10 +299,9 @@ def finite_fill(line: Line) -> Iterator[str]:
     """A mask filled with a finite constant that logits outgrow or the dtype cannot hold:
     filled with the dtype's own lowest value (``torch.finfo(scores.dtype).min``), else -inf."""
     for call in line.calls(*FILL):
-        function_form = line.is_function_form(call)
-        value = argument(call, 2 if function_form else 1, "value")
-        scores = call.args[0].value if function_form and call.args else call.func.value  # type: ignore[attr-defined]
-        if value is None:
+        value = argument(call, 2 if line.is_function_form(call) else 1, "value")
+        scores = line.operand(call)
+        if value is None or scores is None:
             continue
         lowest = f"torch.finfo({line.code(parenthesized(scores))}.dtype).min"
         for fill in (lowest, 'float("-inf")')[0 if "torch" in line.names else 1 :]:
@@ -343,7 +336,7 @@ def gqa_kv_grouping(line: Line) -> Iterator[str]:
     for call in line.in_function(cst.Call):
         if called(call) != "repeat" or line.is_function_form(call):  # type: ignore[arg-type]
             continue
-        sizes = [a for a in call.args if a.keyword is None and not a.star]  # type: ignore[attr-defined]
+        sizes = positional(call)  # type: ignore[arg-type]
         grown = [i for i, a in enumerate(sizes) if line.code(a.value).strip() != "1"]
         if len(sizes) < 3 or len(grown) != 1:
             continue
@@ -364,12 +357,18 @@ def scale_after_softmax(line: Line) -> Iterator[str]:
             isinstance(softmax, cst.Call) and called(softmax) in SOFTMAX
         ):
             continue
-        function_form = line.is_function_form(softmax)
-        scores = softmax.args[0].value if function_form and softmax.args else softmax.func.value  # type: ignore[attr-defined]
+        scores = line.operand(softmax)
+        if scores is None:
+            continue
         scaled = cst.BinaryOperation(parenthesized(scores), node.operator, node.right)  # type: ignore[attr-defined]
-        inside = scaled if function_form else parenthesized(scaled)
+        inside = scaled if line.is_function_form(softmax) else parenthesized(scaled)
         moved = softmax.deep_replace(scores, inside).with_changes(lpar=[], rpar=[])
         yield line.replaced(node, moved)
+
+
+def _new_axis(line: Line, element: cst.SubscriptElement) -> bool:
+    """``None`` in an index (``m[:, None]``): an axis of size 1 added there."""
+    return isinstance(element.slice, cst.Index) and line.code(element.slice.value) == "None"
 
 
 def mask_rank(line: Line) -> Iterator[str]:
@@ -377,14 +376,14 @@ def mask_rank(line: Line) -> Iterator[str]:
     adds one (a leading size 1 of ``torch.ones(1, 1, T, T)``, a ``None`` of ``m[:, None]``,
     an ``unsqueeze``); the proof finds the one that lays it out as the scores."""
     for call in line.calls(*MADE):
-        sizes = [a for a in call.args if a.keyword is None and not a.star]
+        sizes = positional(call)
         if len(sizes) > 2 and line.code(sizes[0].value).strip() == "1":
             kept = [a for a in call.args if a is not sizes[0]]
             yield line.replaced(call, call.with_changes(args=kept))
     for index in line.nodes(cst.Subscript):
         elements = index.slice  # type: ignore[attr-defined]
         for element in elements:
-            if isinstance(element.slice, cst.Index) and line.code(element.slice.value) == "None":
+            if _new_axis(line, element):
                 kept = [e for e in elements if e is not element]
                 kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
                 yield line.replaced(index, index.with_changes(slice=kept))
@@ -398,7 +397,7 @@ def padding_on_queries(line: Line) -> Iterator[str]:
     each other place, nearest first (``mask[:, None, :]``), so that it runs along the keys."""
     for index in line.nodes(cst.Subscript):
         elements = list(index.slice)  # type: ignore[attr-defined]
-        new = [e for e in elements if line.code(e.slice).strip() == "None"]
+        new = [e for e in elements if _new_axis(line, e)]
         if len(new) != 1 or len(elements) < 3:
             continue
         others = [e for e in elements if e is not new[0]]
@@ -441,9 +440,9 @@ def rope_on_value(line: Line) -> Iterator[str]:
     """Values rotated by position: a call on the line that rotates one tensor, left out (its
     first argument kept); the proof finds the one that rotates the values."""
     for call in line.nodes(cst.Call):
-        positional = [a for a in call.args if a.keyword is None and not a.star]  # type: ignore[attr-defined]
-        if positional:
-            yield line.replaced(call, positional[0].value)
+        given = positional(call)  # type: ignore[arg-type]
+        if given:
+            yield line.replaced(call, given[0].value)
 
 
 RECIPES: dict[str, Recipe] = {
