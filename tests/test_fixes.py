@@ -29,6 +29,7 @@ from harness.doctor.target import build as build_target
 from harness.validation import build as build_pair
 from harness.validation import config_for
 from tests import doctor_modules as dm
+from tests import fix_modules as fm
 from tests.helpers import TUTORIAL_EDITS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,6 +303,18 @@ RECIPE_CASES = [
     ("causal_leak", "ok = (dist >= -1) & (dist < w)", "ok = (dist >= 0) & (dist < w)"),
     ("padding_on_queries", "s = s.masked_fill(m[:, :, None] == 0, x)",
      "s = s.masked_fill(m[:, None, :] == 0, x)"),
+    ("mask_bool", "keep = keep & (m[:, None] == 0)", "keep = keep & (m[:, None] == 1)"),
+    ("mask_bool", "keep = causal & m.eq(0)", "keep = causal & m.eq(1)"),
+    ("missing_scale", "s = b.baddbmm(q, k, beta=1.0)",
+     "s = b.baddbmm(q, k, beta=1.0, alpha=q.size(-1) ** -0.5)"),
+    ("missing_scale", "s = torch.baddbmm(b, q, k)",
+     "s = torch.baddbmm(b, q, k, alpha=q.size(-1) ** -0.5)"),
+    ("sliding_window_off_by_one", "r = ones.triu(S - T - self.window)",
+     "r = ones.triu(S - T - self.window + 1)"),
+    ("sliding_window_off_by_one", "r = torch.tril(o, diagonal=-3)",
+     "r = torch.tril(o, diagonal=-2)"),
+    ("sliding_window_off_by_one", "far = i - j > w", "far = i - j >= w"),
+    ("sliding_window_off_by_one", "far = (i - j) >= 4", "far = (i - j) >= 5"),
 ]  # fmt: skip
 
 
@@ -309,6 +322,26 @@ RECIPE_CASES = [
 def test_each_recipe_rewrites_the_users_own_form(trap, source, fixed):
     candidates = list(RECIPES[trap](Line(source + "\n", 1, F_NAMES)))
     assert candidates[0] == fixed + "\n", candidates
+
+
+def test_a_windows_bound_is_moved_both_ways():
+    """One key too many or too few: the proof picks, so both are offered."""
+    moved = list(recipes.window_bound(Line("r = o.tril(diagonal=-3)\n", 1, F_NAMES)))
+    assert moved == ["r = o.tril(diagonal=-2)\n", "r = o.tril(diagonal=-4)\n"]
+
+
+PAIR = """def forward(self, x):
+    q, k, v = self.qkv(x).chunk(3, -1)
+    q, v = rotate(q, v, cos, sin)
+"""
+
+
+def test_a_rotary_pair_is_given_only_a_tensor_made_beside_it():
+    """``q, v = rotate(q, v)``: v is put as k (made with it, not rotated here); q, already
+    rotated on the line, is never put as v's stand-in."""
+    offered = [c.splitlines()[2].strip() for c in recipes.rope_on_value(Line(PAIR, 3, F_NAMES))]
+    assert "q, k = rotate(q, k, cos, sin)" in offered, offered
+    assert not any(line.startswith(("q, q", "v, v")) for line in offered), offered
 
 
 METHOD = """class A(nn.Module):
@@ -375,11 +408,60 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
     assert Line(ORIGINS, 15, {}).origins() == []  # reads nothing made elsewhere
 
 
+@pytest.mark.parametrize(
+    ("module", "config", "trap", "written"),
+    [
+        (
+            fm.SplitScale(64, 4),
+            Config(),
+            "scale_d_model",
+            "scale = (n_state // self.n_head)**-0.25",
+        ),
+        (
+            fm.RotatesValues(64, 4),
+            Config(causal=True, positions="relative"),
+            "rope_on_value",
+            "q, k = apply_rotary(q, k, angles.cos(), angles.sin())",
+        ),
+        (
+            fm.UnscaledProduct(64, 4),
+            Config(causal=True, positions="relative"),
+            "missing_scale",
+            "return alibi.baddbmm(batch1=q, batch2=k, alpha=q.size(-1) ** -0.5)",
+        ),
+        (
+            fm.CausalAndPadding(64, 4),
+            Config(causal=True, mask="keep", mask_shape="bk"),
+            "mask_bool",
+            "keep = keep & (attention_mask[:, None, None, :] == 1)",
+        ),
+        (
+            fm.WideBand(64, 4),
+            Config(causal=True, window=4),
+            "sliding_window_off_by_one",
+            "blocked = (j > i) | (i - j >= self.window)",
+        ),
+    ],
+    ids=["split-scale", "rotary-pair", "baddbmm-alpha", "causal-and-padding", "window-bound"],
+)
+def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):
+    """Whisper's scale needs the head count in scope; a rotary pair, the tensor made beside
+    the one it rotates; BLOOM's ``baddbmm``, its ``alpha``; CLIP's mask of two, the padding
+    test where the mask is made; a window, its bound: each on the line marked ``# BUG``."""
+    d, [fix] = _fixes(module, config)
+    assert d.causes[0].trap == trap, d.text()
+    source = Path(fm.__file__).read_text().splitlines()
+    assert source[fix.number - 1].endswith("# BUG"), fix
+    assert fix.after[0].split("  #")[0].strip() == written, fix
+    assert fix.proof == "with this change every probe passes", fix
+
+
 FIXABLE = [
     "softmax_dim", "mask_bool", "causal_leak", "scale_after_softmax", "fill_too_small",
     "qk_overflow_half", "gqa_kv_grouping", "dropout_in_eval", "missing_scale", "scale_d_model",
     "double_scale", "transpose", "head_merge_no_transpose", "rope_on_value", "sdpa_float_mask",
     "sdpa_mask_inverted", "fill_overflow_half", "mask_rank", "padding_on_queries",
+    "sliding_window_off_by_one",
 ]  # fmt: skip
 DECLARED = {"fill_overflow_half": {"dtype": "float16"}}  # how a user of the pair would run it
 

@@ -108,7 +108,10 @@ SIGNATURES: tuple[tuple[str, Callable[[str, Config], str | None]], ...] = (
 
 # Traps that a probe names from what it measures, and the forward only locates: each explains
 # the failing probes that name it (a finite fill is a risk; a probe shows whether it bites).
-LOCATED = frozenset({"fill_too_small", "fill_overflow_half", "qk_overflow_half", "gqa_kv_grouping"})
+LOCATED = frozenset({
+    "fill_too_small", "fill_overflow_half", "qk_overflow_half", "gqa_kv_grouping",
+    "sliding_window_off_by_one",
+})  # fmt: skip
 
 
 def read_causes(findings: list[Finding], reading: Reading) -> list[Cause]:

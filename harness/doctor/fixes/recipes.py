@@ -30,6 +30,7 @@ FILL = ("masked_fill", "masked_fill_")
 SDPA = ("scaled_dot_product_attention",)
 DROPOUT = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d")
 PRODUCT = ("matmul", "bmm", "einsum")
+ADDED_PRODUCT = ("baddbmm",)  # a term plus a product: input + alpha * (batch1 @ batch2)
 ROOT = ("sqrt",)
 POWER = ("power", "pow", "float_power")
 HALF = ("0.5", "-0.5", "0.25", "-0.25")  # a square root's exponents, as written (and its
@@ -94,6 +95,11 @@ def mask_bool(line: Line) -> Iterator[str]:
     for condition in conditions:  # a mask read in several places: where its name is made
         for made in line.assigned(condition):
             yield line.replaced(made, _inverted(made))
+    if not conditions:  # a line that makes the mask: a test on it read the other way
+        tests = [n for n in line.nodes(cst.Comparison) if len(n.comparisons) == 1]  # type: ignore[attr-defined]
+        tests += [c for c in line.calls("eq", "ne") if not line.is_function_form(c)]
+        for test in tests:
+            yield line.replaced(test, _inverted(test))  # type: ignore[arg-type]
 
 
 def _sdpa_masks(line: Line) -> Iterator[cst.BaseExpression]:
@@ -143,6 +149,11 @@ def missing_scale(line: Line) -> Iterator[str]:
     for product, queries in _products(line):
         factor = cst.parse_expression(f"{line.code(parenthesized(queries))}.size(-1) ** -0.5")
         yield line.replaced(product, cst.BinaryOperation(product, cst.Multiply(), factor))
+    for call in line.calls(*ADDED_PRODUCT):  # bias.baddbmm(q, k): its alpha is the scale
+        queries = argument(call, 1 if line.is_function_form(call) else 0, "batch1")
+        if queries is not None:
+            factor = f"{line.code(parenthesized(queries.value))}.size(-1) ** -0.5"
+            yield line.replaced(call, with_argument(call, len(call.args), "alpha", factor))
 
 
 def _roots(line: Line) -> Iterator[cst.BaseExpression]:
@@ -209,10 +220,12 @@ def _operands(line: Line, node: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 def scale_d_model(line: Line) -> Iterator[str]:
     """The scale's square root taken of the model's width: each size it is taken of, put as
-    another size in scope (a name's, else a tensor's last), each value once (what the line's
-    names are worth when it runs; the head width among them, and the proof tells which)."""
+    another size in scope (a name's, else a tensor's last), then as itself over a count in
+    scope that divides it (the width over the heads, where no name holds the head width),
+    each value once (what the line's names are worth when it runs; the proof tells which)."""
     names = list(names_in_scope(line))
     scope = [*names, *(f"{name}.size(-1)" for name in names)]  # a tensor's width too
+    counts = sorted(names, key=lambda name: not name.startswith("self."))  # the module's first
     for root in _roots(line):
         for operand in _operands(line, root):
             written = line.code(operand)
@@ -228,6 +241,15 @@ def scale_d_model(line: Line) -> Iterator[str]:
                     continue
                 tried.add(size)
                 yield line.replaced(operand, cst.parse_expression(name))
+            for name in counts:
+                count = sizes.get(name)
+                if count is None or not 1 < count < current or current % count:
+                    continue
+                if current / count in tried:
+                    continue
+                tried.add(current / count)
+                over = f"({line.code(parenthesized(operand))} // {name})"
+                yield line.replaced(operand, cst.parse_expression(over))
 
 
 def double_scale(line: Line) -> Iterator[str]:
@@ -269,11 +291,49 @@ def causal_leak(line: Line) -> Iterator[str]:
     for call in line.calls(*SDPA):
         if argument(call, 3, "attn_mask") is None:
             yield line.replaced(call, with_argument(call, 5, "is_causal", "True"))
-    for comparison in line.nodes(cst.Comparison):  # (dist >= -1): a bound one off
+    yield from _bounds_one_off(line)
+
+
+# A comparison's operator with its bound moved by one: (i - j < w) is (i - j <= w - 1).
+ONE_OFF: dict[type[cst.BaseCompOp], Callable[[], cst.BaseCompOp]] = {
+    cst.LessThan: cst.LessThanEqual, cst.LessThanEqual: cst.LessThan,
+    cst.GreaterThan: cst.GreaterThanEqual, cst.GreaterThanEqual: cst.GreaterThan,
+}  # fmt: skip
+
+
+def _bounds_one_off(line: Line) -> Iterator[str]:
+    """A bound on the distance between query and key written one off: a literal bound one up
+    and one down (``dist >= -1``), else the comparison made strict or not (``<`` and ``<=``)."""
+    for comparison in line.nodes(cst.Comparison):
         for target in comparison.comparisons:  # type: ignore[attr-defined]
             bound = _literal(target.comparator)
             for moved in (bound + 1, bound - 1) if bound is not None else ():
                 yield line.replaced(target.comparator, cst.parse_expression(str(moved)))
+            swapped = ONE_OFF.get(type(target.operator))
+            if bound is None and swapped is not None:
+                operator = target.operator
+                yield line.replaced(operator, swapped().with_changes(
+                    whitespace_before=operator.whitespace_before,
+                    whitespace_after=operator.whitespace_after,
+                ))  # fmt: skip
+
+
+def window_bound(line: Line) -> Iterator[str]:
+    """A sliding window one key off: a band's diagonal (``triu(-w)``) one up and one down,
+    or its bound on the distance one off (``<`` and ``<=``), the proof choosing."""
+    for call in line.calls(*TRIANGLES):
+        given = argument(call, 1 if line.is_function_form(call) else 0, "diagonal")
+        if given is None:
+            continue
+        written, value = line.code(given.value), _literal(given.value)
+        for step in ("+ 1", "- 1"):
+            if value is not None:
+                moved = str(value + 1 if step == "+ 1" else value - 1)
+            else:
+                moved = f"{line.code(given.value)} {step}"  # + and - bind no tighter
+            if moved != written:
+                yield line.replaced(given.value, cst.parse_expression(moved))
+    yield from _bounds_one_off(line)
 
 
 def dropout_in_eval(line: Line) -> Iterator[str]:
@@ -438,11 +498,49 @@ def head_merge_no_transpose(line: Line) -> Iterator[str]:
 
 def rope_on_value(line: Line) -> Iterator[str]:
     """Values rotated by position: a call on the line that rotates one tensor, left out (its
-    first argument kept); the proof finds the one that rotates the values."""
+    first argument kept); or, where a call rotates a pair and assigns it back
+    (``q, v = rotate(q, v, ...)``), one of the pair put as a tensor made beside it
+    (``q, k, v = ...`` before it); the proof finds the one that rotates the values."""
     for call in line.nodes(cst.Call):
         given = positional(call)  # type: ignore[arg-type]
         if given:
             yield line.replaced(call, given[0].value)
+    for assign in line.nodes(cst.Assign):
+        yield from _rotated_instead(line, assign)  # type: ignore[arg-type]
+
+
+def _rotated_instead(line: Line, assign: cst.Assign) -> Iterator[str]:
+    """``a, b = f(a, b, ...)`` with ``b`` put as each name made in one statement with it
+    (``a, c, b = ...`` elsewhere in the function) that the line does not already rotate."""
+    targets = [t.target for t in assign.targets]
+    if len(targets) != 1 or not isinstance(targets[0], cst.Tuple | cst.List):
+        return
+    if not isinstance(assign.value, cst.Call):
+        return
+    given = {a.value.value: a for a in positional(assign.value) if isinstance(a.value, cst.Name)}
+    pair = {e.value.value: e for e in targets[0].elements if isinstance(e.value, cst.Name)}
+    for name in [n for n in pair if n in given]:
+        for other in _made_with(line, name):
+            if other in given:  # already rotated here
+                continue
+            renamed = cst.Name(other)
+            yield line.replaced_all({
+                pair[name].value: renamed, given[name].value: renamed,
+            })  # fmt: skip
+
+
+def _made_with(line: Line, name: str) -> list[str]:
+    """The names the enclosing function assigns in one statement with ``name``
+    (``q, k, v = ...``), in their order there."""
+    found: dict[str, None] = {}
+    for assign in line.in_function(cst.Assign):
+        for target in (t.target for t in assign.targets):  # type: ignore[attr-defined]
+            if not isinstance(target, cst.Tuple | cst.List):
+                continue
+            names = [e.value.value for e in target.elements if isinstance(e.value, cst.Name)]
+            if name in names:
+                found.update(dict.fromkeys(n for n in names if n != name))
+    return list(found)
 
 
 RECIPES: dict[str, Recipe] = {
@@ -456,6 +554,7 @@ RECIPES: dict[str, Recipe] = {
     "wrong_scale": scale_d_model,
     "scale_after_softmax": scale_after_softmax,
     "causal_leak": causal_leak,
+    "sliding_window_off_by_one": window_bound,
     "padding_on_queries": padding_on_queries,
     "mask_rank": mask_rank,
     "gqa_kv_grouping": gqa_kv_grouping,

@@ -51,6 +51,7 @@ from harness.doctor.reading.ops import (
     SOFTMAX,
     data_operand,
     from_input,
+    multiplied,
     scalar,
     tensor_args,
     turned,
@@ -209,8 +210,7 @@ def _of_two(record: Record, op: Op, memo: dict[int, bool]) -> bool:
     data times a weight, which mixes heads or projects)."""
     if op.name not in PRODUCTS:
         return False
-    tensors = tensor_args(op)[1:] if op.name == "baddbmm" else tensor_args(op)
-    return sum(from_input(record, v, memo) for v in tensors) >= 2
+    return sum(from_input(record, v, memo) for v in multiplied(op)) >= 2
 
 
 def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool],
@@ -218,9 +218,7 @@ def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool
     """Constant factors on the product's two operands, back to their projections (a linear
     op or the input); rotary (a sum of the operand times two tables) is followed through.
     ``swapped``: the product is k q^T."""
-    tensors = tensor_args(product)
-    if product.name == "baddbmm":
-        tensors = tensors[1:]
+    tensors = multiplied(product)
     complete = True
     roles = ("keys", "queries") if swapped else ("queries", "keys")
     for value, where in zip(tensors[:2], roles, strict=False):
@@ -299,7 +297,7 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
             continue
         if nxt.name in PRODUCTS:
             site.consumer, site.weights_ref = nxt, index
-            position = next(i for i, v in enumerate(tensor_args(nxt))
+            position = next(i for i, v in enumerate(multiplied(nxt))
                             if v.kind == "op" and v.ref == index)  # fmt: skip
             summed = weights_summed_axis(nxt, position, len(axes))
             if summed is not None and axes[summed] is not None:

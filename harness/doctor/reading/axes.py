@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from harness.doctor.reading.ops import from_input, tensor_args
+from harness.doctor.reading.ops import from_input, multiplied, tensor_args
 from harness.doctor.reading.record import Op, Record
 
 
@@ -91,9 +91,7 @@ def letter_size(op: Op, letter: str) -> int | None:
 
 def summed_width(op: Op) -> int | None:
     """The size of the axis the product sums over (the head width for q k^T)."""
-    tensors = tensor_args(op)
-    if op.name == "baddbmm":
-        tensors = tensors[1:]
+    tensors = multiplied(op)
     if len(tensors) < 2 or tensors[0].shape is None:
         return None
     if op.name == "einsum":
@@ -120,8 +118,6 @@ def weights_summed_axis(op: Op, position: int, ndim: int) -> int | None:
         mine, other = parts[position], parts[1 - position]
         summed = [i for i, c in enumerate(mine) if c not in output and c in other]
         return summed[0] if len(summed) == 1 else None
-    if op.name == "baddbmm":
-        position -= 1
     return ndim - 1 if position == 0 else ndim - 2 if position == 1 else None
 
 

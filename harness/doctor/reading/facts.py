@@ -249,6 +249,10 @@ def _future(site: Site, reading: Reading, causal: bool, made: Callable[[str], st
     own = [f for f in site.fills if f.own and f.cells is not None]
     line = next((f.origin.where for f in own if f.origin is not None), own[0].op.where)
     behind = torch.ones(T, T, dtype=torch.bool).tril(-1)
+    if blocked[behind].any():  # a window of past keys: where its bound is, if a probe finds it off
+        kept = int((~blocked[T - 1, :T]).sum())
+        said = f"the module's mask keeps the last {kept} keys up to each query"
+        reading.named.append(Named("sliding_window_off_by_one", said, own[0].op.where))
     if blocked[ahead].any() and not blocked[behind].any():  # not a window of both sides
         reading.masks_future = reading.masks_future or line
     if blocked[ahead].all():
@@ -371,10 +375,19 @@ def keep_layouts(keep: torch.Tensor, cells: torch.Tensor) -> list[torch.Tensor]:
     return found
 
 
-def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
+def _up_to_each_query(cells: torch.Tensor) -> torch.Tensor | None:
+    """The cells of each query's own and earlier keys, laid as ``cells`` (None: not square)."""
+    if cells.shape[-1] != cells.shape[-2]:
+        return None
+    T = cells.shape[-1]
+    return torch.ones(T, T, dtype=torch.bool, device=cells.device).tril().expand(cells.shape)
+
+
+def fills_kept_cells(site: Site, keep: torch.Tensor | None, causal: bool = False) -> Named | None:
     """A fill that blocks exactly the cells the declared keep-mask keeps (and keeps the
-    blocked ones): the mask read the wrong way round; or exactly the ones it blocks, with
-    queries and keys swapped: a padding mask applied along the queries."""
+    blocked ones): the mask read the wrong way round (in a causal module, on the cells up to
+    each query, where its own triangle leaves the keep-mask to decide); or exactly the ones it
+    blocks, with queries and keys swapped: a padding mask applied along the queries."""
     if keep is None or keep.all() or site.sdpa:  # an SDPA mask misread is sdpa_mask's to say
         return None
     for fill in site.fills:
@@ -384,7 +397,10 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None) -> Named | None:
         for kept in keep_layouts(keep, cells):
             if kept.shape != cells.shape:
                 continue
-            if agrees_where_real(cells, kept, kept):
+            past = _up_to_each_query(cells) if causal else None
+            if agrees_where_real(cells, kept, kept) or (
+                past is not None and agrees_where_real(cells & past, kept & past, kept)
+            ):
                 return Named("mask_bool", "the mask fills exactly the cells the keep-mask "
                              f"keeps (with {fill.value:g}): it is read the wrong way round",
                              fill.op.where)  # fmt: skip
@@ -415,7 +431,7 @@ def interpret(
         reading.facts.append(Fact("raises", raised[-1].raised, COMPUTED, raised[-1].where))
     for site in sites(found):
         one = site_facts(site, d_model, declared_scale, made, causal)
-        for misread in (fills_kept_cells(site, keep), sdpa_mask(site, keep, causal)):
+        for misread in (fills_kept_cells(site, keep, causal), sdpa_mask(site, keep, causal)):
             if misread is not None:
                 one.named.append(misread)
         unread = unread_mask(site) if keep is not None else []

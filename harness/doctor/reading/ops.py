@@ -35,6 +35,15 @@ def tensor_args(op: Op) -> list[Value]:
     return [v for v in op.args if v.is_tensor] or op.tensors
 
 
+def multiplied(op: Op) -> list[Value]:
+    """The tensors a product multiplies, in order: its tensor arguments, less the term
+    ``baddbmm`` adds (``bias.baddbmm(batch1=q, batch2=k)``: its operands by position or name)."""
+    if op.name != "baddbmm":
+        return tensor_args(op)
+    operands = (op.arg(1, "batch1"), op.arg(2, "batch2"))
+    return [v for v in operands if v is not None and v.is_tensor]
+
+
 # Ops that take only a tensor's dtype, device or shape from some of their tensor arguments: a
 # mask made like the input (Meta's Llama: ``mask.type_as(h)``; ``x.new_zeros``) is no data.
 # (Not ``to(other)``: a cache moved like the input, ``cache_k.to(xq)``, is then written with it,

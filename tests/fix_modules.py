@@ -1,0 +1,148 @@
+"""Buggy attention modules in the styles of other codebases, each one line away from right,
+for the fixes that need more than the line itself: a count in scope, a tensor made beside the
+one rotated, a product with a bias term, a mask made from two, a window's bound.
+
+The line each test expects rewritten is marked ``# BUG``.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SplitScale(nn.Module):
+    """Whisper's way of scaling: q and k each by the head width's fourth root; written with
+    the model's width, and no name holds the head width (scale_d_model)."""
+
+    def __init__(self, n_state, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.query, self.key = nn.Linear(n_state, n_state), nn.Linear(n_state, n_state)
+        self.value, self.out = nn.Linear(n_state, n_state), nn.Linear(n_state, n_state)
+
+    def forward(self, x):
+        n_batch, n_ctx, n_state = x.shape
+        scale = n_state**-0.25  # BUG
+        q = self.query(x).view(n_batch, n_ctx, self.n_head, -1).permute(0, 2, 1, 3) * scale
+        k = self.key(x).view(n_batch, n_ctx, self.n_head, -1).permute(0, 2, 3, 1) * scale
+        v = self.value(x).view(n_batch, n_ctx, self.n_head, -1).permute(0, 2, 1, 3)
+        w = F.softmax(q @ k, dim=-1)  # (B, h, T, T)
+        return self.out((w @ v).permute(0, 2, 1, 3).flatten(start_dim=2))
+
+
+def _rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(q, k, cos, sin):
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+class RotatesValues(nn.Module):
+    """A rotary helper that turns a pair, handed the values where the keys belong
+    (rope_on_value)."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        inv = 1.0 / (10000 ** (torch.arange(0, self.d_head, 2).float() / self.d_head))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        q, k, v = (t.view(B, T, self.n_heads, self.d_head).transpose(1, 2) for t in (q, k, v))
+        angles = torch.outer(torch.arange(T, dtype=torch.float32), self.inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)  # (T, d_head)
+        q, v = apply_rotary(q, v, angles.cos(), angles.sin())  # BUG
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+def _slopes(n_heads):
+    return torch.tensor([2 ** (-8 * (i + 1) / n_heads) for i in range(n_heads)])
+
+
+class BiasedProduct(nn.Module):
+    """BLOOM's way: heads folded into the batch, an ALiBi bias added by ``baddbmm``, whose
+    ``alpha`` carries the scale."""
+
+    def __init__(self, hidden_size, n_head):
+        super().__init__()
+        self.num_heads, self.head_dim = n_head, hidden_size // n_head
+        self.inv_norm_factor = 1.0 / math.sqrt(self.head_dim)
+        self.query_key_value = nn.Linear(hidden_size, 3 * hidden_size)
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def scores(self, alibi, q, k):
+        return alibi.baddbmm(batch1=q, batch2=k, alpha=self.inv_norm_factor)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        fused = self.query_key_value(x).view(B, T, self.num_heads, 3, self.head_dim)
+        q, k, v = fused.unbind(3)
+        q = q.transpose(1, 2).reshape(B * self.num_heads, T, self.head_dim)
+        k = k.permute(0, 2, 3, 1).reshape(B * self.num_heads, self.head_dim, T)
+        v = v.transpose(1, 2).reshape(B * self.num_heads, T, self.head_dim)
+        alibi = _slopes(self.num_heads)[:, None] * torch.arange(T, dtype=torch.float32)
+        alibi = alibi.repeat(B, 1)[:, None, :]  # (B * h, 1, T)
+        scores = self.scores(alibi, q, k).view(B, self.num_heads, T, T)
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        probs = F.softmax(scores.masked_fill(future, torch.finfo(scores.dtype).min), dim=-1)
+        ctx = torch.bmm(probs.view(B * self.num_heads, T, T), v)
+        ctx = ctx.view(B, self.num_heads, T, self.head_dim).permute(0, 2, 1, 3)
+        return self.dense(ctx.reshape(B, T, -1))
+
+
+class UnscaledProduct(BiasedProduct):
+    """BiasedProduct with the scale left out of ``baddbmm`` (missing_scale)."""
+
+    def scores(self, alibi, q, k):
+        return alibi.baddbmm(batch1=q, batch2=k)  # BUG
+
+
+class CausalAndPadding(nn.Module):
+    """CLIP's text encoder's way: its own causal triangle and the caller's padding (1 = a
+    token), made into one keep-mask; the padding compared the wrong way (mask_bool)."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.scale = num_heads, (embed_dim // num_heads) ** -0.5
+        self.q_proj, self.k_proj = nn.Linear(embed_dim, embed_dim), nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, hidden_states, attention_mask=None):
+        B, T, C = hidden_states.shape
+        q, k, v = (
+            p(hidden_states).view(B, T, self.num_heads, -1).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        keep = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+        if attention_mask is not None:
+            keep = keep & (attention_mask[:, None, None, :] == 0)  # BUG
+        scores = (q @ k.transpose(-1, -2) * self.scale).masked_fill(~keep, float("-inf"))
+        return self.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class WideBand(nn.Module):
+    """A local causal window written as a bound on the distance, one key too wide
+    (sliding_window_off_by_one): ``>`` where ``>=`` keeps ``window`` keys."""
+
+    def __init__(self, d_model, n_heads, window=4):
+        super().__init__()
+        self.h, self.window = n_heads, window
+        self.qkv, self.o = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, C // self.h).permute(2, 0, 3, 1, 4)
+        att = q @ k.transpose(-2, -1) / math.sqrt(C // self.h)  # (B, h, T, T)
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        blocked = (j > i) | (i - j > self.window)  # BUG
+        att = att.masked_fill(blocked, float("-inf"))
+        return self.o((att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
