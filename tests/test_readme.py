@@ -139,3 +139,32 @@ def test_the_seed_rule_is_the_harness_rule():
     assert int(found[1]) == registry.load("init_variance").card.n_seeds
     assert int(found[2]) == int(found[4]) == 100 * metrics.DEGENERATE
     assert float(found[3]) == metrics.SATURATED
+
+
+def doctor_examples() -> list[tuple[list[str], str]]:
+    """The README's first doctor commands on the tutorial's module: each command's arguments
+    (after ``.ci/task doctor``) and the comment that says what it shows."""
+    block = re.search(r"```bash\n(.*?)```", section("Check your own module"), re.S)
+    assert block, "the section shows no commands"
+    found = []
+    for line in block[1].splitlines():
+        command, _, comment = line.partition("#")
+        words = command.split()
+        assert words[:2] == [".ci/task", "doctor"], line
+        if words[2].startswith("pitfalls/"):
+            found.append((words[2:], comment.strip()))
+    return found
+
+
+def test_the_first_doctor_example_shows_the_tutorials_documented_crash(capsys):
+    """The README's first example is the tutorial's module with the mask its text documents:
+    run as written, it fails and names the trap its comment says, at the line the prose says."""
+    from harness import cli
+
+    [(args, says)] = doctor_examples()
+    assert cli.main(["doctor", *args]) == 1
+    out = capsys.readouterr().out
+    trap = says.removeprefix("fails: ")
+    first = next(line for line in out.splitlines() if line.startswith("FAIL"))
+    assert first.split()[1] == trap and "pitfalls/tutorial.py:33 " in first, out
+    assert f"naming `{trap}` at `pitfalls/tutorial.py:33`" in section("Check your own module")

@@ -175,7 +175,7 @@ def _head_loop(r: TrapResult) -> Judged:
         return _as_measured(r, FALSE)
     return PARTLY, (
         "BENIGN: within rounding noise of one fused projection; h small matmuls instead of "
-        "one (slower: the ratio is in timings.md)"
+        "one (slower: the ratio is in timings.md, which each run writes beside this page)"
     )
 
 

@@ -73,23 +73,25 @@ def tutorial_code(doctor: pd.DataFrame | None) -> str:
 CHECK_YOUR_OWN = """\
 ## Check your own module
 
-Put your attention class in a file and, in this project's folder (the README says how to set it
-up: one command), run the doctor on it: this project's checker for anyone's attention. It builds
-the class from its argument names (d_model 64, 4 heads, ...), calls its forward as it is written
-(`forward(x, mask)`, `forward(q, k, v, mask)` and the other common forms), runs every probe (one
-check each: no future leak, batch elements kept apart, agreement with PyTorch's own attention,
-...) and prints PASS, WARN or FAIL per probe, with the trap it names (exit 1 on a FAIL):
+Put your attention class in a file and run the doctor on it with `.ci/task doctor`, this
+project's checker for anyone's attention (its first call sets up the project's Python in `.venv`,
+as the README's quick start says; after that, `.venv/bin/python -m harness doctor` is the same
+command). It builds the class from its argument names (d_model 64, 4 heads, ...), calls its
+forward as it is written (`forward(x, mask)`, `forward(q, k, v, mask)` and the other common
+forms), runs every probe (one check each: no future leak, batch elements kept apart, agreement
+with PyTorch's own attention, ...) and prints PASS, WARN or FAIL per probe, with the trap it
+names (exit 1 on a FAIL):
 
 ```
-python -m harness doctor my_attention.py:MultiHeadAttention --mask keep
-python -m harness doctor my_attention.py:MultiHeadAttention --mask keep --mask-shape b1qk
+.ci/task doctor my_attention.py:MultiHeadAttention --mask keep
+.ci/task doctor my_attention.py:MultiHeadAttention --mask keep --mask-shape b1qk
 ```
 
 `--mask keep` says that 1 (or True) marks a key to attend (`drop` the opposite, `additive` a
 float mask added to the scores); `--mask-shape b1qk` hands it a (B, 1, T, T) mask (batch, one
 for every head, queries, keys) instead of (B, T, T). The tutorial's own module is the worked
-example: `pitfalls/tutorial.py` in place of `my_attention.py` gives the table above. `python -m
-harness doctor --help` lists every option."""
+example: `pitfalls/tutorial.py` in place of `my_attention.py` gives the table above. `.ci/task
+doctor --help` lists every option."""
 
 
 def check_your_own() -> str:

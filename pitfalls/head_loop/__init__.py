@@ -108,7 +108,8 @@ CARD = Card(
         "h small matmuls and attention calls instead of one each, so the loop falls further "
         "behind the more and narrower the heads: the timing table goes from 2 heads of width 64 "
         "to 32 heads of width 4, where the loop is the slower of the two. Its numbers are in "
-        "timings.md, one run's; wall-clock time varies by machine."
+        "timings.md, which each report run writes beside report.md (one run's, not committed: "
+        "wall-clock time varies by machine)."
     ),
     why="Only speed, and only when heads are many and narrow: worth knowing, not worth fearing.",
     avoid=(
