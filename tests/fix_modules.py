@@ -146,3 +146,115 @@ class WideBand(nn.Module):
         blocked = (j > i) | (i - j > self.window)  # BUG
         att = att.masked_fill(blocked, float("-inf"))
         return self.o((att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class RootForgotten(nn.Module):
+    """Meta's Llama's way of scaling, written without the square root: the scores divided by
+    the head width, which is the scale applied twice (double_scale); the division on the line
+    after the product, one statement over two lines."""
+
+    def __init__(self, dim, n_heads):
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, dim // n_heads
+        self.wqkv, self.wo = nn.Linear(dim, 3 * dim, bias=False), nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        xq, xk, xv = self.wqkv(x).view(B, T, 3, self.n_heads, self.head_dim).unbind(2)
+        xq, xk, xv = (t.transpose(1, 2) for t in (xq, xk, xv))  # (B, h, T, d)
+        # fmt: off
+        scores = torch.matmul(
+            xq, xk.transpose(2, 3)
+        ) / self.head_dim  # BUG
+        # fmt: on
+        out = torch.matmul(F.softmax(scores.float(), dim=-1).type_as(xq), xv)
+        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class FillByName(nn.Module):
+    """GPT-J's way of masking: the future filled by ``torch.where`` with a value made on a line
+    of its own, too small (fill_too_small): fixed where it is used."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.qkv, self.out_proj = (
+            nn.Linear(embed_dim, 3 * embed_dim),
+            nn.Linear(embed_dim, embed_dim),
+        )
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = self.qkv(hidden_states).view(B, T, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        attn_weights = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+        causal_mask = torch.ones(T, T, dtype=torch.bool).tril()
+        mask_value = -1e4
+        attn_weights = torch.where(causal_mask, attn_weights, mask_value)  # BUG
+        out = attn_weights.softmax(dim=-1) @ v
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class SequenceFirstMerge(nn.Module):
+    """DETR's way: (T, B, E) in and out, heads folded into the batch, (B * h, T, d); merged
+    back by a view without turning the sequence first (head_merge_no_transpose)."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x):
+        tgt_len, bsz, embed_dim = x.shape
+        q, k, v = self.in_proj(x).chunk(3, dim=-1)
+        q, k, v = (
+            t.contiguous().view(tgt_len, bsz * self.num_heads, self.head_dim).transpose(0, 1)
+            for t in (q, k, v)
+        )  # (B * h, T, d)
+        weights = torch.bmm(q * self.head_dim**-0.5, k.transpose(1, 2)).softmax(dim=-1)
+        attn_output = torch.bmm(weights, v)
+        attn_output = attn_output.contiguous().view(tgt_len, bsz, embed_dim)  # BUG
+        return self.out_proj(attn_output)
+
+
+class AdditiveNaN(nn.Module):
+    """A Keras-like additive mask, ``(1 - keep) * -inf``: NaN on every kept cell
+    (mask_to_additive_nan)."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.qkv, self.o = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, C // self.h).permute(2, 0, 3, 1, 4)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(C // self.h)
+        if mask is not None:
+            adder = (1.0 - mask[:, None].to(x.dtype)) * float("-inf")  # BUG
+            scores = scores + adder
+        return self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class PaddingTurned(nn.Module):
+    """BERT's extended additive mask, (B, 1, 1, T), turned onto the queries' axis before it is
+    added (padding_on_queries)."""
+
+    def __init__(self, hidden_size, num_attention_heads):
+        super().__init__()
+        self.h, self.d = num_attention_heads, hidden_size // num_attention_heads
+        self.query = nn.Linear(hidden_size, hidden_size)
+        self.key = nn.Linear(hidden_size, hidden_size)
+        self.value = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden_states, attention_mask=None):
+        B, T, C = hidden_states.shape
+        q, k, v = (
+            p(hidden_states).view(B, T, self.h, self.d).permute(0, 2, 1, 3)
+            for p in (self.query, self.key, self.value)
+        )
+        attention_scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d)
+        if attention_mask is not None:
+            attention_scores = attention_scores + attention_mask.transpose(-1, -2)  # BUG
+        context = torch.matmul(attention_scores.softmax(dim=-1), v)
+        return context.permute(0, 2, 1, 3).reshape(B, T, C)

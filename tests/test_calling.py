@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from harness.doctor import Config, diagnose
-from harness.doctor.calling import plan_call
+from harness.doctor.calling import plan_call, qkv_inputs
 from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from tests import call_modules as cm
@@ -27,6 +27,20 @@ def test_the_mask_goes_to_its_own_parameter_not_the_cross_attention_input():
 def test_query_key_and_value_all_get_the_input():
     plan = plan_call(cm.QueryKeyValue(), takes_mask=True)
     assert (plan.inputs, plan.mask) == (("query", "key", "value"), "attn_mask")
+
+
+@pytest.mark.parametrize(
+    ("params", "inputs"),
+    [
+        (("values", "keys", "query", "mask"), ("values", "keys", "query")),  # Aladdin Persson's
+        (("q", "k", "v", "mask"), ("q", "k", "v")),
+        (("queries", "keys", "values"), ("queries", "keys", "values")),
+        (("query", "key", "mask"), None),  # no value: not a (q, k, v) forward
+        (("q", "query", "k", "v"), None),  # two queries: which one is not said
+    ],
+)
+def test_query_key_and_value_are_read_by_role_singular_or_plural(params, inputs):
+    assert qkv_inputs(params) == inputs
 
 
 def test_an_argument_the_doctor_cannot_make_is_named_in_one_line():

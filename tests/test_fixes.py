@@ -315,6 +315,18 @@ RECIPE_CASES = [
      "r = torch.tril(o, diagonal=-2)"),
     ("sliding_window_off_by_one", "far = i - j > w", "far = i - j >= w"),
     ("sliding_window_off_by_one", "far = (i - j) >= 4", "far = (i - j) >= 5"),
+    ("padding_on_queries", "m = repeat(m, 'b j -> (b h) j ()', h=h)",
+     "m = repeat(m, 'b j -> (b h) () j', h=h)"),
+    ("padding_on_queries", "s = s + m.transpose(-1, -2)", "s = s + m"),
+    ("mask_to_additive_nan", "a = (1 - m) * -math.inf",
+     "a = torch.zeros_like(1 - m).masked_fill((1 - m) != 0, -math.inf)"),
+    ("mask_bool", "adder = m * -1e9", "adder = (1.0 - m) * -1e9"),
+    ("mask_bool", "adder = (1 - m) * -1e9", "adder = m * -1e9"),
+    ("fill_too_small", "w = torch.where(c, w, -1e4)",
+     "w = torch.where(c, w, torch.finfo(w.dtype).min)"),
+    ("fill_too_small", "fill = -1e4", 'fill = float("-inf")'),
+    ("head_merge_no_transpose", "o = o.contiguous().view(T, B, E)",
+     "o = o.transpose(1, 2).contiguous().view(T, B, E)"),
 ]  # fmt: skip
 
 
@@ -322,6 +334,14 @@ RECIPE_CASES = [
 def test_each_recipe_rewrites_the_users_own_form(trap, source, fixed):
     candidates = list(RECIPES[trap](Line(source + "\n", 1, F_NAMES)))
     assert candidates[0] == fixed + "\n", candidates
+
+
+def test_a_small_negative_constant_is_not_taken_for_a_fill():
+    """A line that makes a fill: a large negative constant on it is put as -inf; a small one
+    (an offset, a diagonal) is arithmetic, left alone."""
+    assert list(recipes.finite_fill(Line("d = -1\n", 1, F_NAMES))) == []
+    made = list(recipes.finite_fill(Line("fill = -1e9\n", 1, F_NAMES)))
+    assert made == ['fill = float("-inf")\n']
 
 
 def test_a_windows_bound_is_moved_both_ways():
@@ -441,8 +461,46 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
             "sliding_window_off_by_one",
             "blocked = (j > i) | (i - j >= self.window)",
         ),
+        (fm.RootForgotten(64, 4), Config(), "double_scale", ") / self.head_dim ** 0.5"),
+        (
+            fm.PaddingTurned(64, 4),
+            Config(mask="additive", mask_shape="b11k"),
+            "padding_on_queries",
+            "attention_scores = attention_scores + attention_mask",
+        ),
+        (
+            fm.FillByName(64, 4),
+            Config(causal=True),
+            "fill_too_small",
+            "attn_weights = torch.where(causal_mask, attn_weights, "
+            "torch.finfo(attn_weights.dtype).min)",
+        ),
+        (
+            fm.SequenceFirstMerge(64, 4),
+            Config(sequence_first=True),
+            "head_merge_no_transpose",
+            "attn_output = attn_output.transpose(0, 1).contiguous().view(tgt_len, bsz, embed_dim)",
+        ),
+        (
+            fm.AdditiveNaN(64, 4),
+            Config(mask="keep"),
+            "mask_to_additive_nan",
+            "adder = torch.zeros_like(1.0 - mask[:, None].to(x.dtype)).masked_fill("
+            '(1.0 - mask[:, None].to(x.dtype)) != 0, float("-inf"))',
+        ),
     ],
-    ids=["split-scale", "rotary-pair", "baddbmm-alpha", "causal-and-padding", "window-bound"],
+    ids=[
+        "split-scale",
+        "rotary-pair",
+        "baddbmm-alpha",
+        "causal-and-padding",
+        "window-bound",
+        "root-forgotten",
+        "padding-turned",
+        "fill-by-name",
+        "sequence-first-merge",
+        "additive-nan",
+    ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):
     """Whisper's scale needs the head count in scope; a rotary pair, the tensor made beside
@@ -461,7 +519,7 @@ FIXABLE = [
     "qk_overflow_half", "gqa_kv_grouping", "dropout_in_eval", "missing_scale", "scale_d_model",
     "double_scale", "transpose", "head_merge_no_transpose", "rope_on_value", "sdpa_float_mask",
     "sdpa_mask_inverted", "fill_overflow_half", "mask_rank", "padding_on_queries",
-    "sliding_window_off_by_one",
+    "sliding_window_off_by_one", "mask_to_additive_nan",
 ]  # fmt: skip
 DECLARED = {"fill_overflow_half": {"dtype": "float16"}}  # how a user of the pair would run it
 

@@ -364,9 +364,9 @@ def test_a_fact_alone_fails_nothing():
 
 
 # Catalogue bugs the doctor flags without naming them first: a failure that names no trap comes
-# first (a shape error in chunked decoding; a NaN the additive mask makes; V's layout, which
-# raises), and a later name may be a consequence, so none is given.
-UNNAMED = {"mask_to_additive_nan", "rope_wrong_axis", "v_layout"}
+# first (a shape error in chunked decoding; V's layout, which raises), and a later name may be a
+# consequence, so none is given.
+UNNAMED = {"rope_wrong_axis", "v_layout"}
 
 
 @pytest.mark.parametrize("pair", registry.load_all(), ids=lambda p: p.card.id)

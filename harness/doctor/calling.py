@@ -93,7 +93,17 @@ INPUT_NAMES = ("x", "hidden_states", "inputs", "input", "hidden", "tgt", "src", 
                "inputs_embeds", "embeddings", "features", "tokens")  # fmt: skip
 
 
-QKV_NAMES = (("query", "key", "value"), ("q", "k", "v"), ("queries", "keys", "values"))
+# The names of a (q, k, v) forward's three inputs, each by its role, singular or plural in any
+# mix (``forward(values, keys, query, mask)``): self-attention gives each the input.
+QKV_ROLES = {"query": "q", "queries": "q", "q": "q", "key": "k", "keys": "k", "k": "k",
+             "value": "v", "values": "v", "v": "v"}  # fmt: skip
+
+
+def qkv_inputs(params: Iterable[str]) -> tuple[str, ...] | None:
+    """forward's query, key and value parameters, when it names one of each, else None."""
+    named = [n for n in params if n in QKV_ROLES]
+    roles = {QKV_ROLES[n] for n in named}
+    return tuple(named) if len(named) == 3 and roles == {"q", "k", "v"} else None
 
 
 MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_mask", "padding_mask",
@@ -301,7 +311,7 @@ def plan_call(
     named = {n: p for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     if not named or any(p.kind is p.POSITIONAL_ONLY for p in named.values()):
         return CallPlan(positional=True)
-    qkv = next((t for t in QKV_NAMES if all(n in named for n in t)), None)
+    qkv = qkv_inputs(named)
     first = next(iter(named))
     inputs = qkv or (next((n for n in INPUT_NAMES if n in named), first),)
     if isinstance(module, nn.MultiheadAttention | MultiheadSelfAttention) and mask_arg in MHA_MASKS:

@@ -35,12 +35,25 @@ class Line:
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         return self._wrapper.resolve(PositionProvider)
 
+    @functools.cached_property
+    def _statement(self) -> tuple[int, int]:
+        """The first and last line of the simple statement the line is part of (a call
+        written over several lines is one statement, whichever of its lines ran)."""
+        spans = [
+            (where.start.line, where.end.line)
+            for node, where in self._positions.items()
+            if isinstance(node, cst.SimpleStatementLine)
+            and where.start.line <= self.number <= where.end.line
+        ]
+        return min(spans, key=lambda s: s[1] - s[0], default=(self.number, self.number))
+
     def nodes(self, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]) -> list[cst.CSTNode]:
-        """The nodes of ``kind`` that start on the line or span it, outermost first."""
+        """The nodes of ``kind`` on the line's statement or around it, outermost first."""
+        first, last = self._statement
         found = [
             (where.start.line, where.start.column, node)
             for node, where in self._positions.items()
-            if isinstance(node, kind) and where.start.line <= self.number <= where.end.line
+            if isinstance(node, kind) and where.start.line <= last and where.end.line >= first
         ]
         return [node for *_, node in sorted(found, key=lambda f: (f[0], f[1]))]
 

@@ -5,6 +5,7 @@ its variables are called, and a candidate the proof rejects costs only time."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import libcst as cst
@@ -36,6 +37,7 @@ POWER = ("power", "pow", "float_power")
 HALF = ("0.5", "-0.5", "0.25", "-0.25")  # a square root's exponents, as written (and its
 # root, where the scale is split between the queries and the keys)
 MERGE = ("reshape", "view")
+LARGE_FILL = 1e3  # a negative constant this large or larger is a mask's fill, not arithmetic
 MADE = ("ones", "zeros", "full", "empty", "rand")  # tensors made from their sizes
 
 
@@ -100,6 +102,34 @@ def mask_bool(line: Line) -> Iterator[str]:
         tests += [c for c in line.calls("eq", "ne") if not line.is_function_form(c)]
         for test in tests:
             yield line.replaced(test, _inverted(test))  # type: ignore[arg-type]
+        for product in line.nodes(cst.BinaryOperation):  # an additive mask: m * -big
+            if isinstance(product.operator, cst.Multiply):  # type: ignore[attr-defined]
+                for side in (product.left, product.right):  # type: ignore[attr-defined]
+                    yield line.replaced(side, _complement(line, side))
+
+
+def additive_nan(line: Line) -> Iterator[str]:
+    """An additive mask made as ``blocked * -inf`` (NaN where ``blocked`` is 0): made as zeros
+    filled with that value where ``blocked`` is not 0, each side of the product tried as the
+    0/1 one."""
+    for product in line.nodes(cst.BinaryOperation):
+        if not isinstance(product.operator, cst.Multiply):  # type: ignore[attr-defined]
+            continue
+        sides = (product.left, product.right)  # type: ignore[attr-defined]
+        for blocked, value in (sides, sides[::-1]):
+            bare = blocked.with_changes(lpar=[], rpar=[])
+            mask, test = line.code(bare), line.code(parenthesized(bare))
+            made = f"torch.zeros_like({mask}).masked_fill({test} != 0, {line.code(value)})"
+            yield line.replaced(product, cst.parse_expression(made))
+
+
+def _complement(line: Line, node: cst.BaseExpression) -> cst.BaseExpression:
+    """``1 - m`` for a 0/1 mask ``m``, and ``m`` for ``1 - m``."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
+        one = node.left
+        if isinstance(one, cst.Integer | cst.Float) and float(one.value) == 1:
+            return node.right
+    return cst.parse_expression(f"(1.0 - {line.code(parenthesized(node))})")
 
 
 def _sdpa_masks(line: Line) -> Iterator[cst.BaseExpression]:
@@ -254,7 +284,8 @@ def scale_d_model(line: Line) -> Iterator[str]:
 
 def double_scale(line: Line) -> Iterator[str]:
     """A scale applied twice: one application dropped (a product's factor, or SDPA told the
-    same scale the queries already carry: its own default kept instead, or none)."""
+    same scale the queries already carry: its own default kept instead, or none); or a width
+    put where its square root is meant (``s / d_k``, which is the scale squared)."""
     for node in line.nodes(cst.BinaryOperation):
         if isinstance(node.operator, cst.Multiply | cst.Divide):  # type: ignore[attr-defined]
             yield line.replaced(node, node.left)  # type: ignore[attr-defined]
@@ -265,6 +296,26 @@ def double_scale(line: Line) -> Iterator[str]:
             without = without_argument(call, "scale")
             if without is not None:
                 yield line.replaced(call, without)
+    for size in _unrooted_sizes(line):
+        yield line.replaced(size, cst.parse_expression(f"{line.code(size)} ** 0.5"))
+
+
+def _unrooted_sizes(line: Line) -> Iterator[cst.BaseExpression]:
+    """The sizes the line's statement computes with (names, ``self.`` attributes and tensor
+    sizes worth a whole number above 1 when it runs) that no square root is taken of."""
+    statements = line.nodes(cst.SimpleStatementLine)
+    if not statements:
+        return
+    computed = getattr(statements[-1].body[0], "value", None)  # type: ignore[attr-defined]
+    if not isinstance(computed, cst.BaseExpression):
+        return
+    rooted = {line.code(o) for root in _roots(line) for o in _operands(line, root)}
+    operands = [o for o in _operands(line, computed) if line.code(o) not in rooted]
+    values = line.values([line.code(o) for o in operands])
+    for operand in operands:
+        value = number_of(values.get(line.code(operand)))
+        if value is not None and value > 1 and value == int(value):
+            yield operand
 
 
 def _literal(node: cst.BaseExpression) -> int | None:
@@ -357,15 +408,28 @@ def dropout_in_eval(line: Line) -> Iterator[str]:
 
 def finite_fill(line: Line) -> Iterator[str]:
     """A mask filled with a finite constant that logits outgrow or the dtype cannot hold:
-    filled with the dtype's own lowest value (``torch.finfo(scores.dtype).min``), else -inf."""
-    for call in line.calls(*FILL):
-        value = argument(call, 2 if line.is_function_form(call) else 1, "value")
-        scores = line.operand(call)
+    filled with the dtype's own lowest value (``torch.finfo(scores.dtype).min``), else -inf;
+    where the line fills with a name, the constant is put as -inf where the name is made."""
+    fills = [
+        (argument(c, 2 if line.is_function_form(c) else 1, "value"), line.operand(c))
+        for c in line.calls(*FILL)
+    ]
+    fills += [(argument(c, 2, "other"), argument(c, 1, "input")) for c in line.calls("where")
+              if line.is_function_form(c)]  # fmt: skip
+    for value, scores in fills:
         if value is None or scores is None:
             continue
+        scores = scores.value if isinstance(scores, cst.Arg) else scores
         lowest = f"torch.finfo({line.code(parenthesized(scores))}.dtype).min"
         for fill in (lowest, 'float("-inf")')[0 if "torch" in line.names else 1 :]:
             yield line.replaced(value.value, cst.parse_expression(fill))
+    if not fills:  # a line that makes the fill: a large negative constant on it
+        for node in line.nodes(cst.UnaryOperation):
+            number = node.expression  # type: ignore[attr-defined]
+            negative = isinstance(node.operator, cst.Minus)  # type: ignore[attr-defined]
+            literal = isinstance(number, cst.Float | cst.Integer)
+            if negative and literal and float(number.value) >= LARGE_FILL:
+                yield line.replaced(node, cst.parse_expression('float("-inf")'))
 
 
 def scale_queries_first(line: Line) -> Iterator[str]:
@@ -447,9 +511,7 @@ def mask_rank(line: Line) -> Iterator[str]:
                 kept = [e for e in elements if e is not element]
                 kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
                 yield line.replaced(index, index.with_changes(slice=kept))
-    for call in line.calls("unsqueeze"):
-        if isinstance(call.func, cst.Attribute):
-            yield line.replaced(call, call.func.value)
+    yield from _left_out(line, "unsqueeze")
 
 
 def padding_on_queries(line: Line) -> Iterator[str]:
@@ -469,6 +531,39 @@ def padding_on_queries(line: Line) -> Iterator[str]:
                                     cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
                      for i, e in enumerate(moved)]  # fmt: skip
             yield line.replaced(index, index.with_changes(slice=moved))
+    yield from _pattern_axis_moved(line)
+    yield from _left_out(line, "transpose")  # the mask turned onto the queries: as it was
+
+
+def _left_out(line: Line, *methods: str) -> Iterator[str]:
+    """Each call of one of ``methods`` on a tensor (``m.transpose(-1, -2)``) left out: ``m``."""
+    for call in line.calls(*methods):
+        if not line.is_function_form(call) and isinstance(call.func, cst.Attribute):
+            yield line.replaced(call, call.func.value)
+
+
+NEW_AXIS = ("()", "1")  # an axis of size one in an einops pattern
+
+
+def _pattern_axis_moved(line: Line) -> Iterator[str]:
+    """An einops pattern whose result has one new axis (``'b j -> (b h) j ()'``): that axis
+    moved to each other place of the result, nearest first (``'b j -> (b h) () j'``)."""
+    for string in line.nodes(cst.SimpleString):
+        text = string.evaluated_value  # type: ignore[attr-defined]
+        if not isinstance(text, str) or text.count("->") != 1:
+            continue
+        given, result = text.split("->")
+        axes = re.findall(r"\([^()]*\)|\S+", result)
+        new = [i for i, a in enumerate(axes) if a.replace(" ", "") in NEW_AXIS]
+        if len(new) != 1 or len(axes) < 3:
+            continue
+        at = new[0]
+        others = axes[:at] + axes[at + 1 :]
+        for place in sorted(set(range(len(axes))) - {at}, key=lambda p: abs(p - at)):
+            moved = " ".join([*others[:place], axes[at], *others[place:]])
+            quote = string.quote  # type: ignore[attr-defined]
+            written = f"{string.prefix}{quote}{given.rstrip()} -> {moved}{quote}"  # type: ignore[attr-defined]
+            yield line.replaced(string, cst.SimpleString(written))
 
 
 def transpose(line: Line) -> Iterator[str]:
@@ -479,21 +574,28 @@ def transpose(line: Line) -> Iterator[str]:
             yield line.replaced(call, call.with_changes(args=last_two))
 
 
+# The axes a merge's heads are moved past: (B, h, T, d) -> (B, T, h, d); heads folded into
+# the batch, (B * h, T, d), turned to (T, B * h, d) for a sequence-first output.
+MERGE_ORDERS = ("1, 2", "0, 1")
+
+
 def head_merge_no_transpose(line: Line) -> Iterator[str]:
-    """Heads merged by a reshape of (B, h, T, d): the heads moved next to the width first."""
+    """Heads merged by a reshape of (B, h, T, d): the heads moved next to the width first
+    (or, folded into the batch, the sequence moved first), the proof choosing."""
     for call in line.calls(*MERGE):
         func = call.func
         if line.is_function_form(call) or not isinstance(func, cst.Attribute):
             continue
         receiver = func.value
-        if isinstance(receiver, cst.Call) and called(receiver) == "contiguous":
-            inner = receiver.func.value  # type: ignore[attr-defined]
-            moved = cst.parse_expression(f"{line.code(parenthesized(inner))}.transpose(1, 2)")
-            yield line.replaced(inner, moved)
-        else:
-            order = ".transpose(1, 2)" + (".contiguous()" if called(call) == "view" else "")
-            moved = cst.parse_expression(f"{line.code(parenthesized(receiver))}{order}")
-            yield line.replaced(receiver, moved)
+        for axes in MERGE_ORDERS:
+            if isinstance(receiver, cst.Call) and called(receiver) == "contiguous":
+                inner = receiver.func.value  # type: ignore[attr-defined]
+                moved = f"{line.code(parenthesized(inner))}.transpose({axes})"
+                yield line.replaced(inner, cst.parse_expression(moved))
+            else:
+                order = f".transpose({axes})" + (".contiguous()" if called(call) == "view" else "")
+                moved = f"{line.code(parenthesized(receiver))}{order}"
+                yield line.replaced(receiver, cst.parse_expression(moved))
 
 
 def rope_on_value(line: Line) -> Iterator[str]:
@@ -562,6 +664,7 @@ RECIPES: dict[str, Recipe] = {
     "fill_overflow_half": finite_fill,
     "qk_overflow_half": scale_queries_first,
     "dropout_in_eval": dropout_in_eval,
+    "mask_to_additive_nan": additive_nan,
     "transpose": transpose,
     "head_merge_no_transpose": head_merge_no_transpose,
     "rope_on_value": rope_on_value,

@@ -200,6 +200,10 @@ def site_facts(
         value = "added" if fill.value is None else f"filled with {fill.value:g}"
         facts.append(Fact("mask", value, COMPUTED, fill.op.where))
         named.extend(Named(trap, why, fill.op.where) for trap, why in finite_fill(fill))
+        if fill.nan is not None:
+            named.append(Named("mask_to_additive_nan", "the mask added to the scores holds "
+                               "NaN (0 * -inf is NaN), and NaN spreads to every weight of its "
+                               "rows", fill.nan.where))  # fmt: skip
     scores_scaled = [f for f in applied if f.where == "scores"]
     if scores_scaled and site.product is not None:  # q k^T made whole, then scaled
         named.append(Named("qk_overflow_half", "the scores are scaled after the product q k^T "
@@ -392,8 +396,9 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None, causal: bool = False
         return None
     for fill in site.fills:
         cells = fill.cells
-        if cells is None or cells.dim() < 2 or fill.value is None or fill.value > -1e3:
-            continue
+        if cells is None or cells.dim() < 2 or (fill.value is not None and fill.value > -1e3):
+            continue  # a small fill is fill_too_small's; an added mask's cells are its large ones
+        how = f"with {fill.value:g}" if fill.value is not None else "adding large negatives"
         for kept in keep_layouts(keep, cells):
             if kept.shape != cells.shape:
                 continue
@@ -402,7 +407,7 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None, causal: bool = False
                 past is not None and agrees_where_real(cells & past, kept & past, kept)
             ):
                 return Named("mask_bool", "the mask fills exactly the cells the keep-mask "
-                             f"keeps (with {fill.value:g}): it is read the wrong way round",
+                             f"keeps ({how}): it is read the wrong way round",
                              fill.op.where)  # fmt: skip
             if not torch.equal(kept, kept.transpose(-1, -2)) and torch.equal(
                 cells, ~kept.transpose(-1, -2)

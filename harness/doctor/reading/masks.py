@@ -25,6 +25,7 @@ class Fill:
     own: bool = True  # made by the module itself, not the caller's mask
     origin: Op | None = None  # where the module built it (a tril, a triu), when it did
     held: Value | None = None  # the buffer or attribute it is cut from, when it is
+    nan: Op | None = None  # an added mask that holds NaN: the op that made it
 
 
 def filled(record: Record, op: Op) -> Fill:
@@ -75,11 +76,13 @@ def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
         tensor = record.result(v)
         if from_input(record, v, memo) or tensor is None or not tensor.is_floating_point():
             continue
-        if (tensor <= BLOCKING).any() and shape is not None:
+        blocking, nan = tensor <= BLOCKING, tensor.isnan()
+        if (blocking | nan).any() and shape is not None:
+            made = (record.producer(v) or op) if nan.any() else None  # 0 * -inf: NaN
             try:
-                return Fill(op, None, (tensor <= BLOCKING).expand(shape), v)
+                return Fill(op, None, blocking.expand(shape), v, nan=made)
             except RuntimeError:
-                return Fill(op, None, None, v)
+                return Fill(op, None, None, v, nan=made)
     return None
 
 
