@@ -418,13 +418,17 @@ def evaluate(
     device: torch.device | None = None,
 ) -> Run:
     """``run`` with its evaluation on a fixed batch in eval mode: teacher-forced accuracy, the
-    attention map of its first row, and (``generate``) accuracy by generation."""
+    attention map of its first row, and (``generate``) accuracy by generation. A module that
+    draws random numbers in eval mode (a dropout left on) draws them from the global generator
+    seeded for this evaluation, so what it answers depends on ``seed`` alone, not on what the
+    process ran before."""
     if not run.trained or run.nonfinite_step is not None:
         return run  # a NaN model answers nothing: its accuracies stay NaN
     device = device or torch.device("cpu")
     batch = on(seeded_batch(task, EVAL_BATCH, step_seed(seed, EVAL_STEP)), device)
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(step_seed(seed, EVAL_STEP))
         try:
             logits, weights = model(batch, attend)
             if generate is not None:

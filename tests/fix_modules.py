@@ -258,3 +258,166 @@ class PaddingTurned(nn.Module):
             attention_scores = attention_scores + attention_mask.transpose(-1, -2)  # BUG
         context = torch.matmul(attention_scores.softmax(dim=-1), v)
         return context.permute(0, 2, 1, 3).reshape(B, T, C)
+
+
+def repeat_kv(hidden_states, n_rep):
+    """(B, kv, T, d) -> (B, kv * n_rep, T, d): K/V head i serves query heads i * n_rep ..."""
+    b, kv, t, d = hidden_states.shape
+    hidden_states = hidden_states[:, :, None, :, :].expand(b, kv, n_rep, t, d)
+    return hidden_states.reshape(b, kv * n_rep, t, d)
+
+
+def repeat_kv_strided(hidden_states, n_rep):
+    """repeat_kv written with the copies' axis before the heads': K/V head i serves query
+    heads i, i + kv, ... (gqa_kv_grouping)."""
+    b, kv, t, d = hidden_states.shape
+    hidden_states = hidden_states[:, None, :, :, :].expand(b, n_rep, kv, t, d)  # BUG
+    return hidden_states.reshape(b, kv * n_rep, t, d)
+
+
+def _tables(positions, width):
+    half = width // 2
+    inv_freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
+    angles = positions[:, None].float() * inv_freq  # (T, d / 2)
+    angles = torch.cat((angles, angles), -1)  # (T, d)
+    return angles.cos(), angles.sin()
+
+
+class GroupedRotary(nn.Module):
+    """transformers' Llama-family way: q, k and v projected one by one, rotary applied to a
+    pair, grouped K/V heads copied by ``repeat_kv``, SDPA told it is causal; ``rotate_values``
+    hands the rotary pair the values where the keys belong (rope_on_value)."""
+
+    def __init__(self, hidden_size, num_heads, num_key_value_heads=2):
+        super().__init__()
+        self.num_heads, self.num_key_value_heads = num_heads, num_key_value_heads
+        self.head_dim = hidden_size // num_heads
+        self.q_proj = nn.Linear(hidden_size, num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, num_key_value_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, num_key_value_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=False)
+
+    def copies(self, hidden_states, n_rep):
+        return repeat_kv(hidden_states, n_rep)
+
+    def forward(self, hidden_states):
+        bsz, q_len, _ = hidden_states.shape
+        query_states = self.q_proj(hidden_states).view(bsz, q_len, -1, self.head_dim)
+        key_states = self.k_proj(hidden_states).view(bsz, q_len, -1, self.head_dim)
+        value_states = self.v_proj(hidden_states).view(bsz, q_len, -1, self.head_dim)
+        query_states = query_states.transpose(1, 2)
+        key_states = key_states.transpose(1, 2)
+        value_states = value_states.transpose(1, 2)
+        cos, sin = _tables(torch.arange(q_len), self.head_dim)
+        if type(self) is ValuesRotatedApart:
+            query_states, value_states = apply_rotary(query_states, value_states, cos, sin)  # BUG
+        else:
+            query_states, key_states = apply_rotary(query_states, key_states, cos, sin)
+        n_rep = self.num_heads // self.num_key_value_heads
+        key_states = self.copies(key_states, n_rep)
+        value_states = self.copies(value_states, n_rep)
+        out = F.scaled_dot_product_attention(query_states, key_states, value_states, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(bsz, q_len, -1))
+
+
+class StridedCopies(GroupedRotary):
+    def copies(self, hidden_states, n_rep):
+        return repeat_kv_strided(hidden_states, n_rep)
+
+
+class ValuesRotatedApart(GroupedRotary):
+    """GroupedRotary whose forward rotates the values (the branch marked ``# BUG``)."""
+
+
+class AlibiPadding(nn.Module):
+    """Baichuan's way: a float mask given to SDPA, a causal ALiBi bias plus the padding as
+    large negatives. Its subclasses lay the padding along the queries (padding_on_queries), or
+    make it from the keep-mask read the wrong way round (mask_bool), in the branches marked
+    ``# BUG``."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.W_pack = nn.Linear(hidden_size, 3 * hidden_size, bias=False)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=False)
+
+    def forward(self, hidden_states, attention_mask=None):
+        bsz, q_len, C = hidden_states.shape
+        q, k, v = (
+            t.view(bsz, q_len, self.num_heads, -1).transpose(1, 2)
+            for t in self.W_pack(hidden_states).split(C, dim=-1)
+        )
+        slopes = _slopes(self.num_heads)[:, None, None]  # (h, 1, 1)
+        distance = torch.arange(q_len)[None, :] - torch.arange(q_len)[:, None]  # key - query
+        alibi_mask = (slopes * distance).masked_fill(distance > 0, float("-inf"))  # (h, T, T)
+        attn_mask = alibi_mask.unsqueeze(0)
+        if attention_mask is not None:
+            if type(self) is AlibiPaddingInverted:
+                padding = torch.zeros(bsz, q_len).masked_fill(attention_mask.bool(), -1e9)  # BUG
+            else:
+                padding = torch.zeros(bsz, q_len).masked_fill(~attention_mask.bool(), -1e9)
+            if type(self) is AlibiPaddingTurned:
+                attn_mask = attn_mask + padding[:, None, :, None]  # BUG
+            else:
+                attn_mask = attn_mask + padding[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.o_proj(out.transpose(1, 2).reshape(bsz, q_len, C))
+
+
+class AlibiPaddingTurned(AlibiPadding):
+    pass
+
+
+class AlibiPaddingInverted(AlibiPadding):
+    pass
+
+
+class FunctionalMHA(nn.Module):
+    """nn.MultiheadAttention written out as its functional form does: (T, B, E) in and out,
+    heads folded into the batch, a key padding mask made additive and added by ``baddbmm``,
+    the heads merged back by turning the sequence first and flattening it with the batch for
+    the output projection. Correct."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, query, key_padding_mask=None):
+        tgt_len, bsz, embed_dim = query.shape
+        q, k, v = self.in_proj(query).chunk(3, dim=-1)
+        q, k, v = (
+            t.contiguous().view(tgt_len, bsz * self.num_heads, self.head_dim).transpose(0, 1)
+            for t in (q, k, v)
+        )  # (B * h, T, d)
+        bias = torch.zeros(bsz * self.num_heads, 1, tgt_len)
+        if key_padding_mask is not None:
+            blocked = key_padding_mask.repeat_interleave(self.num_heads, dim=0)[:, None, :]
+            bias = bias.masked_fill(blocked, float("-inf"))
+        scores = torch.baddbmm(bias, q * self.head_dim**-0.5, k.transpose(-2, -1))
+        attn_output = torch.bmm(F.softmax(scores, dim=-1), v)  # (B * h, T, d)
+        attn_output = attn_output.transpose(0, 1).contiguous().view(tgt_len * bsz, embed_dim)
+        return self.out_proj(attn_output).view(tgt_len, bsz, embed_dim)
+
+
+class WidthRootBelow(nn.Module):
+    """Phi's way of writing the scores, the product on one line and its scale on the next, the
+    square root taken of the model's width (scale_d_model): the op runs on the first line of
+    the statement, the root is on its last."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.hidden_size, self.num_heads = hidden_size, num_heads
+        self.head_dim = hidden_size // num_heads
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = self.qkv(hidden_states).view(B, T, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        attn_weights = torch.matmul(
+            q.to(torch.float32), k.to(torch.float32).transpose(2, 3)
+        ) / math.sqrt(self.hidden_size)  # BUG
+        attn_weights = attn_weights.softmax(dim=-1).to(v.dtype)
+        return self.dense((attn_weights @ v).transpose(1, 2).reshape(B, T, C))

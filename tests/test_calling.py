@@ -37,6 +37,7 @@ def test_query_key_and_value_all_get_the_input():
         (("queries", "keys", "values"), ("queries", "keys", "values")),
         (("query", "key", "mask"), None),  # no value: not a (q, k, v) forward
         (("q", "query", "k", "v"), None),  # two queries: which one is not said
+        (("q", "query", "k"), None),  # and no value
     ],
 )
 def test_query_key_and_value_are_read_by_role_singular_or_plural(params, inputs):

@@ -344,6 +344,16 @@ def test_a_small_negative_constant_is_not_taken_for_a_fill():
     assert made == ['fill = float("-inf")\n']
 
 
+def test_only_a_whole_size_is_offered_its_square_root():
+    """``s / n * t``: n, a size worth 16 when the line runs, is offered as ``n ** 0.5``; t, a
+    fraction, and s, a tensor, are not sizes."""
+    worth = {"s": torch.ones(2, 2), "n": 16, "t": 0.3}
+    line = Line("w = s / n * t\n", 1, F_NAMES, lambda names: {n: worth[n] for n in names})
+    offered = list(recipes.double_scale(line))
+    assert "w = s / n ** 0.5 * t\n" in offered, offered
+    assert not any("t ** 0.5" in o or "s ** 0.5" in o for o in offered), offered
+
+
 def test_a_windows_bound_is_moved_both_ways():
     """One key too many or too few: the proof picks, so both are offered."""
     moved = list(recipes.window_bound(Line("r = o.tril(diagonal=-3)\n", 1, F_NAMES)))
@@ -488,6 +498,31 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
             "adder = torch.zeros_like(1.0 - mask[:, None].to(x.dtype)).masked_fill("
             '(1.0 - mask[:, None].to(x.dtype)) != 0, float("-inf"))',
         ),
+        (
+            fm.StridedCopies(64, 4),
+            Config(causal=True, positions="relative", kv_grouping="blocks"),
+            "gqa_kv_grouping",
+            "hidden_states = hidden_states[:, :, None, :, :].expand(b, kv, n_rep, t, d)",
+        ),
+        (
+            fm.ValuesRotatedApart(64, 4),
+            Config(causal=True, positions="relative", kv_grouping="blocks"),
+            "rope_on_value",
+            "query_states, key_states = apply_rotary(query_states, key_states, cos, sin)",
+        ),
+        (
+            fm.AlibiPaddingTurned(64, 4),
+            Config(causal=True, positions="relative", mask="keep", mask_shape="bk"),
+            "padding_on_queries",
+            "attn_mask = attn_mask + padding[:, None, None, :]",
+        ),
+        (fm.WidthRootBelow(64, 4), Config(), "scale_d_model", ") / math.sqrt(self.head_dim)"),
+        (
+            fm.AlibiPaddingInverted(64, 4),
+            Config(causal=True, positions="relative", mask="keep", mask_shape="bk"),
+            "mask_bool",
+            "padding = torch.zeros(bsz, q_len).masked_fill(~attention_mask.bool(), -1e9)",
+        ),
     ],
     ids=[
         "split-scale",
@@ -500,6 +535,11 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
         "fill-by-name",
         "sequence-first-merge",
         "additive-nan",
+        "repeat-kv-expanded",
+        "values-rotated-apart",
+        "alibi-padding-turned",
+        "width-root-below",
+        "alibi-padding-inverted",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):

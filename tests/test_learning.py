@@ -174,6 +174,18 @@ def test_the_same_seed_gives_the_same_numbers():
     assert a.diagnosis == b.diagnosis and a.bug.eval_accuracy == b.bug.eval_accuracy
 
 
+def test_a_dropout_left_on_answers_the_same_whatever_ran_before():
+    """A module that drops in eval mode is evaluated on the generator seeded for its seed: its
+    answers do not depend on how many random numbers the process drew before (the report's
+    workers run other pieces of work first)."""
+    pair = registry.load("dropout_in_eval")
+    torch.manual_seed(1)
+    first = learn(pair, steps=5).bug.eval_accuracy
+    torch.manual_seed(2)
+    torch.rand(1000)
+    assert learn(pair, steps=5).bug.eval_accuracy == first
+
+
 def test_training_leaves_the_global_generator_and_threads_alone():
     threads = torch.get_num_threads()
     torch.manual_seed(123)

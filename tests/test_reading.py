@@ -831,3 +831,42 @@ def test_a_keep_mask_read_the_wrong_way_round_is_named_with_the_heads_folded_int
     assert d.healthy != wrong, d.text()
     if wrong:
         assert d.causes[0].trap == "mask_bool" and "masked_fill(blocked" in d.causes[0].at
+
+
+def test_heads_merged_with_the_sequence_flattened_into_the_batch_are_read_as_merged_right():
+    """(T, B * h, d) -> (T * B, h * d) keeps each position whole in the rows and the heads
+    with the width: no head_merge_no_transpose; the mask ``baddbmm`` adds is read as added."""
+    from tests.fix_modules import FunctionalMHA
+
+    config = Config(mask="drop", mask_shape="bk", sequence_first=True)
+    d = diagnose(FunctionalMHA(64, 4), config, "FunctionalMHA")
+    assert d.healthy, d.text()
+    masks = [f for f in d.facts if f.name == "mask"]
+    assert masks and all(f.value == "added" for f in masks), d.text()
+
+
+class IgnoredTerm(nn.Module):
+    """GPT-2's upcast path: the scores made by ``baddbmm`` into a tensor whose values it is
+    told to ignore (``beta=0``); here that tensor holds NaN, as ``torch.empty`` may."""
+
+    def __init__(self, d_model, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (
+            t.view(B, T, self.heads, -1).transpose(1, 2).reshape(B * self.heads, T, -1)
+            for t in self.qkv(x).chunk(3, dim=-1)
+        )
+        unused = torch.full((B * self.heads, T, T), float("nan"))
+        scores = torch.baddbmm(unused, q, k.transpose(1, 2), beta=0, alpha=q.shape[-1] ** -0.5)
+        out = torch.bmm(scores.softmax(dim=-1), v).view(B, self.heads, T, -1)
+        return self.out(out.transpose(1, 2).reshape(B, T, C))
+
+
+def test_a_term_baddbmm_is_told_to_ignore_is_no_mask():
+    d = diagnose(IgnoredTerm(64), Config(), "IgnoredTerm")
+    assert d.healthy, d.text()
+    assert not any(f.name == "mask" for f in d.facts), d.text()

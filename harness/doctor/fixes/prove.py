@@ -94,15 +94,23 @@ def _named(cause: Cause) -> list[tuple[Path, int]]:
     return named
 
 
+ORIGIN_STEPS = 2  # where what a cause's lines read is made, and where what that reads is made
+
+
 def _lines(named: list[tuple[Path, int]], sources: dict[Path, str]) -> list[tuple[Path, int]]:
     """The lines a cause names (``named``), then where what those lines read is made
-    (``Line.origins``); ``sources``: the files as the fixes before have rewritten them."""
-    found = list(named)
-    for path, number in named:
-        source = sources.get(path) or path.read_text()
-        for origin in Line(source, number, {}).origins():
-            if (path, origin) not in found:
-                found.append((path, origin))
+    (``Line.origins``), then where what those read is made; ``sources``: the files as the
+    fixes before have rewritten them."""
+    found, step = list(named), list(named)
+    for _ in range(ORIGIN_STEPS):
+        made = []
+        for path, number in step:
+            source = sources.get(path) or path.read_text()
+            for origin in Line(source, number, {}).origins():
+                if (path, origin) not in found:
+                    found.append((path, origin))
+                    made.append((path, origin))
+        step = made
     return found
 
 

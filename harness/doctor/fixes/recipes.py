@@ -470,6 +470,33 @@ def gqa_kv_grouping(line: Line) -> Iterator[str]:
         changes[call] = cst.parse_expression(interleaved)
     if changes:
         yield line.replaced_all(changes)
+    yield from _expanded_in_blocks(line)
+
+
+def _expanded_in_blocks(line: Line) -> Iterator[str]:
+    """K/V heads tiled by a new axis expanded before the heads' (``x[:, None].expand(b, n_rep,
+    kv, ...)``): the new axis and its size moved after the heads (``x[:, :, None].expand(b,
+    kv, n_rep, ...)``), so each head's copies lie together."""
+    for call in line.calls("expand"):
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        sizes = positional(call)
+        if not isinstance(receiver, cst.Subscript) or line.is_function_form(call):
+            continue
+        elements = list(receiver.slice)
+        new = [i for i, e in enumerate(elements) if _new_axis(line, e)]
+        if len(new) != 1 or len(sizes) != len(elements):
+            continue
+        at = new[0]
+        for other in (at + 1, at - 1):
+            if not 0 <= other < len(elements) or _new_axis(line, elements[other]):
+                continue
+            index = receiver.with_changes(slice=_commas(_swapped(elements, at, other)))
+            turned = list(sizes)
+            turned[at], turned[other] = sizes[other], sizes[at]
+            args = [a.with_changes(comma=s.comma) for a, s in zip(turned, sizes, strict=True)]
+            yield line.replaced(
+                call, call.with_changes(func=call.func.with_changes(value=index), args=args)
+            )  # type: ignore[attr-defined]
 
 
 def scale_after_softmax(line: Line) -> Iterator[str]:
@@ -511,35 +538,53 @@ def mask_rank(line: Line) -> Iterator[str]:
                 kept = [e for e in elements if e is not element]
                 kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
                 yield line.replaced(index, index.with_changes(slice=kept))
-    yield from _left_out(line, "unsqueeze")
+    for call in line.calls("unsqueeze"):
+        if isinstance(call.func, cst.Attribute):
+            yield line.replaced(call, call.func.value)
 
 
 def padding_on_queries(line: Line) -> Iterator[str]:
     """A padding mask laid along the queries (``mask[:, :, None]``): its new axis moved to
-    each other place, nearest first (``mask[:, None, :]``), so that it runs along the keys."""
+    each other place, nearest first (``mask[:, None, :]``), so that it runs along the keys;
+    with several new axes (``mask[:, None, :, None]``), the last one swapped with the data
+    axis beside it (``mask[:, None, None, :]``)."""
     for index in line.nodes(cst.Subscript):
         elements = list(index.slice)  # type: ignore[attr-defined]
         new = [e for e in elements if _new_axis(line, e)]
-        if len(new) != 1 or len(elements) < 3:
+        if not new or len(elements) < 3:
             continue
-        others = [e for e in elements if e is not new[0]]
-        at = elements.index(new[0])
-        for place in sorted(set(range(len(elements))) - {at}, key=lambda p: abs(p - at)):
-            moved = [*others[:place], new[0], *others[place:]]
-            last = len(moved) - 1
-            moved = [e.with_changes(comma=cst.MaybeSentinel.DEFAULT if i == last else
-                                    cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                     for i, e in enumerate(moved)]  # fmt: skip
-            yield line.replaced(index, index.with_changes(slice=moved))
+        at = elements.index(new[-1])
+        if len(new) == 1:
+            others = [e for e in elements if e is not new[0]]
+            places = sorted(set(range(len(elements))) - {at}, key=lambda p: abs(p - at))
+            orders = [[*others[:p], new[0], *others[p:]] for p in places]
+        else:
+            beside = [p for p in (at - 1, at + 1) if 0 <= p < len(elements)]
+            orders = [_swapped(elements, at, p) for p in beside if elements[p] not in new]
+        for moved in orders:
+            yield line.replaced(index, index.with_changes(slice=_commas(moved)))
     yield from _pattern_axis_moved(line)
-    yield from _left_out(line, "transpose")  # the mask turned onto the queries: as it was
+    for call in line.calls("transpose"):  # the mask turned onto the queries: as it was
+        turns = {line.code(a.value).replace(" ", "") for a in call.args}
+        if turns == LAST_TWO and not line.is_function_form(call):
+            yield line.replaced(call, call.func.value)  # type: ignore[attr-defined]
 
 
-def _left_out(line: Line, *methods: str) -> Iterator[str]:
-    """Each call of one of ``methods`` on a tensor (``m.transpose(-1, -2)``) left out: ``m``."""
-    for call in line.calls(*methods):
-        if not line.is_function_form(call) and isinstance(call.func, cst.Attribute):
-            yield line.replaced(call, call.func.value)
+LAST_TWO = {"-1", "-2"}  # a transpose of the last two axes: keys for queries
+
+
+def _swapped(items: list[cst.SubscriptElement], a: int, b: int) -> list[cst.SubscriptElement]:
+    swapped = list(items)
+    swapped[a], swapped[b] = items[b], items[a]
+    return swapped
+
+
+def _commas(elements: list[cst.SubscriptElement]) -> list[cst.SubscriptElement]:
+    """``elements`` as an index, each followed by ", " but the last."""
+    last = len(elements) - 1
+    return [e.with_changes(comma=cst.MaybeSentinel.DEFAULT if i == last else
+                           cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            for i, e in enumerate(elements)]  # fmt: skip
 
 
 NEW_AXIS = ("()", "1")  # an axis of size one in an einops pattern
@@ -621,28 +666,51 @@ def _rotated_instead(line: Line, assign: cst.Assign) -> Iterator[str]:
         return
     given = {a.value.value: a for a in positional(assign.value) if isinstance(a.value, cst.Name)}
     pair = {e.value.value: e for e in targets[0].elements if isinstance(e.value, cst.Name)}
-    for name in [n for n in pair if n in given]:
-        for other in _made_with(line, name):
-            if other in given:  # already rotated here
-                continue
+    for name in [n for n in pair if n in given][::-1]:  # the second of a pair first
+        for other in _made_with(line, name, set(given)):
             renamed = cst.Name(other)
             yield line.replaced_all({
                 pair[name].value: renamed, given[name].value: renamed,
             })  # fmt: skip
 
 
-def _made_with(line: Line, name: str) -> list[str]:
+def _made_with(line: Line, name: str, taken: set[str]) -> list[str]:
     """The names the enclosing function assigns in one statement with ``name``
-    (``q, k, v = ...``), in their order there."""
+    (``q, k, v = ...``), in their order there; where it assigns each on its own, the
+    ``SIBLINGS`` names it takes or assigns that share most of a prefix or suffix with ``name``
+    (``key_states`` beside ``value_states``); none of ``taken`` (rotated here already)."""
     found: dict[str, None] = {}
+    function, _ = line.enclosing()
+    params = function.params.params if function is not None else ()
+    alone = {p.name.value: None for p in params if p.name.value not in taken}
     for assign in line.in_function(cst.Assign):
         for target in (t.target for t in assign.targets):  # type: ignore[attr-defined]
+            if isinstance(target, cst.Name) and target.value not in taken:
+                alone.setdefault(target.value)
             if not isinstance(target, cst.Tuple | cst.List):
                 continue
             names = [e.value.value for e in target.elements if isinstance(e.value, cst.Name)]
             if name in names:
-                found.update(dict.fromkeys(n for n in names if n != name))
-    return list(found)
+                found.update(dict.fromkeys(n for n in names if n not in taken))
+    if found:
+        return list(found)
+    shared = {other: _affix(name, other) for other in alone}
+    ranked = sorted((o for o in alone if shared[o] >= AFFIX), key=lambda o: -shared[o])
+    return ranked[:SIBLINGS]
+
+
+SIBLINGS = 3  # names tried in place of one rotated by mistake, where none is made with it
+AFFIX = 2  # characters a sibling's name shares with it at its start or end, at least
+
+
+def _affix(a: str, b: str) -> int:
+    """The length of the longer of the prefix and the suffix ``a`` and ``b`` share."""
+
+    def shared(x: str, y: str) -> int:
+        return next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q),
+                    min(len(x), len(y)))  # fmt: skip
+
+    return max(shared(a, b), shared(a[::-1], b[::-1]))
 
 
 RECIPES: dict[str, Recipe] = {

@@ -24,6 +24,7 @@ from harness.doctor.reading.axes import (
     einsum_axis,
     map_axis,
     product_axes,
+    rows_hold,
     softmax_axis,
     summed_width,
     swapped_axes,
@@ -182,6 +183,10 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
     alpha = op.const(4, "alpha") if op.name == "baddbmm" else None
     if isinstance(alpha, int | float) and alpha not in (0, 1):  # baddbmm(..., alpha=scale)
         site.factors.append(Factor(float(alpha), "scores", op))
+    adds = op.name == "baddbmm" and op.const(3, "beta", 1) != 0  # beta=0: the term is ignored
+    added = added_mask(record, op, memo) if adds else None
+    if added is not None:  # baddbmm(mask, q, k): the mask added to the product
+        site.fills.append(added)
     # the product's axes, carried through the path to the softmax's input
     ndim = len(op.shapes[0]) if op.shapes else 0
     key, query = product_axes(op)
@@ -395,7 +400,7 @@ def _merged(record: Record, site: Site, start: Op, query: int | None) -> None:
             query = map_axis(nxt, query, len(shape_in))
         elif nxt.name in {"view", "reshape", "flatten"}:
             landed = clean_axis(shape_in, nxt.shapes[0], query)
-            if landed == -1:
+            if landed == -1 and not rows_hold(shape_in, nxt.shapes[0], query):
                 site.merged_without_transpose = nxt
                 return
             query = landed

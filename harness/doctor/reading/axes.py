@@ -129,6 +129,20 @@ def softmax_axis(op: Op, ndim: int) -> int | None:
     return dim % ndim if isinstance(dim, int) and ndim else None
 
 
+def rows_hold(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int) -> bool:
+    """Whether a reshape from ``shape_in`` to ``shape_out`` keeps axis ``axis`` whole inside one
+    output axis other than the last, the features' (``(T, B * h, d) -> (T * B, h * d)``, which
+    flattens the positions with the batch for a linear layer and leaves the heads with the
+    width), so the axis is not mixed with the features."""
+    outer_in = [math.prod(shape_in[:i]) for i in range(len(shape_in) + 1)]
+    outer_out = [math.prod(shape_out[:i]) for i in range(len(shape_out) + 1)]
+    start, end = outer_in[axis], outer_in[axis + 1]
+    return any(
+        outer_out[j] <= start and end <= outer_out[j + 1] and end % outer_out[j] == 0
+        for j in range(len(shape_out) - 1)
+    )
+
+
 def clean_axis(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int) -> int | None:
     """Where axis ``axis`` lands when a tensor of ``shape_in`` is reshaped (in its logical
     order) to ``shape_out``. A reshape maps runs of input axes to runs of output axes between the

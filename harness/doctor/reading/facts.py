@@ -392,9 +392,11 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None, causal: bool = False
     blocked ones): the mask read the wrong way round (in a causal module, on the cells up to
     each query, where its own triangle leaves the keep-mask to decide); or exactly the ones it
     blocks, with queries and keys swapped: a padding mask applied along the queries."""
-    if keep is None or keep.all() or site.sdpa:  # an SDPA mask misread is sdpa_mask's to say
+    if keep is None or keep.all():
         return None
     for fill in site.fills:
+        if site.sdpa and fill.value is not None:
+            continue  # a bool mask SDPA is given, misread: sdpa_mask's to say
         cells = fill.cells
         if cells is None or cells.dim() < 2 or (fill.value is not None and fill.value > -1e3):
             continue  # a small fill is fill_too_small's; an added mask's cells are its large ones
@@ -409,8 +411,10 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None, causal: bool = False
                 return Named("mask_bool", "the mask fills exactly the cells the keep-mask "
                              f"keeps ({how}): it is read the wrong way round",
                              fill.op.where)  # fmt: skip
-            if not torch.equal(kept, kept.transpose(-1, -2)) and torch.equal(
-                cells, ~kept.transpose(-1, -2)
+            turned = ~kept.transpose(-1, -2)
+            if not torch.equal(kept, kept.transpose(-1, -2)) and (
+                torch.equal(cells, turned)
+                or (past is not None and torch.equal(cells & past, turned & past))
             ):
                 return Named("padding_on_queries", "the mask blocks the padded queries' rows, "
                              "not the padded keys' columns: it is applied along the queries' "

@@ -32,13 +32,21 @@ def finite_fill(fill: Fill) -> list[tuple[str, str]]:
 
 
 def tilings(found: Record) -> list[Op]:
-    """The ops that tile a tensor of three or more axes (``repeat``, ``tile``): where K/V
-    heads copied for grouped queries are, when a probe finds them tiled."""
-    return [
-        op
-        for op in found.ops
-        if op.name in TILES and op.args and op.args[0].shape and len(op.args[0].shape) >= 3
-    ]
+    """The ops that tile a tensor of three or more axes (``repeat``, ``tile``), or copy one
+    along a new axis of a tensor of four or more (``expand``, as ``repeat_kv`` does before it
+    folds the copies into the heads): where K/V heads copied for grouped queries are, when a
+    probe finds them tiled."""
+    return [op for op in found.ops if op.args and op.args[0].shape and _copies(op)]
+
+
+def _copies(op: Op) -> bool:
+    given = op.args[0].shape or ()
+    if op.name in TILES:
+        return len(given) >= 3
+    if op.name != "expand" or len(given) < 4 or not op.shapes:
+        return False
+    made = op.shapes[0]
+    return len(made) == len(given) and any(a == 1 < b for a, b in zip(given, made, strict=True))
 
 
 def dropout_left_on(found: Record) -> tuple[str, Op] | None:
