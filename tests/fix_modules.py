@@ -331,9 +331,8 @@ class ValuesRotatedApart(GroupedRotary):
 
 class AlibiPadding(nn.Module):
     """Baichuan's way: a float mask given to SDPA, a causal ALiBi bias plus the padding as
-    large negatives. Its subclasses lay the padding along the queries (padding_on_queries), or
-    make it from the keep-mask read the wrong way round (mask_bool), in the branches marked
-    ``# BUG``."""
+    large negatives. Its subclass lays the padding along the queries (padding_on_queries), in
+    the branch marked ``# BUG``."""
 
     def __init__(self, hidden_size, num_heads):
         super().__init__()
@@ -352,10 +351,7 @@ class AlibiPadding(nn.Module):
         alibi_mask = (slopes * distance).masked_fill(distance > 0, float("-inf"))  # (h, T, T)
         attn_mask = alibi_mask.unsqueeze(0)
         if attention_mask is not None:
-            if type(self) is AlibiPaddingInverted:
-                padding = torch.zeros(bsz, q_len).masked_fill(attention_mask.bool(), -1e9)  # BUG
-            else:
-                padding = torch.zeros(bsz, q_len).masked_fill(~attention_mask.bool(), -1e9)
+            padding = torch.zeros(bsz, q_len).masked_fill(~attention_mask.bool(), -1e9)
             if type(self) is AlibiPaddingTurned:
                 attn_mask = attn_mask + padding[:, None, :, None]  # BUG
             else:
@@ -365,10 +361,6 @@ class AlibiPadding(nn.Module):
 
 
 class AlibiPaddingTurned(AlibiPadding):
-    pass
-
-
-class AlibiPaddingInverted(AlibiPadding):
     pass
 
 
@@ -421,3 +413,37 @@ class WidthRootBelow(nn.Module):
         ) / math.sqrt(self.hidden_size)  # BUG
         attn_weights = attn_weights.softmax(dim=-1).to(v.dtype)
         return self.dense((attn_weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class TwoMasksOneInverted(nn.Module):
+    """nn.MultiheadAttention's functional way with two masks, a key padding mask and an
+    optional attention mask, merged in a branch the key padding alone never takes; the merged
+    bool mask filled where it keeps (mask_bool), in place, so no line assigns it."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.in_proj = nn.Linear(embed_dim, 3 * embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x, key_padding_mask=None, attn_mask=None):
+        B, T, C = x.shape
+        q, k, v = (
+            t.view(B, T, self.num_heads, -1).transpose(1, 2).reshape(B * self.num_heads, T, -1)
+            for t in self.in_proj(x).chunk(3, dim=-1)
+        )
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.repeat_interleave(self.num_heads, 0)[:, None]
+            if attn_mask is None:
+                attn_mask = key_padding_mask
+            else:
+                attn_mask = attn_mask.masked_fill(key_padding_mask, True)
+        if attn_mask is not None:
+            bias = torch.zeros_like(attn_mask, dtype=q.dtype)
+            bias.masked_fill_(~attn_mask, float("-inf"))  # BUG
+            attn_mask = bias
+        else:
+            attn_mask = torch.zeros(B * self.num_heads, 1, T)
+        scores = torch.baddbmm(attn_mask, q * self.head_dim**-0.5, k.transpose(1, 2))
+        out = torch.bmm(scores.softmax(dim=-1), v).view(B, self.num_heads, T, -1)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, C))

@@ -47,6 +47,11 @@ class Line:
         ]
         return min(spans, key=lambda s: s[1] - s[0], default=(self.number, self.number))
 
+    def ran(self, lines: set[int]) -> bool:
+        """Whether the line's statement is among ``lines`` that ran (any line of it)."""
+        first, last = self._statement
+        return any(n in lines for n in range(first, last + 1))
+
     def nodes(self, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]) -> list[cst.CSTNode]:
         """The nodes of ``kind`` on the line's statement or around it, outermost first."""
         first, last = self._statement

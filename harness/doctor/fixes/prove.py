@@ -16,7 +16,7 @@ from harness.doctor.findings import FAIL, Diagnosis
 from harness.doctor.fixes.line import Line
 from harness.doctor.fixes.live import Owner, owners, recompiled, swapped
 from harness.doctor.fixes.recipes import RECIPES
-from harness.doctor.fixes.values import steady, values_at
+from harness.doctor.fixes.values import lines_run, steady, values_at
 from harness.doctor.reading.record import HARNESS, PROJECT, shown_path, source_file
 
 MOST = 3  # fixes proven on top of each other, at most
@@ -94,23 +94,17 @@ def _named(cause: Cause) -> list[tuple[Path, int]]:
     return named
 
 
-ORIGIN_STEPS = 2  # where what a cause's lines read is made, and where what that reads is made
-
-
 def _lines(named: list[tuple[Path, int]], sources: dict[Path, str]) -> list[tuple[Path, int]]:
     """The lines a cause names (``named``), then where what those lines read is made
-    (``Line.origins``), then where what those read is made; ``sources``: the files as the
-    fixes before have rewritten them."""
-    found, step = list(named), list(named)
-    for _ in range(ORIGIN_STEPS):
-        made = []
-        for path, number in step:
-            source = sources.get(path) or path.read_text()
-            for origin in Line(source, number, {}).origins():
-                if (path, origin) not in found:
-                    found.append((path, origin))
-                    made.append((path, origin))
-        step = made
+    (``Line.origins``), one step only: a value made further back may be read on paths the
+    probes never ran (a caller's mask reinterpreted where another branch reads it too), which
+    no proof covers; ``sources``: the files as the fixes before have rewritten them."""
+    found = list(named)
+    for path, number in named:
+        source = sources.get(path) or path.read_text()
+        for origin in Line(source, number, {}).origins():
+            if (path, origin) not in found:
+                found.append((path, origin))
     return found
 
 
@@ -269,11 +263,17 @@ def _proven(
     trap = cause.trap or ""
     tries = 0
     named = _named(cause)
+    ran: dict[Path, set[int]] = {}
     for path, number in _lines(named, found.sources):
         source = found.sources.get(path) or path.read_text()
         live = owners(path, number)
         if not live:
             continue
+        if path not in ran:
+            with swapped(list(replaced.values())):
+                ran[path] = lines_run(path, run)
+        if ran[path] and not Line(source, number, {}).ran(ran[path]):
+            continue  # a branch the probes' call never takes: no proof would cover it
 
         def values(expressions: list[str], path: Path = path, number: int = number) -> dict:
             longer = current.config.seq_len + LONGER

@@ -49,6 +49,31 @@ def values_at(path: Path, number: int, expressions: Iterable[str],
     return found
 
 
+def lines_run(path: Path, run: Callable[[], object]) -> set[int]:
+    """The line numbers of ``path`` that run in ``run()`` (a branch the call never takes is
+    not among them)."""
+    wanted = os.path.realpath(path)
+    ran: set[int] = set()
+
+    def in_frame(frame: FrameType, event: str, arg: object) -> object:
+        if event == "line":
+            ran.add(frame.f_lineno)
+        return in_frame
+
+    def on_call(frame: FrameType, event: str, arg: object) -> object:
+        return in_frame if os.path.realpath(frame.f_code.co_filename) == wanted else None
+
+    before = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        run()
+    except Exception:
+        pass  # what ran before it broke is what ran
+    finally:
+        sys.settrace(before)
+    return ran
+
+
 def steady(first: dict[str, object], second: dict[str, object]) -> dict[str, object]:
     """The values of ``first`` that ``second`` (the code run on another length) agrees with:
     numbers equal, anything else the same object or equal; those that move are left out."""
