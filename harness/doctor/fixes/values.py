@@ -54,6 +54,7 @@ def lines_run(path: Path, run: Callable[[], object]) -> set[int]:
     not among them)."""
     wanted = os.path.realpath(path)
     ran: set[int] = set()
+    ours: dict[str, bool] = {}
 
     def in_frame(frame: FrameType, event: str, arg: object) -> object:
         if event == "line":
@@ -61,7 +62,10 @@ def lines_run(path: Path, run: Callable[[], object]) -> set[int]:
         return in_frame
 
     def on_call(frame: FrameType, event: str, arg: object) -> object:
-        return in_frame if os.path.realpath(frame.f_code.co_filename) == wanted else None
+        name = frame.f_code.co_filename
+        if name not in ours:  # realpath once a file: every frame of torch's passes here
+            ours[name] = os.path.realpath(name) == wanted
+        return in_frame if ours[name] else None
 
     before = sys.gettrace()
     sys.settrace(on_call)
