@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import libcst as cst
 
@@ -22,6 +23,7 @@ from harness.doctor.fixes.line import (
 )
 from harness.doctor.fixes.values import number_of
 
+Item = TypeVar("Item")  # an element of a list two places of which are swapped
 Recipe = Callable[[Line], Iterator[str]]
 
 SOFTMAX = ("softmax", "log_softmax")
@@ -491,8 +493,7 @@ def _expanded_in_blocks(line: Line) -> Iterator[str]:
             if not 0 <= other < len(elements) or _new_axis(line, elements[other]):
                 continue
             index = receiver.with_changes(slice=_commas(_swapped(elements, at, other)))
-            turned = list(sizes)
-            turned[at], turned[other] = sizes[other], sizes[at]
+            turned = _swapped(sizes, at, other)
             args = [a.with_changes(comma=s.comma) for a, s in zip(turned, sizes, strict=True)]
             yield line.replaced(
                 call, call.with_changes(func=call.func.with_changes(value=index), args=args)
@@ -573,7 +574,7 @@ def padding_on_queries(line: Line) -> Iterator[str]:
 LAST_TWO = {"-1", "-2"}  # a transpose of the last two axes: keys for queries
 
 
-def _swapped(items: list[cst.SubscriptElement], a: int, b: int) -> list[cst.SubscriptElement]:
+def _swapped(items: list[Item], a: int, b: int) -> list[Item]:
     swapped = list(items)
     swapped[a], swapped[b] = items[b], items[a]
     return swapped

@@ -18,47 +18,38 @@ def values_at(path: Path, number: int, expressions: Iterable[str],
     """Each expression's value the last time line ``number`` of ``path`` runs in ``run()``
     (the call itself, after whatever ``run`` calls first to learn how to call; left out where
     it cannot be evaluated there); {} when the line never runs."""
-    wanted = os.path.realpath(path)
-    ours: dict[str, bool] = {}
     found: dict[str, object] = {}
 
-    def in_frame(frame: FrameType, event: str, arg: object) -> object:
-        if event == "line" and frame.f_lineno == number:
+    def seen(frame: FrameType) -> None:
+        if frame.f_lineno == number:
             found.clear()
             for expression in expressions:
                 try:
                     found[expression] = eval(expression, frame.f_globals, dict(frame.f_locals))
                 except Exception:
                     continue
-        return in_frame
 
-    def on_call(frame: FrameType, event: str, arg: object) -> object:
-        name = frame.f_code.co_filename
-        if name not in ours:
-            ours[name] = os.path.realpath(name) == wanted
-        return in_frame if ours[name] else None
-
-    before = sys.gettrace()
-    sys.settrace(on_call)
-    try:
-        run()
-    except Exception:
-        pass  # what it reached before it broke is what there is
-    finally:
-        sys.settrace(before)
+    _each_line(path, run, seen)
     return found
 
 
 def lines_run(path: Path, run: Callable[[], object]) -> set[int]:
     """The line numbers of ``path`` that run in ``run()`` (a branch the call never takes is
     not among them)."""
-    wanted = os.path.realpath(path)
     ran: set[int] = set()
+    _each_line(path, run, lambda frame: ran.add(frame.f_lineno))
+    return ran
+
+
+def _each_line(path: Path, run: Callable[[], object], seen: Callable[[FrameType], None]) -> None:
+    """``run()``, with ``seen(frame)`` called as each line of ``path`` is about to run (what
+    ran before an error is what there is: the error is not raised)."""
+    wanted = os.path.realpath(path)
     ours: dict[str, bool] = {}
 
     def in_frame(frame: FrameType, event: str, arg: object) -> object:
         if event == "line":
-            ran.add(frame.f_lineno)
+            seen(frame)
         return in_frame
 
     def on_call(frame: FrameType, event: str, arg: object) -> object:
@@ -72,10 +63,9 @@ def lines_run(path: Path, run: Callable[[], object]) -> set[int]:
     try:
         run()
     except Exception:
-        pass  # what ran before it broke is what ran
+        pass
     finally:
         sys.settrace(before)
-    return ran
 
 
 def steady(first: dict[str, object], second: dict[str, object]) -> dict[str, object]:
