@@ -13,12 +13,13 @@ from pathlib import Path
 from harness.errors import UsageError, shorten
 
 # What a report folder holds (harness.report writes them): refused up front when in the way.
-REPORT = "report.md"  # the student's page: the tutorial's claims and traps
+REPORT = "report.md"  # the student's page: the tutorial's claims, its code, symptoms, a way on
+CLAIMS_PAGE = "tutorial.md"  # the tutorial's traps in full, and how its claims were measured
 MORE_TRAPS = "traps.md"  # the traps the tutorial does not name, by category
 MODERN = "modern.md"  # modern attention's traps
 DOCTOR = "doctor.md"  # the doctor's tables
 TABLES_PAGE = "tables.md"  # the full tables behind each verdict
-PAGES = (REPORT, MORE_TRAPS, MODERN, DOCTOR, TABLES_PAGE)  # a report, in reading order
+PAGES = (REPORT, CLAIMS_PAGE, MORE_TRAPS, MODERN, DOCTOR, TABLES_PAGE)  # a report, in reading order
 TIMINGS = "timings.md"  # wall-clock numbers, kept apart from the report
 IMAGES = "img"  # the report's pictures
 REPORT_FILES = (*PAGES, TIMINGS)

@@ -24,7 +24,7 @@ from harness.cli import doctor as doctor_commands
 from harness.doctor import guard
 from harness.doctor.target import load_object
 from harness.errors import UsageError
-from harness.files import ensure_writable
+from harness.files import CLAIMS_PAGE, ensure_writable
 from harness.progress import Progress
 from tests import misbehaving_modules
 
@@ -370,12 +370,10 @@ def test_compare_agrees_with_itself_and_names_what_moved(capsys, tmp_path):
     assert "agree" in capsys.readouterr().out
     moved = tmp_path / "moved"
     shutil.copytree(committed, moved, ignore=shutil.ignore_patterns("img"))
-    text = (
-        (moved / "report.md")
-        .read_text()
-        .replace("| SILENT      | SILENT ", "| LOUD        | SILENT ", 1)
-    )
-    (moved / "report.md").write_text(text)
+    summary = moved / CLAIMS_PAGE  # the page with the summary table
+    text = summary.read_text().replace("| SILENT      | SILENT ", "| LOUD        | SILENT ", 1)
+    assert text != summary.read_text()
+    summary.write_text(text)
     assert cli.main(["compare", str(committed), str(moved)]) == 1
     out = capsys.readouterr().out
     assert out.startswith(f"{committed} and {moved} disagree:") and "LOUD" in out

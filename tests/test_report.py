@@ -162,7 +162,7 @@ def test_same_command_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert cli.main([*CANONICAL, "--out", str(out)]) == 0
     again, before = files(second), files(first)
     assert again.keys() == before.keys() and len(before) > len(SAMPLE)
-    assert all(f"`{pid}`" in (first / report.REPORT).read_text() for pid in SAMPLE)
+    assert all(f"`{pid}`" in joined(read_pages(first)) for pid in SAMPLE)
     assert (first / "timings-head_loop-1.png").is_file()  # the time ratio, beside timings.md
     assert "](timings-head_loop-1.png)" in (first / report.TIMINGS).read_text()
     for path in before:
@@ -231,20 +231,28 @@ def test_a_swallowed_ctrl_c_stops_the_report_before_it_is_published(
 # measurements must give: the scorecard's rows by section and the start of the claim.
 CLAIMED = {
     ("§2", "a large d_k"): "true",
-    ("§3.2", "`bias=False`"): "**false**",
+    ("§3.1", "the scale keeps"): "**false**",
+    ("§3.2", "`bias=False`"): "partly",
     ("§3.2", "`bmm` is safer"): "true",
     ("§3.2", "`K.transpose(0, 1)`"): "true",
+    ("§3.2", "leaving out K's transpose"): "partly",
     ("§3.2", "`masked_fill(mask == 0"): "partly",
     ("§3.2", "without `dim=-1`"): "**false**",
     ("§3.2", "a (B, 1, T, T) mask"): "**false**",
     ("§3.3", "the example"): "**false**",
     ("§4.1", "`1 / math.sqrt"): "**false**",
+    ("§4.1", "`1 / torch.sqrt"): "**false**",
     ("§4.2", "`masked_fill(mask.bool()"): "true",
+    ("§4.2", "use float masks"): "partly",
+    ("§4.2", "PyTorch converts"): "**false**",
     ("§4.3", "bmm needs"): "true",
-    ("§4.4", "V laid out"): "true",
+    ("§4.4", "V laid out"): "partly",
+    ("§4.4", "always use `bmm`"): "partly",
     ("§4.5", "nn.Linear's default"): "**false**",
+    ("§4.5", "xavier's variance"): "**false**",
     ("§5.1", "heads of width"): "true",
     ("§5.2", "multi-head attention"): "partly",
+    ("§5.2", "the heads are computed"): "**false**",
     ("§6.3", "`exp(Q K^T)`"): "**false**",
 }
 
@@ -274,14 +282,54 @@ def test_a_claim_follows_its_measurement(fresh: Run) -> None:
     assert holds(scorecard_table(silent))[("§4.1", "`1 / math.sqrt")] == "true"
 
 
+def reading_words(markdown: str) -> int:
+    """The words a reader reads: link targets, anchors, table rules and lone symbols left out."""
+    markdown = re.sub(r'<a id="[^"]*"></a>', " ", markdown)
+    markdown = re.sub(r"\]\([^)]*\)", "]", markdown)
+    markdown = re.sub(r"^\|[:\- |]+\|$", " ", markdown, flags=re.M)
+    return sum(bool(re.search(r"\w", token)) for token in markdown.split())
+
+
+STUDENT_WORDS = 1600  # the student's page before its way on: "about 1,500", ten minutes' read
+
+
+def test_reading_words_counts_what_a_reader_reads() -> None:
+    assert reading_words("| a | [`b`](x.md#b) |\n|:--|:--|\n| → | c d |") == 4
+
+
 def test_each_trap_is_on_one_page_and_the_students_page_is_short(fresh: Run) -> None:
     pages = read_pages(fresh.out)
     for pid in registry.ids():
         on = [name for name, text in pages.items() if f'<a id="{pid}"></a>' in text]
         assert len(on) == 1, (pid, on)
         named = registry.load(pid).card.section != NOT_NAMED
-        assert not named or on == [report.REPORT], pid  # the tutorial's traps: the student's page
-    assert len(pages[report.REPORT].splitlines()) <= 1500
+        assert not named or on == [report.CLAIMS_PAGE], pid  # the tutorial's traps: its page
+    student = pages[report.REPORT]
+    assert "<a id=" not in student.replace('<a id="tutorial-code">', "")  # no trap's section
+    before, way_on, _ = student.partition("## Read on")
+    assert way_on and reading_words(before) <= STUDENT_WORDS
+
+
+# The words the student's page uses, each to be defined (in bold) before its first use.
+TERMS = ("rounding noise", "ulp", "output error", "SILENT", "LOUD", "CONDITIONAL", "NUMERIC",
+         "BENIGN", "entropy", "SDPA", "pair")  # fmt: skip
+
+
+def first_use_is_the_definition(text: str, term: str) -> bool:
+    """``term``'s first appearance in ``text`` (as a word, in any case) is its bold definition."""
+    found = re.search(rf"(?i)(\*\*)?\b{re.escape(term)}s?\b", text)
+    return found is not None and found.group(1) == "**"
+
+
+def test_every_term_of_the_students_page_is_defined_before_it_is_used(fresh: Run) -> None:
+    student = read_pages(fresh.out)[report.REPORT]
+    assert [t for t in TERMS if not first_use_is_the_definition(student, t)] == []
+
+
+def test_a_term_used_before_its_definition_is_caught() -> None:
+    assert first_use_is_the_definition("the **ulp**: a step; 2 ulp apart", "ulp")
+    assert not first_use_is_the_definition("2 ulp apart; the **ulp**: a step", "ulp")
+    assert not first_use_is_the_definition("no such word here", "ulp")
 
 
 def test_every_link_lands(fresh: Run) -> None:

@@ -10,6 +10,7 @@ from harness.catalogue.judge import measure
 from harness.catalogue.learn import learn
 from harness.catalogue.registry import load
 from harness.report import TrapResult, symptoms
+from harness.report.symptom_index import symptom_summary
 
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -114,8 +115,8 @@ def test_a_silent_trap_no_rule_catches_is_listed_as_seen_only_by_a_reference(mon
 
 def test_entropy_above_one_is_called_a_leak_not_uniform():
     evidence = listed("causal_leak")[ODD_MAP]
-    assert evidence.endswith("(above 1: weight on keys it must not see)")
-    assert listed("mask_bool")[ODD_MAP].endswith("(toward one-hot)")
+    assert evidence.endswith(", above 1: weight on keys it must not see)")
+    assert listed("mask_bool")[ODD_MAP].endswith("(d_k 8, toward one-hot)")
 
 
 def with_learning(pitfall: str) -> TrapResult:
@@ -154,3 +155,19 @@ def test_nan_outputs_are_not_taken_for_calls_that_differ():
     assert "not finite" in r.primary.probes["two identical calls in eval"]
     evidence = symptoms.inference(r) or ""
     assert "two identical calls" not in evidence, evidence
+
+
+def summary_lines(*pitfalls: str) -> dict[str, str]:
+    """The student's index for ``pitfalls``: symptom -> its line."""
+    text = symptom_summary([result(p) for p in pitfalls], set())
+    lines = [line for line in text.splitlines() if line.startswith("- **")]
+    return {line[4:].split("**")[0]: line for line in lines}
+
+
+def test_the_students_index_names_the_tutorials_traps_first_and_says_where_it_has_none():
+    lines = summary_lines("causal_leak", "missing_scale", "mask_bool")
+    odd = lines[ODD_MAP]
+    assert odd.index("the tutorial's: [`mask_bool`]") < odd.index("its advice: [`missing_scale`]")
+    assert odd.index("its advice:") < odd.index("beyond it: [`causal_leak`]")
+    assert lines[NAN].endswith(": none of the tutorial's.")  # and nothing else shows it here
+    assert "[`mask_bool`](tutorial.md#mask_bool)" in odd  # linked to where its section is

@@ -57,3 +57,46 @@ def test_the_doctor_passes_the_tutorials_modules_only_with_a_3d_mask() -> None:
     assert (
         documented["what it flags"].str.startswith("FAIL mask_rank at pitfalls/tutorial.py:").all()
     )
+
+
+def test_without_the_scale_the_query_gradient_grows() -> None:
+    g = claims.scale_gradients(d_k=64, batch=2, seq_len=16)
+    assert g.ratio_min > 2  # larger without the scale, on every seed: nothing vanishes
+
+
+def test_a_missing_transpose_raises_unless_d_k_equals_t_then_runs_wrong() -> None:
+    t = claims.missing_transpose(batch=2, seq_len=4, d_k=8)
+    assert t.error.startswith("RuntimeError")
+    assert t.silent_error > 0.1  # it ran, and is not Q K^T
+
+
+def test_nothing_converts_a_float_mask_or_a_large_fill() -> None:
+    f = claims.float_masks()
+    assert "boolean" in f.float_in_masked_fill
+    assert "Half" in f.large_fill_in_half
+
+
+def test_bmm_and_matmul_agree_to_the_bit_on_3d_tensors() -> None:
+    assert claims.bmm_matches_matmul() == 0
+
+
+def test_xaviers_variance_is_two_over_the_fans_summed() -> None:
+    x = claims.xavier_variance(fan_in=512, fan_out=64)
+    assert x.measured == pytest.approx(x.formula, rel=0.05)
+    assert x.measured != pytest.approx(x.said, rel=0.2)
+
+
+def test_the_tensors_reciprocal_prints_exactly() -> None:
+    assert claims.tensor_reciprocal(64) == "0.125"
+
+
+def test_the_tutorials_heads_run_one_after_another() -> None:
+    loop = claims.head_loop(d_model=64, heads=4)
+    assert loop.products_per_head == 5  # W_q, W_k, W_v, Q K^T, weights V
+    assert loop.loop_products == 4 * 5 + 1  # each head in turn, then W_o
+
+
+def test_softmax_without_a_dim_normalises_the_batch() -> None:
+    s = claims.implicit_softmax(batch=2, seq_len=5)
+    assert s.row_sum_min > 0.1  # no row of the last axis is a distribution
+    assert s.nan_rows_min > 0  # rows masked in every batch element are NaN

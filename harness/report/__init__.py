@@ -20,7 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.files import IMAGES, REPORT, TIMINGS
+    from harness.files import CLAIMS_PAGE, IMAGES, REPORT, TIMINGS
     from harness.report.appendix import measurement_tables, where
     from harness.report.build import build_report, collect
     from harness.report.format import table, verdict_label
@@ -39,9 +39,10 @@ _HOMES = {
     "measurement_tables": "appendix", "where": "appendix",
     "table": "format", "verdict_label": "format",
 }  # fmt: skip
-_FILES = ("IMAGES", "REPORT", "TIMINGS")  # what a report folder holds (harness.files)
+_FILES = ("CLAIMS_PAGE", "IMAGES", "REPORT", "TIMINGS")  # a report folder's (harness.files)
 
 __all__ = [
+    "CLAIMS_PAGE",
     "IMAGES",
     "REPORT",
     "TIMINGS",

@@ -35,23 +35,45 @@ def seeds_statement(cards: list[Card]) -> str:
 
 
 OPENING = """\
-# Hand-written attention: diagnosis report
+# Hand-written attention: what the tutorial gets right
 
-A popular tutorial on writing attention by hand (a Chinese blog post, "why hand-writing attention
-is the first hurdle") teaches `softmax(Q K^T / sqrt(d_k)) V` as a single-head
-`ScaledDotProductAttention(d_model, d_k, d_v)` and a multi-head wrapper, and warns of five traps
-(its §4.1-§4.5: the precision of the scale, bool vs float masks, the transpose of K, the layout of
-V, the initialisation variance). This report measures them, a few more claims the tutorial makes
-in passing, and the traps real code falls into that the tutorial does not name: the catalogue.
-Each trap is a pair of short modules in `pitfalls/<id>/`: `buggy.py` and `fixed.py`, which differ
-only in the marked lines. Both run with the same weights, inputs and upstream gradient; each
-output and gradient is compared with fixed.py run in float64, and the verdict comes from that
-measurement, not from the tutorial. Several of the tutorial's claims turn out to be false.
+A popular tutorial (a Chinese blog post, "why hand-writing attention is the first hurdle")
+teaches `softmax(Q K^T / sqrt(d_k)) V` by hand and warns of five traps. Here: each of its claims
+measured, its own code run, a way from a symptom to its trap, and how to check your own module;
+the rest is one link away (the last section)."""
 
-This page holds the tutorial's claims, its own code and its traps, with the traps its claims lead
-to. Beside it: the traps it does not name ([traps.md](traps.md)), modern attention's
-([modern.md](modern.md)), the doctor's tables ([doctor.md](doctor.md)) and the full tables behind
-every verdict ([tables.md](tables.md))."""
+WORDS = """\
+## Words used here
+
+- A **pair**: each trap is two short modules, `pitfalls/<id>/buggy.py` and `fixed.py`, that
+  differ only in the marked lines, run with the same weights and inputs.
+- **Rounding noise**: how far fixed.py lands from itself run in float64; within it, no
+  difference. An **ulp** is one step between neighbouring floats. **Output error**: buggy.py's
+  largest difference from that float64 run, in the output's units.
+- The verdicts: **SILENT**, runs and gives a wrong result (the dangerous kind); **LOUD**, raises
+  an error; **CONDITIONAL**, raises on most shapes but runs silently on some; **NUMERIC**, right
+  in float32, broken (NaN or an error) in float16 or on edge inputs; **BENIGN**, within rounding
+  noise: the claimed trap does not exist.
+- **Training** ("learns normally 5/5"): both modules trained on a tiny task on 5 seeds, and
+  what the bug did on how many. **Entropy**: how spread out a row of weights is, 1 uniform, 0
+  all on one key. **SDPA**: PyTorch's built-in `F.scaled_dot_product_attention`."""
+
+READ_ON = """\
+## Read on
+
+- [tutorial.md](tutorial.md): each of the tutorial's traps in full (what is true, the diff,
+  pictures, training), how each claim above was measured, and the symptoms with their evidence.
+- [traps.md](traps.md) and [modern.md](modern.md): the traps the tutorial does not name, in
+  classic and in modern attention (rotary, grouped heads, caches).
+- [doctor.md](doctor.md): the doctor on every pair, on real libraries and on whole models.
+- [tables.md](tables.md): every table behind every verdict."""
+
+CLAIMS_INTRO = """\
+# The tutorial's traps, in full
+
+Part of the diagnosis report: [report.md](report.md) holds the tutorial's claims, its code and
+the way in from a symptom; this page holds how those were measured and each of the tutorial's
+traps, with the traps its claims lead to."""
 
 
 HOW_TO_READ = """\
@@ -95,8 +117,13 @@ padding may not show it at once. It agrees with an expected SILENT; ", NaN" says
 
 
 def opening() -> str:
-    """The title and what the report measures, and where its pages are."""
-    return OPENING
+    """The title and what the page answers, then the words it uses, each defined once."""
+    return OPENING + "\n\n" + WORDS
+
+
+def read_on() -> str:
+    """Where everything else is."""
+    return READ_ON
 
 
 def how_to_read(learned: bool) -> str:

@@ -1,6 +1,7 @@
 """Which page of the report folder holds what (``harness.files.PAGES``): the student's page
-(``report.md``) holds the tutorial's traps and the traps its claims lead to, the others follow
-by kind. A link from one page to a trap on another names that page."""
+(``report.md``) holds no trap's section; the tutorial's page holds the tutorial's traps and the
+traps its claims are measured by or lead to, the others follow by kind. A link from one page to
+a trap on another names that page."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.catalogue.card import NOT_NAMED
-from harness.files import MODERN, MORE_TRAPS, PAGES, REPORT
+from harness.files import CLAIMS_PAGE, MODERN, MORE_TRAPS, PAGES, REPORT
 from harness.report.format import link
 from harness.report.results import TrapResult
 from harness.report.scorecard import CLAIMS
@@ -25,7 +26,7 @@ def trap_pages(results: list[TrapResult]) -> dict[str, str]:
     """Each trap's page."""
     student = student_traps(results)
     return {
-        r.pair.card.id: REPORT
+        r.pair.card.id: CLAIMS_PAGE
         if r.pair.card.id in student
         else MODERN
         if r.pair.card.modern
@@ -34,14 +35,14 @@ def trap_pages(results: list[TrapResult]) -> dict[str, str]:
     }
 
 
-def linker(results: list[TrapResult]) -> Callable[[str], str]:
-    """``link`` for the student's page: a trap on another page is linked with its page's
+def linker(results: list[TrapResult], here: str = REPORT) -> Callable[[str], str]:
+    """``link`` for the page ``here``: a trap on another page is linked with its page's
     name."""
     pages = trap_pages(results)
 
     def to(pitfall: str) -> str:
-        page = pages.get(pitfall, REPORT)
-        return link(pitfall, "" if page == REPORT else page)
+        page = pages.get(pitfall, here)
+        return link(pitfall, "" if page == here else page)
 
     return to
 

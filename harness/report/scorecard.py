@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.catalogue.verdicts import MEANING, Verdict
-from harness.report.format import anchor, link, num, prose, table
+from harness.catalogue.verdicts import Verdict
+from harness.files import CLAIMS_PAGE
+from harness.report.format import anchor, link, num, over_seeds, prose, table
 from harness.report.results import TrapResult
 from harness.tutorial import claims
 from harness.tutorial.own_code import example
@@ -19,6 +20,9 @@ SCORECARD = "## The tutorial, claim by claim"
 TUTORIAL_CODE = "tutorial-code"  # the anchor of the section on the tutorial's own modules
 CLAIMS_HERE = "claims-measured-here"  # the anchor of the claims no pair measures
 TRUE, FALSE, PARTLY, UNMEASURED = "true", "**false**", "partly", "not measured in this run"
+
+SEEDS = f"seeds 0–{len(claims.SEEDS) - 1}"
+RECIPROCAL = "max ulp (× 1/float vs ÷ tensor)"  # scale_precision's sweep of the tutorial's form
 
 Results = dict[str, TrapResult]
 Judged = tuple[str, str]  # (holds, the number that decides it)
@@ -48,60 +52,75 @@ def _spread(_: Results) -> Judged:
     low, high = num(min(scaled)), num(max(scaled))
     divided = f"{low} at every d_k" if low == high else f"{low}–{high}"
     return (TRUE if grows and held else FALSE), (
-        f"spread of q · k for unit-variance q, k: {num(first.unscaled)} at d_k {first.d_k}, "
-        f"{num(last.unscaled)} at {last.d_k}; divided by sqrt(d_k): {divided} (seed 0, 4,096 "
-        "pairs)"
+        f"spread of q · k: {num(first.unscaled)} at d_k {first.d_k}, {num(last.unscaled)} at "
+        f"{last.d_k}; divided by sqrt(d_k): {divided}"
+    )
+
+
+def _scale_gradients(_: Results) -> Judged:
+    g = claims.scale_gradients()
+    return (FALSE if g.ratio_min > 1 else TRUE), (
+        f"without it W_q's gradient is {num(g.ratio_min)}–{num(g.ratio_max)}x larger at d_k "
+        f"{g.d_k}, not smaller ({SEEDS})"
     )
 
 
 def _bias(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, TRUE)
-    return FALSE, (
-        "with a key bias the output and every gradient stay within float32 rounding of the "
-        "bias-free module's: softmax ignores a per-query constant"
+    trained = f"; trained, {r.learning.diagnosis.label}" if r.learning else ""
+    return PARTLY, (
+        "nothing breaks at this scale: a key bias changes no output (softmax ignores it)"
+        f"{trained}; pretraining at scale not measured"
     )
 
 
 def _bmm_safer(_: Results) -> Judged:
     b = claims.mask_broadcast()
     return (TRUE if b.bmm_error and len(b.matmul_output) == 4 else FALSE), (
-        f"a (B, 1, T, T) mask on (B, T, T) scores, B = 2: bmm raises ({b.bmm_error}); `@` "
-        f"returns {b.matmul_output}, an extra axis"
+        f"a (B, 1, T, T) mask, B = 2: bmm raises; `@` returns {b.matmul_output}, an extra axis"
     )
 
 
-def _raises_mostly(r: TrapResult, trigger_note: str, harm: str) -> Judged:
+def _raises_mostly(r: TrapResult, holds: str, harm: str) -> Judged:
     """A CONDITIONAL claim: it raises on most shapes and runs silently, doing ``harm``, on the
     trigger shape the search finds."""
     m = r.primary
     if not _is_trap(r):
         return _as_measured(r, FALSE)
-    where = f", runs silently on {m.trigger.label()}{trigger_note}" if m.trigger else ""
-    return TRUE, f"{_verdict(r)}: raises on most shapes{where}, {harm}"
+    where = f"silent on {m.trigger.label()}, " if m.trigger else ""
+    return holds, f"{_verdict(r)}: {where}{harm}"
 
 
 def _transpose(r: TrapResult) -> Judged:
-    return _raises_mostly(r, "", "mixing batch elements")
+    return _raises_mostly(r, TRUE, "mixing batch elements")
+
+
+def _missing_transpose(_: Results) -> Judged:
+    t = claims.missing_transpose()
+    return (PARTLY if t.error and t.silent_error > 0 else TRUE), (
+        f"`bmm(Q, K)` raises when d_k ≠ T, but runs when d_k = T, off by {num(t.silent_error)}"
+    )
 
 
 def _fill_zero(r: TrapResult) -> Judged:
     ex = example()
     partly = _is_trap(r)
     return (PARTLY if partly and ex.lower_triangular else TRUE if ex.lower_triangular else FALSE), (
-        "weight 0 where masked (the example's rows: lower-triangular), but a query with no "
-        f"allowed key gives NaN ({_verdict(r)}: {r.primary.reason})"
+        f"weight 0 where masked, but a query with no allowed key gives NaN ({_verdict(r)})"
     )
 
 
 def _softmax_dim(r: TrapResult) -> Judged:
-    att = r.primary.attention.set_index("run")
-    nan_rows, off = att.loc["bug", "nan_rows"], att.loc["bug", "row_sum_err"]
     if not _is_trap(r):
         return _as_measured(r, TRUE)
+    s = claims.implicit_softmax()
+    nan_rows = f"{s.nan_rows_min}" if s.nan_rows_min == s.nan_rows_max else (
+        f"{s.nan_rows_min}–{s.nan_rows_max}")  # fmt: skip
     return FALSE, (
-        f"it normalises over dim 0, the batch: rows miss summing to 1 by up to {num(off)}, and "
-        f"under the causal mask {int(nan_rows)} rows are NaN"
+        f"it normalises over dim 0, the batch: rows miss summing to 1 by "
+        f"{num(s.row_sum_min)}–{num(s.row_sum_max)}; under the causal mask {nan_rows} rows are "
+        f"NaN ({SEEDS})"
     )
 
 
@@ -110,46 +129,88 @@ def _example(_: Results) -> Judged:
     if ex.as_written == "runs":
         return TRUE, f"runs: output and weights {ex.shapes[0]}, {ex.shapes[1]}"
     return FALSE, (
-        f"as written it raises ({ex.as_written}); with a (1, 3, 3) mask: output "
-        f"{ex.shapes[0]}, weights {ex.shapes[1]}, lower-triangular: {ex.lower_triangular}"
+        f"as written it raises ({ex.as_written}); with a (1, 3, 3) mask it runs"
+        + (", lower-triangular" if ex.lower_triangular else "")
     )
 
 
 def _mask_broadcast(_: Results) -> Judged:
     b = claims.mask_broadcast()
     return (TRUE if len(b.masked) == 3 else FALSE), (
-        f"masked_fill with it gives {b.masked} for B = 2, not (2, 3, 3); bmm then raises"
+        f"masked_fill with it gives {b.masked} for B = 2, not (2, 3, 3)"
+    )
+
+
+def _reciprocal_sweep(r: TrapResult) -> str:
+    """The bound the card's sweep keeps between the tutorial's ``* (1 / math.sqrt(d_k))`` and
+    the tensor's division ("" when the card gives none)."""
+    for extra in r.extras:
+        if RECIPROCAL in extra.columns:
+            return str(extra[RECIPROCAL].iloc[-1])
+    return ""
+
+
+def _precision(r: TrapResult) -> Judged:
+    """§4.1: BENIGN, the tutorial's own form within ulps, and training alike."""
+    if _is_trap(r):
+        return _as_measured(r, TRUE)
+    bound = _reciprocal_sweep(r)
+    own = f"; `* (1 / math.sqrt(d_k))`: scores {bound} ulp apart (d_k 1–1024)" if bound else ""
+    trained = f"; trained, {r.learning.diagnosis.label}" if r.learning else ""
+    return FALSE, f"BENIGN: within rounding noise{own}{trained}"
+
+
+def _reciprocal(_: Results) -> Judged:
+    printed = claims.tensor_reciprocal()
+    return (TRUE if printed == "0.12500000000000001" else FALSE), (
+        f"it is {printed}, exactly what `1 / math.sqrt(64)` gives"
     )
 
 
 def _mask_bool(r: TrapResult) -> Judged:
-    s = r.primary.summary()
     if not _is_trap(r):
         return _as_measured(r, FALSE)
-    return TRUE, (
-        f"{_verdict(r)}: output error {num(s['err_bug'])}, where fixed.py's is within float32 "
-        "rounding: each query attends only to the keys it must not see"
+    error = (f"{over_seeds(r.spread)} ({SEEDS})" if r.spread and r.spread.low
+             else num(r.primary.summary()["err_bug"]))  # fmt: skip
+    return TRUE, f"{_verdict(r)}: each query sees only what it must not; output error {error}"
+
+
+def _float_throughout(r: TrapResult) -> Judged:
+    """§4.2's float masks everywhere: masked_fill refuses one, SDPA adds one."""
+    if not _is_trap(r):
+        return _as_measured(r, TRUE)
+    return PARTLY, (
+        "fine with `masked_fill(mask == 0, ...)`; but SDPA adds a float mask, so a 0/1 "
+        f"keep-mask leaks the future ({_verdict(r)}, output error "
+        f"{num(r.primary.summary()['err_bug'])})"
     )
 
 
-def _benign_claim(r: TrapResult) -> Judged:
-    """A trap the tutorial names that measures as BENIGN: the claim is false."""
-    if _is_trap(r):
-        return _as_measured(r, TRUE)
-    cells = ", ".join(m.dtype for m in r.cells)
-    return FALSE, f"BENIGN: output and every gradient within rounding noise ({cells})"
+def _converts(_: Results) -> Judged:
+    f = claims.float_masks()
+    raised = [e for e in (f.float_in_masked_fill, f.large_fill_in_half) if e]
+    return (FALSE if raised else TRUE), (
+        "nothing converts: `masked_fill` raises on a float mask, and -1e9 raises in float16"
+    )
 
 
 def _batch_contract(_: Results) -> Judged:
     c = claims.batch_contract()
     return (TRUE if c.bmm_error else FALSE), (
-        f"queries of batch 2 against keys of batch 3: bmm raises; against batch 1, `@` "
-        f"broadcasts silently to {c.matmul_shape}"
+        f"batch 2 against batch 3: bmm raises; against batch 1, `@` broadcasts to {c.matmul_shape}"
     )
 
 
 def _v_layout(r: TrapResult) -> Judged:
-    return _raises_mostly(r, " (d_v == T)", "mixing features with positions")
+    return _raises_mostly(r, PARTLY, "mixing features with positions")
+
+
+def _bmm_always(_: Results) -> Judged:
+    apart = claims.bmm_matches_matmul()
+    return (PARTLY if apart == 0 else TRUE), (
+        f"on the same 3-D tensors they agree to the bit (largest difference {num(apart)}); "
+        "only `@` broadcasts"
+    )
 
 
 def _init(r: TrapResult) -> Judged:
@@ -157,16 +218,24 @@ def _init(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, TRUE)
     return FALSE, (
-        f"BENIGN: {r.primary.reason}; mean entropy {num(s['entropy_bug'])} with the default, "
-        f"{num(s['entropy_fix'])} with xavier (the sharper)"
+        f"BENIGN: healthy over {r.primary.seeds} seeds; mean entropy {num(s['entropy_bug'])} "
+        f"with the default, {num(s['entropy_fix'])} with xavier (the sharper)"
+    )
+
+
+def _xavier(_: Results) -> Judged:
+    x = claims.xavier_variance()
+    said_right = abs(x.measured - x.said) < abs(x.measured - x.formula)
+    return (TRUE if said_right else FALSE), (
+        f"{num(x.measured)} measured ({x.fan_in} → {x.fan_out}): 2/(fan_in + fan_out) = "
+        f"{num(x.formula)}, 1/fan_in = {num(x.said)}"
     )
 
 
 def _head_parameters(_: Results) -> Judged:
     split, single = claims.head_parameters()
     return (TRUE if split == single else FALSE), (
-        f"{split:,} projection weights with 8 heads of width 64, {single:,} with one head of "
-        "width 512 (d_model 512)"
+        f"{split:,} weights with 8 heads of width 64, {single:,} with one of 512"
     )
 
 
@@ -174,25 +243,33 @@ def _head_loop(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, FALSE)
     return PARTLY, (
-        "BENIGN: within rounding noise of one fused projection; h small matmuls instead of "
-        "one (slower: the ratio is in timings.md, which each run writes beside this page)"
+        "BENIGN: the same numbers as one fused projection, only slower (the ratio: timings.md, "
+        "which each run writes)"
+    )
+
+
+def _parallel(_: Results) -> Judged:
+    loop = claims.head_loop()
+    serial = loop.loop_products > loop.products_per_head
+    return (FALSE if serial else TRUE), (
+        f"its {loop.heads} heads run one after another: {loop.loop_products} matrix products "
+        f"a call, {loop.products_per_head} per head"
     )
 
 
 def _unnormalised(_: Results) -> Judged:
     u = claims.unnormalised_exp()
     return (TRUE if u.error_max < 0.1 else FALSE), (
-        f"rows of exp(Q K^T / sqrt(d_k)) sum to {num(u.row_sum_min)}–{num(u.row_sum_max)}, "
-        f"not 1; the output is off by {num(u.error_min)}–{num(u.error_max)}x its own scale "
-        f"(T 128, d_k 64, seeds 0–{len(claims.SEEDS) - 1})"
+        f"rows sum to {num(u.row_sum_min)}–{num(u.row_sum_max)}, not 1; the output is off by "
+        f"{num(u.error_min)}–{num(u.error_max)}x its own scale ({SEEDS})"
     )
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One row: where the tutorial says it, what it says, what to write, and how it is judged:
-    by the pair ``trap`` (its result is handed to ``judge``) or, where ``trap`` is "", by a
-    measurement of its own (``judge`` gets every result)."""
+    """One row: where the tutorial says it, what it says (its hedges kept), what to write, and
+    how it is judged: by the pair ``trap`` (its result is handed to ``judge``) or, where
+    ``trap`` is "", by a measurement of its own (``judge`` gets every result)."""
 
     section: str
     says: str
@@ -206,14 +283,20 @@ class Claim:
 CLAIMS = [
     Claim("§2", "a large d_k makes dot products explode, so divide by sqrt(d_k)",
           "`scores / math.sqrt(d_k)`", _spread, where=CLAIMS_HERE, leads_to="missing_scale"),
-    Claim("§3.2", "`bias=False` is required: a bias breaks attention's symmetry and stability",
+    Claim("§3.1", "the scale keeps the gradients from vanishing",
+          "keep the scale: it tames large gradients", _scale_gradients, where=CLAIMS_HERE),
+    Claim("§3.2", "`bias=False` is the paper's; a bias may break symmetry and stability "
+          "(early stopping sooner) in large-scale pretraining",
           "either; a key bias is dead weight", _bias, trap="qkv_bias"),
     Claim("§3.2", "`bmm` is safer than `@`, which broadcasts silently",
           "bmm on 3-D tensors, or assert the shapes", _bmm_safer, trap="mask_rank"),
     Claim("§3.2", "`K.transpose(0, 1)` gives a bmm error or a garbled result",
           "`K.transpose(-2, -1)`", _transpose, trap="transpose"),
+    Claim("§3.2", "leaving out K's transpose gives a bmm error",
+          "`K.transpose(-2, -1)`, and test with d_k ≠ T", _missing_transpose,
+          where=CLAIMS_HERE),
     Claim("§3.2", "`masked_fill(mask == 0, -inf)` then softmax puts weight 0 there",
-          "`-inf`, with rows that have no allowed key zeroed", _fill_zero,
+          "zero the rows with no allowed key", _fill_zero,
           trap="fully_masked_row"),
     Claim("§3.2", "without `dim=-1` softmax normalises over all elements",
           "`F.softmax(scores, dim=-1)`", _softmax_dim, trap="softmax_dim"),
@@ -221,23 +304,38 @@ CLAIMS = [
           "a (B, T, T) mask, or scores (B, h, T, T)", _mask_broadcast, trap="mask_rank"),
     Claim("§3.3", "the example prints output and weights of shape (1, 3, 3), lower-triangular",
           "a (B, T, T) mask for (B, T, T) scores", _example, where=TUTORIAL_CODE),
-    Claim("§4.1", "`1 / math.sqrt(d_k)` loses precision: keep the scale a float32 tensor",
-          "`scores / math.sqrt(d_k)`", _benign_claim, trap="scale_precision"),
+    Claim("§4.1", "`1 / math.sqrt(d_k)` loses precision, and the loss jitters over thousands "
+          "of steps: use a float32 tensor",
+          "`scores / math.sqrt(d_k)`", _precision, trap="scale_precision"),
+    Claim("§4.1", "`1 / torch.sqrt(torch.tensor(64.))` is 0.12500000000000001",
+          "either: both are exact", _reciprocal, where=CLAIMS_HERE),
     Claim("§4.2", "`masked_fill(mask.bool(), -1e9)` on a keep-mask fills the wrong positions",
           "`masked_fill(mask == 0, float('-inf'))`", _mask_bool, trap="mask_bool"),
+    Claim("§4.2", "use float masks throughout",
+          "a bool mask, True = attend, for SDPA", _float_throughout,
+          trap="sdpa_float_mask"),
+    Claim("§4.2", "PyTorch converts between a -1e9 fill and a bool mask implicitly",
+          "a bool mask, and `torch.finfo(dtype).min` as the fill", _converts,
+          where=CLAIMS_HERE, leads_to="fill_overflow_half"),
     Claim("§4.3", "bmm needs the batch sizes to match (cross-attention)",
-          "check both batches; expand a batch of 1 on purpose", _batch_contract,
+          "check both batch sizes", _batch_contract,
           where=CLAIMS_HERE),
     Claim("§4.4", "V laid out as (B, d_v, T) breaks `weights @ V`",
-          "V as (B, T, d_v)", _v_layout, trap="v_layout"),
+          "V as (B, T, d_v), and test with d_v ≠ T", _v_layout, trap="v_layout"),
+    Claim("§4.4", "always use `bmm`, never `@`",
+          "either on 3-D tensors; assert the shapes", _bmm_always, where=CLAIMS_HERE),
     Claim("§4.5", "nn.Linear's default init makes Q K^T too large or too small: use xavier",
           "the default; avoid `normal_(std=1)`", _init, trap="init_variance",
           leads_to="init_unit_variance"),
+    Claim("§4.5", "xavier's variance is 1/fan_in",
+          "2/(fan_in + fan_out)", _xavier, where=CLAIMS_HERE),
     Claim("§5.1", "heads of width d_model / h keep the parameter count",
           "split with `view(B, T, h, d_k).transpose(1, 2)`", _head_parameters, where=CLAIMS_HERE,
           leads_to="head_split_view"),
     Claim("§5.2", "multi-head attention as a `ModuleList` of single heads",
           "one projection for all heads, heads as an axis", _head_loop, trap="head_loop"),
+    Claim("§5.2", "the heads are computed in parallel",
+          "heads as an axis of one product", _parallel, where=CLAIMS_HERE),
     Claim("§6.3", "`exp(Q K^T)` without softmax's normalisation: faster, nearly lossless",
           "softmax, or divide by the row sums", _unnormalised, where=CLAIMS_HERE),
 ]  # fmt: skip
@@ -252,48 +350,57 @@ def judged(claim: Claim, results: Results) -> Judged:
     return claim.judge(results[claim.trap])
 
 
-def scorecard_table(results: list[TrapResult]) -> pd.DataFrame:
+def scorecard_table(results: list[TrapResult], to: Callable[[str], str] = link) -> pd.DataFrame:
+    """One row a claim, its trap linked with ``to`` (by default on the same page)."""
     by_id = {r.pair.card.id: r for r in results}
     rows = []
     for claim in CLAIMS:
         holds, number = judged(claim, by_id)
-        shown = link(claim.trap) if claim.trap else f"[below](#{claim.where})"
-        instead = claim.instead + (f" (see {link(claim.leads_to)})" if claim.leads_to else "")
+        where = CLAIMS_PAGE if claim.where == CLAIMS_HERE else ""
+        shown = to(claim.trap) if claim.trap else f"[here]({where}#{claim.where})"
+        instead = claim.instead + (f" (see {to(claim.leads_to)})" if claim.leads_to else "")
         rows.append({"§": claim.section, "the tutorial says": claim.says, "holds?": holds,
                      "the number that decides it": number, "write instead": instead,
                      "measured in": shown})  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def verdict_words() -> str:
-    """What the scorecard's verdicts mean (the legend's words, less INCONCLUSIVE, which no
-    pair's combined verdict is here)."""
-    meanings = "; ".join(f"{v}, {m}" for v, m in MEANING.items() if v is not Verdict.INCONCLUSIVE)
-    return prose(
-        "The verdicts in *the number that decides it* are the measurement's, buggy.py against "
-        f"fixed.py: {meanings}. Rounding noise is the floor, fixed.py's own error against "
-        "float64 in the same dtype. An *output error* is the largest |difference| from fixed.py "
-        "run in float64, in the output's own units."
-    )
+BOOL_OR_FLOAT = (
+    "**Bool or float mask?** The dtype is not what goes wrong: what matters is which value "
+    "means attend (1 and True keep a key in the tutorial's `mask == 0` form; `mask.bool()` "
+    "turns that round) and what fills a blocked score (`-inf`, or the dtype's smallest value; "
+    "-1e9 does not fit in float16); the dtype matters in one place, SDPA, which adds a float "
+    "mask to the scores, so a 0/1 float keep-mask there leaks the future."
+)
 
 
-def scorecard(results: list[TrapResult]) -> str:
-    """The scorecard section: the table, what its verdict words mean, how the rows no pair
-    measures were measured."""
-    parts = [SCORECARD, "", table(scorecard_table(results)), "", verdict_words(), ""]
-    return "\n".join([*parts, claims_measured_here()])
+def scorecard(results: list[TrapResult], to: Callable[[str], str] = link) -> str:
+    """The scorecard section: the table (traps linked with ``to``), then the answer to bool
+    against float."""
+    rows = table(scorecard_table(results, to))
+    return "\n".join([SCORECARD, "", rows, "", prose(BOOL_OR_FLOAT)])
 
 
 def claims_measured_here() -> str:
-    """How the rows measured here, not by a pair, were measured: beside the table."""
+    """How the scorecard's rows that no pair measures were measured: on the tutorial's page."""
     text = (
-        "The rows not measured by a pair (all on the CPU in float32, from seeded generators, "
-        "by `harness/tutorial/claims.py`): §2, the standard deviation of q · k over 4,096 pairs "
-        "of unit-variance vectors per d_k; §4.3, `bmm` and `@` on queries and keys whose batch "
-        "sizes differ; §5.1, the weights of W_q, W_k, W_v and W_o counted both ways; §6.3, "
-        "`exp(Q K^T / sqrt(d_k)) @ V` against `softmax(Q K^T / sqrt(d_k)) @ V` for "
-        "unit-variance q, k, v (128 tokens, d_k 64), its largest error over the largest |value| "
-        "of softmax's output, over ten seeds. Wall-clock speed is not in this file (it varies "
-        'from run to run), so §6.3\'s "3x faster" is not judged here: the loss it pays is.'
+        "The scorecard's rows that no pair measures, each by a function of "
+        "`harness/tutorial/claims.py`, on the CPU in float32 from seeded generators: §2, the "
+        "standard deviation of q · k over 4,096 pairs of unit-variance vectors per d_k (seed "
+        "0); §3.1, the norm of W_q's gradient in the tutorial's `ScaledDotProductAttention(256, "
+        "256, 256)` (its default init, unit-variance x of 4 x 32 tokens, a random upstream "
+        "gradient) with its scale and with the scale set to 1, over seeds 0–9; §3.2, `bmm(Q, "
+        "K)` on (2, 4, 8) tensors and on (2, 4, 4) ones; §4.1, `1 / torch.sqrt(torch.tensor("
+        "64.0))` printed; §4.2, `masked_fill` given a 0/1 float mask, and a -1e9 fill on "
+        "float16 scores; §4.3, `bmm` and `@` on queries and keys whose batch sizes differ; "
+        "§4.4, `bmm` against `@` on the same (4, 16, 64) tensors; §4.5, the variance of "
+        "`xavier_uniform_` on a 64 x 512 weight (seed 0); §5.1, the weights of W_q, W_k, W_v "
+        "and W_o counted both ways; §5.2, the matrix products one call of the tutorial's "
+        "`MultiHeadAttention(512, 8)` runs, counted as it runs; §6.3, `exp(Q K^T / sqrt(d_k)) "
+        "@ V` against softmax's for unit-variance q, k, v (128 tokens, d_k 64), its largest "
+        "error over the largest |value| of softmax's output, over seeds 0–9. Wall-clock speed "
+        'varies from run to run, so §6.3\'s "3x faster" is not judged here: the loss it pays '
+        "is."
     )
-    return anchor(CLAIMS_HERE) + "\n" + prose(text)
+    heading = "## How the claims no pair measures were measured"
+    return f"{anchor(CLAIMS_HERE)}\n{heading}\n\n{prose(text)}"

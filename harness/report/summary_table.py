@@ -8,6 +8,7 @@ import pandas as pd
 
 from harness.catalogue.judge import Measurement
 from harness.catalogue.spread import SEEDS
+from harness.files import CLAIMS_PAGE
 from harness.report import learning
 from harness.report.format import (
     LEARNED_COLUMN,
@@ -58,7 +59,7 @@ def cosine_cell(m: Measurement) -> str:
 
 def summary(results: list[TrapResult]) -> str:
     devices = list(dict.fromkeys(m.device for r in results for m in r.cells))
-    rows, to = [], linker(results)
+    rows, to = [], linker(results, here=CLAIMS_PAGE)
     for r in results:
         row = {"trap": to(r.pair.card.id), "§": r.pair.card.section}
         for device in devices:

@@ -1,13 +1,16 @@
-"""report.md's way in from what a student sees: each symptom with the traps whose measurements
-show it (the rules are ``symptoms``'), then how the fixes meet each other's traps."""
+"""The way in from what a student sees: each symptom with the traps whose measurements show it
+(the rules are ``symptoms``'). On the student's page, the traps by name, the tutorial's first;
+on the tutorial's page, each with its evidence, then how the fixes meet each other's traps."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness.catalogue.card import NOT_NAMED
+from harness.files import CLAIMS_PAGE
 from harness.report import symptoms
-from harness.report.format import named, prose
-from harness.report.pages import linker
+from harness.report.format import anchor, named, prose
+from harness.report.pages import linker, student_traps
 from harness.report.results import TrapResult
 
 
@@ -30,7 +33,8 @@ def fixes_together(to: Callable[[str], str]) -> str:
 def symptom_index(results: list[TrapResult], timed: set[str]) -> str:
     """Symptoms a student sees, each with the traps whose measurements show it."""
     lines = [
-        "## From a symptom to its traps",
+        f"{anchor(EVIDENCE)}",
+        "## From a symptom to its traps, with the evidence",
         "",
         "Each trap is listed under a symptom only when its own measurement shows it; the "
         "evidence follows its name. "
@@ -43,9 +47,44 @@ def symptom_index(results: list[TrapResult], timed: set[str]) -> str:
         ),
     ]
     sections = {r.pair.card.id: r.pair.card.section for r in results}
-    to = linker(results)
+    to = linker(results, here=CLAIMS_PAGE)
     for name, measured_as, hits in symptoms.index(results, timed):
         lines += ["", f"**{name}** ({measured_as}):", ""]
         lines += [f"- {to(trap)}{named(sections[trap])}: {evidence}" for trap, evidence in hits]
         lines += [] if hits else ["- none here"]
     return "\n".join([*lines, "", fixes_together(to)])
+
+
+EVIDENCE = "symptoms-evidence"  # the anchor of the index with its evidence, on the tutorial's page
+
+
+def _names(traps: list[str], to: Callable[[str], str]) -> str:
+    return ", ".join(to(t) for t in traps)
+
+
+def symptom_summary(results: list[TrapResult], timed: set[str]) -> str:
+    """The student's index: each symptom with the traps that show it by name, the tutorial's
+    own first, then those its advice leads to, then the rest; where none of the tutorial's
+    traps causes a symptom, it says so."""
+    sections = {r.pair.card.id: r.pair.card.section for r in results}
+    near = student_traps(results)
+    to = linker(results)
+    lines = [
+        "## From a symptom to its traps",
+        "",
+        prose(
+            "A trap is listed only where its own measurement shows the symptom ([the "
+            f"evidence]({CLAIMS_PAGE}#{EVIDENCE})); *its advice*: traps the tutorial's claims "
+            "lead to."
+        ),
+    ]
+    for name, _, hits in symptoms.index(results, timed):
+        found = [trap for trap, _ in hits]
+        named = [t for t in found if sections[t] != NOT_NAMED]
+        advice = [t for t in found if sections[t] == NOT_NAMED and t in near]
+        rest = [t for t in found if t not in near and sections[t] == NOT_NAMED]
+        parts = [f"the tutorial's: {_names(named, to)}" if named else "none of the tutorial's"]
+        parts += [f"its advice: {_names(advice, to)}"] if advice else []
+        parts += [f"beyond it: {_names(rest, to)}"] if rest else []
+        lines += ["", f"- **{name}**: " + "; ".join(parts) + "."]
+    return "\n".join(lines)

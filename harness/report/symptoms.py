@@ -125,7 +125,7 @@ def odd_map(r: TrapResult) -> str | None:
         if bug["entropy_mean"] > 1:
             toward = "above 1: weight on keys it must not see"
         entropies = f"{num(fix['entropy_mean'])} → {num(bug['entropy_mean'])}"
-        return f"entropy {entropies} ({toward})"
+        return f"entropy {entropies} (d_k {m.shape.d_k}, {toward})"
     return None
 
 
@@ -150,7 +150,9 @@ def inference(r: TrapResult) -> str | None:
         return evidence
     card, m = r.pair.card, r.primary
     if card.how.cached and r.overall(m.device) is not Verdict.BENIGN:
-        return f"{card.scenario} through the cache differs from the full forward: {m.reason}"
+        return (
+            f"{card.scenario} through the cache differs from the full forward: {m.cell}: {m.reason}"
+        )
     return next((f"{probe}: buggy.py {found}" for probe, found in m.bug_findings.items()), None)
 
 
@@ -244,7 +246,7 @@ def index(results: list[TrapResult], timed: set[str]) -> list[tuple[str, str, li
     found.append(("It is slow", "wall-clock time, kept apart from this file as it varies", hits))
     listed = {trap for _, _, hits in found for trap, _ in hits}
     rest = [
-        (r.pair.card.id, r.primary.reason)
+        (r.pair.card.id, f"{r.primary.cell}: {r.primary.reason}")
         for r in results
         if r.pair.card.id not in listed and r.overall(r.primary.device) is not Verdict.BENIGN
     ]

@@ -18,6 +18,7 @@ import pandas as pd
 
 from harness.errors import UsageError, shorten
 from harness.files import (
+    CLAIMS_PAGE,
     DOCTOR,
     IMAGES,
     MODERN,
@@ -32,13 +33,13 @@ from harness.interrupts import uninterrupted
 from harness.report import diff, publish, store
 from harness.report.appendix import appendix
 from harness.report.doctor_tables import TABLES, TUTORIAL
-from harness.report.opening import how_to_read, opening, reproduce
-from harness.report.pages import joined, read_pages, trap_pages
+from harness.report.opening import CLAIMS_INTRO, how_to_read, opening, read_on, reproduce
+from harness.report.pages import joined, linker, read_pages, trap_pages
 from harness.report.results import Grid, TrapResult
-from harness.report.scorecard import scorecard
+from harness.report.scorecard import claims_measured_here, scorecard
 from harness.report.store import Store
 from harness.report.summary_table import summary
-from harness.report.symptom_index import symptom_index
+from harness.report.symptom_index import symptom_index, symptom_summary
 from harness.report.timings import draw_timings, timings_text
 from harness.report.traps import MORE_INTRO, category_sections, modern_sections
 from harness.report.tutorial_code import check_your_own, tutorial_code
@@ -66,16 +67,22 @@ def render(
     on = {name: [r for r in results if page[r.pair.card.id] == name] for name in PAGES}
     student = [
         opening(),
-        scorecard(results),
+        scorecard(results, linker(results)),
         tutorial_code(doctor.get(TUTORIAL)),
+        symptom_summary(results, timed),
         check_your_own(),
-        symptom_index(results, timed),
+        read_on(),
+    ]
+    claims_page = [
+        CLAIMS_INTRO,
         how_to_read(learned),
+        claims_measured_here(),
+        symptom_index(results, timed),
         summary(results),
-        category_sections(on[REPORT], images),
+        category_sections(on[CLAIMS_PAGE], images),
         reproduce(grid, unavailable, cards, learned),
     ]
-    pages = {REPORT: student}
+    pages = {REPORT: student, CLAIMS_PAGE: claims_page}
     if on[MORE_TRAPS]:
         pages[MORE_TRAPS] = [MORE_INTRO, category_sections(on[MORE_TRAPS], images)]
     if on[MODERN]:

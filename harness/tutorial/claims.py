@@ -9,7 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from harness.tutorial.own_code import tutorial_class
 
 SEEDS = range(10)  # the seeds a seed-dependent number is given over, as a range
 
@@ -115,3 +119,176 @@ def unnormalised_exp(seq_len: int = 128, d_k: int = 64) -> Unnormalised:
         errors.append(((weights @ v - reference).abs().max() / reference.abs().max()).item())
     rows = torch.cat(sums)
     return Unnormalised(rows.min().item(), rows.max().item(), min(errors), max(errors))
+
+
+@dataclass(frozen=True)
+class ScaleGradients:
+    """§3.1: the tutorial's head with and without its scale, the norm of W_q's gradient, over
+    ``SEEDS``: the scale is said to keep gradients from vanishing."""
+
+    d_k: int
+    ratio_min: float  # W_q's gradient norm without the scale over with it, smallest seed
+    ratio_max: float
+
+
+def _w_q_gradient(head: nn.Module, x: Tensor, upstream: Tensor) -> float:
+    head.zero_grad()
+    output, _ = head(x)
+    (output * upstream).sum().backward()
+    return head.W_q.weight.grad.norm().item()
+
+
+def scale_gradients(d_k: int = 256, batch: int = 4, seq_len: int = 32) -> ScaleGradients:
+    """``ScaledDotProductAttention(d_k, d_k, d_k)`` as the tutorial writes it (its default
+    init), on unit-variance x, then the same weights with ``self.scale`` set to 1."""
+    head_class = tutorial_class("ScaledDotProductAttention")
+    ratios = []
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        head = head_class(d_k, d_k, d_k)
+        x = _randn(batch, seq_len, d_k, seed=seed)  # (B, T, d_model)
+        upstream = _randn(batch, seq_len, d_k, seed=seed + 1000)  # (B, T, d_v)
+        scaled = _w_q_gradient(head, x, upstream)
+        head.scale = torch.tensor(1.0)  # no division
+        ratios.append(_w_q_gradient(head, x, upstream) / scaled)
+    return ScaleGradients(d_k, min(ratios), max(ratios))
+
+
+@dataclass(frozen=True)
+class MissingTranspose:
+    """§3.2: ``bmm(Q, K)`` with K's transpose left out."""
+
+    error: str  # what it raises when d_k != T
+    silent_error: float  # its largest |difference| from bmm(Q, K^T) where d_k == T (it runs)
+
+
+def missing_transpose(batch: int = 2, seq_len: int = 4, d_k: int = 8) -> MissingTranspose:
+    q, k = _randn(batch, seq_len, d_k, seed=0), _randn(batch, seq_len, d_k, seed=1)
+    error = _error_of(lambda: torch.bmm(q, k))
+    square_q, square_k = q[..., :seq_len], k[..., :seq_len]  # d_k == T: the shapes let it run
+    wrong = torch.bmm(square_q, square_k)
+    right = torch.bmm(square_q, square_k.transpose(1, 2))
+    return MissingTranspose(error, (wrong - right).abs().max().item())
+
+
+@dataclass(frozen=True)
+class FloatMasks:
+    """§4.2: what torch does with a float mask and a -1e9 fill, where the tutorial says it
+    "converts implicitly"."""
+
+    float_in_masked_fill: str  # masked_fill given a 0/1 float mask: its error
+    large_fill_in_half: str  # masked_fill(mask, -1e9) on float16 scores: its error
+
+
+def float_masks(seq_len: int = 3) -> FloatMasks:
+    scores = _randn(seq_len, seq_len, seed=0)
+    keep = torch.tril(torch.ones(seq_len, seq_len))  # a 0/1 float keep-mask
+    return FloatMasks(
+        _error_of(lambda: scores.masked_fill(keep, float("-inf"))),
+        _error_of(lambda: scores.half().masked_fill(keep == 0, -1e9)),
+    )
+
+
+def bmm_matches_matmul(batch: int = 4, seq_len: int = 16, d_k: int = 64) -> float:
+    """§4.4: the largest |bmm(Q, K^T) - Q @ K^T| on the same 3-D tensors (0: the same
+    numbers)."""
+    q, k = _randn(batch, seq_len, d_k, seed=0), _randn(batch, seq_len, d_k, seed=1)
+    k_t = k.transpose(1, 2)
+    return (torch.bmm(q, k_t) - q @ k_t).abs().max().item()
+
+
+@dataclass(frozen=True)
+class XavierVariance:
+    """§4.5: the variance of ``xavier_uniform_``'s weights, against the two formulas."""
+
+    fan_in: int
+    fan_out: int
+    measured: float
+
+    @property
+    def said(self) -> float:  # the tutorial's 1/fan_in
+        return 1 / self.fan_in
+
+    @property
+    def formula(self) -> float:  # Glorot and Bengio's 2/(fan_in + fan_out)
+        return 2 / (self.fan_in + self.fan_out)
+
+
+def xavier_variance(fan_in: int = 512, fan_out: int = 64) -> XavierVariance:
+    """W_q of the tutorial's §5 sizes (d_model 512 to d_k 64), drawn once from seed 0."""
+    weight = torch.empty(fan_out, fan_in)
+    nn.init.xavier_uniform_(weight, generator=torch.Generator().manual_seed(0))
+    return XavierVariance(fan_in, fan_out, weight.var().item())
+
+
+def tensor_reciprocal(d_k: int = 64) -> str:
+    """§4.1: ``1 / torch.sqrt(torch.tensor(d_k))`` as Python prints it."""
+    return repr((1 / torch.sqrt(torch.tensor(float(d_k)))).item())
+
+
+class _CountProducts(TorchFunctionMode):
+    """Counts the matrix products a forward calls (``linear``, ``bmm``, ``matmul``, ``@``)."""
+
+    PRODUCTS = frozenset({F.linear, torch.bmm, torch.matmul, Tensor.matmul, Tensor.__matmul__})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += func in self.PRODUCTS
+        return func(*args, **(kwargs or {}))
+
+
+def products_per_call(module: nn.Module, x: Tensor) -> int:
+    """How many matrix products one call of ``module`` on ``x`` runs, one after another."""
+    with torch.no_grad(), _CountProducts() as counter:
+        module(x)
+    return counter.count
+
+
+@dataclass(frozen=True)
+class HeadLoop:
+    """§5.2: the tutorial's ``ModuleList`` of heads, and how many products it runs per call."""
+
+    heads: int
+    loop_products: int  # the tutorial's MultiHeadAttention: each head's own, in turn
+    products_per_head: int
+
+
+def head_loop(d_model: int = 512, heads: int = 8) -> HeadLoop:
+    torch.manual_seed(0)
+    mha = tutorial_class("MultiHeadAttention")(d_model, heads)
+    x = _randn(1, 4, d_model, seed=0)  # (B, T, d_model)
+    one = products_per_call(mha.heads[0], x)
+    return HeadLoop(heads, products_per_call(mha, x), one)
+
+
+@dataclass(frozen=True)
+class ImplicitSoftmax:
+    """§3.2: softmax without ``dim`` on the tutorial's (B, T, T) scores, over ``SEEDS``."""
+
+    row_sum_min: float  # the largest |row sum - 1| of the weights, on the kindest seed
+    row_sum_max: float  # and on the worst
+    nan_rows_min: int  # rows holding NaN under the causal mask
+    nan_rows_max: int
+
+
+def implicit_softmax(
+    batch: int = 2, seq_len: int = 5, d_model: int = 16, d_k: int = 8
+) -> ImplicitSoftmax:
+    """The tutorial's head's scores (its default init, unit-variance x) given to
+    ``F.softmax`` with no ``dim``, which picks dim 0 for a 3-D tensor: the batch."""
+    head_class = tutorial_class("ScaledDotProductAttention")
+    causal = torch.tril(torch.ones(seq_len, seq_len)).expand(batch, -1, -1)  # (B, T, T)
+    sums, nans = [], []
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        head = head_class(d_model, d_k, d_k)
+        x = _randn(batch, seq_len, d_model, seed=seed)  # (B, T, d_model)
+        with torch.no_grad():
+            scores = torch.bmm(head.W_q(x), head.W_k(x).transpose(1, 2)) / head.scale  # (B, T, T)
+            sums.append((F.softmax(scores, dim=0).sum(-1) - 1).abs().max().item())  # dim=None's
+            masked = scores.masked_fill(causal == 0, float("-inf"))
+            nans.append(int(F.softmax(masked, dim=0).isnan().any(-1).sum()))
+    return ImplicitSoftmax(min(sums), max(sums), min(nans), max(nans))
