@@ -10,7 +10,7 @@ from harness.catalogue.judge import measure
 from harness.catalogue.learn import learn
 from harness.catalogue.registry import load
 from harness.report import TrapResult, symptoms
-from harness.report.symptom_index import symptom_summary
+from harness.report.symptom_index import symptom_summary, tally
 
 CPU = torch.device("cpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -167,7 +167,21 @@ def summary_lines(*pitfalls: str) -> dict[str, str]:
 def test_the_students_index_names_the_tutorials_traps_first_and_says_where_it_has_none():
     lines = summary_lines("causal_leak", "missing_scale", "mask_bool")
     odd = lines[ODD_MAP]
-    assert odd.index("the tutorial's: [`mask_bool`]") < odd.index("its advice: [`missing_scale`]")
-    assert odd.index("its advice:") < odd.index("beyond it: [`causal_leak`]")
+    assert odd.index("the tutorial's: [`mask_bool`]") < odd.index("near it: [`missing_scale`]")
+    assert odd.index("near it:") < odd.index("others: [`causal_leak`]")
     assert lines[NAN].endswith(": none of the tutorial's.")  # and nothing else shows it here
     assert "[`mask_bool`](tutorial.md#mask_bool)" in odd  # linked to where its section is
+
+
+@pytest.mark.parametrize(
+    ("evidence", "said"),
+    [
+        ("training: learns slower 4/5 · does not learn 1/5: seed 0: learns slower (x)",
+         "learns slower 4/5"),
+        ("training: mixed: learns slower 3/5 · does not learn 2/5: seed 0: ...",
+         "mixed: learns slower 3/5"),
+        ("cpu float32: non-finite: output[0, 0, 0] = nan", None),
+    ],
+)  # fmt: skip
+def test_the_students_index_quotes_only_a_training_tally(evidence: str, said: str | None):
+    assert tally(evidence) == said

@@ -2,10 +2,12 @@
 
 import math
 
+import pandas as pd
 import pytest
 
+from harness.report.tutorial_code import verdict
 from harness.tutorial import claims
-from harness.tutorial.own_code import CLASSES, diagnoses, example
+from harness.tutorial.own_code import CLASSES, Example, diagnoses, example
 
 
 def test_dot_products_spread_as_sqrt_d_k_and_the_scale_holds_them_at_one() -> None:
@@ -100,3 +102,15 @@ def test_softmax_without_a_dim_normalises_the_batch() -> None:
     s = claims.implicit_softmax(batch=2, seq_len=5)
     assert s.row_sum_min > 0.1  # no row of the last axis is a distribution
     assert s.nan_rows_min > 0  # rows masked in every batch element are NaN
+
+
+def test_whether_the_tutorials_code_is_right_follows_its_example_and_the_doctor() -> None:
+    rows = [("(B, T, T)", "healthy"), ("(B, 1, T, T)", "1 problem(s)")]
+    doctor = pd.DataFrame(rows, columns=["mask", "doctor"])
+    raises = Example("RuntimeError: x", ((1, 3, 3), (1, 3, 3)), True)
+    said = verdict(raises, doctor)
+    assert said == ("So its arithmetic is right (with a (B, T, T) mask), but its (B, 1, T, T) "
+                    "mask and its example as written fail.")  # fmt: skip
+    runs = Example("runs", ((1, 3, 3), (1, 3, 3)), True)
+    healthy = doctor.assign(doctor="healthy")
+    assert verdict(runs, healthy) == "So the tutorial's code is right as it stands."

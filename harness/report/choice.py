@@ -6,7 +6,10 @@ on (a CONDITIONAL trap's trigger shape, a NUMERIC trap's edge inputs). It shows 
 weights, fixed.py beside buggy.py, unless they are the same and only the outputs differ (the bug
 is in how the output is assembled): then the outputs and their difference. Of the batch rows
 (and heads) it shows the one where buggy.py differs most from fixed.py, a NaN counting as most.
-Where fixed.py and buggy.py look the same in both, there is no heatmap: it would show nothing.
+Where fixed.py and buggy.py look the same in both, there is no heatmap: it would show nothing;
+nor where they differ by less than a tenth of the colour scale (too faint to see at a glance), nor
+for a BENIGN trap, whose two maps are both healthy: drawn side by side, a student would read the
+difference as a fault.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from harness.report.results import TrapResult
 
 BITES = (Verdict.SILENT, Verdict.LOUD, Verdict.CONDITIONAL, Verdict.NUMERIC)
 SAME = 10.0**-DECIMALS  # arrays this close, as drawn, look the same
+VISIBLE = 0.1  # a difference below this share of the colour scale is too faint to see
 WEIGHTS = "attention weights"
 OUTPUT = "output"
 
@@ -99,6 +103,23 @@ def choose(r: TrapResult) -> Choice | None:
     return None
 
 
+def faintness(choice: Choice) -> float:
+    """The largest |buggy - fixed| of the map drawn, as a share of its colour scale (weights:
+    0 to 1; outputs: the largest |value|); 1 where one is missing, of another shape or not
+    finite where the other is."""
+    source = choice.cell.weights if choice.kind == WEIGHTS else choice.cell.outputs
+    fix, bug = (as_array(source.get(k)) for k in ("fix", "bug"))
+    if fix is None or bug is None or fix.shape != bug.shape:
+        return 1.0
+    fix, bug = fix[choice.index], bug[choice.index]
+    broken, largest = divergence(fix, bug)
+    if broken:
+        return 1.0
+    finite = np.abs(np.concatenate([fix[np.isfinite(fix)], bug[np.isfinite(bug)]]))
+    scale = 1.0 if choice.kind == WEIGHTS else float(finite.max(initial=SAME))
+    return largest / max(scale, SAME)
+
+
 def heatmap_absent(r: TrapResult) -> str | None:
     """Why ``r`` has no heatmap (``choose``), in a clause; None when it has one."""
     choice = choose(r)
@@ -108,5 +129,15 @@ def heatmap_absent(r: TrapResult) -> str | None:
         return (
             f"fixed.py and buggy.py give the same attention weights and outputs to {DECIMALS} "
             "decimals, so a heatmap of them would show nothing"
+        )
+    if r.overall(r.primary.device) is Verdict.BENIGN:
+        return (
+            "the claimed trap does not exist, and two healthy maps side by side would read as "
+            "a fault"
+        )
+    if (share := faintness(choice)) < VISIBLE:
+        return (
+            f"buggy.py's {choice.kind} differ from fixed.py's by at most {share:.0%} of the "
+            "colour scale, too faint to see; the numbers above say how much"
         )
     return None

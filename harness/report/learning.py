@@ -81,8 +81,10 @@ INTRO = prose(
     f"the first seed that gives the claim (named in the text). Each picture shows both loss "
     f"curves on a log axis, then the attention each module gives the first evaluation row "
     f"after training (heads averaged, blocked keys hatched; by generation where the bug is "
-    f"wrong only there). These numbers are the same on this machine run after run, and drift "
-    f"on another CPU (or with other kernels on this one)."
+    f"wrong only there); it is drawn only where the bug changes learning: a bug that learns "
+    f"normally runs along fixed.py's curve, and its section says so instead. These numbers are "
+    f"the same on this machine run after run, and drift on another CPU (or with other kernels "
+    f"on this one)."
 )
 
 
@@ -129,6 +131,12 @@ def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:
     return None
 
 
+def curves_differ(learning: Learning) -> bool:
+    """Whether a picture of the two training curves shows anything: buggy.py trained, and
+    learned otherwise than fixed.py (a bug that learns normally runs along fixed.py's curve)."""
+    return learning.bug.trained and learning.diagnosis.kind != LEARNS
+
+
 def learning_block(
     card: Card, verdict: Verdict, learning: Learning, image: str | None
 ) -> list[str]:
@@ -139,7 +147,7 @@ def learning_block(
         f"**What it does to learning.** Trained on {learning.task.describe()} (a loss of "
         f"ln {VOCAB} = {math.log(VOCAB):.2f} is chance), over seeds {d.first_seed}–"
         f"{d.first_seed + len(d.seeds) - 1}: buggy.py **{d.label}**. Seed "
-        f"{d.first_seed + d.shown}, in the table and picture: fixed.py "
+        f"{d.first_seed + d.shown}, in the table{' and picture' if image else ''}: fixed.py "
         + (
             f"reaches {THRESHOLD:.0%} in {learning.fix.steps_to_threshold} steps; "
             if learning.fix.steps_to_threshold is not None
@@ -156,6 +164,8 @@ def learning_block(
     lines += [table, ""]
     if image is not None:
         lines += [f"![{card.id}: learning curves]({image})", ""]
+    elif learning.bug.trained:
+        lines += [prose(f"No picture: buggy.py {d.label}, along fixed.py's curve."), ""]
     return [*lines, LEARNING_END]
 
 

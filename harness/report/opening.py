@@ -35,28 +35,31 @@ def seeds_statement(cards: list[Card]) -> str:
 
 
 OPENING = """\
-# Hand-written attention: what the tutorial gets right
+# Hand-written attention: the tutorial's claims, measured
 
 A popular tutorial (a Chinese blog post, "why hand-writing attention is the first hurdle")
-teaches `softmax(Q K^T / sqrt(d_k)) V` by hand and warns of five traps. Here: each of its claims
-measured, its own code run, a way from a symptom to its trap, and how to check your own module;
-the rest is one link away (the last section)."""
+teaches `softmax(Q K^T / sqrt(d_k)) V` by hand and warns of five traps. Here each of its claims is
+measured; the rest is one link away."""
 
 WORDS = """\
 ## Words used here
 
-- A **pair**: each trap is two short modules, `pitfalls/<id>/buggy.py` and `fixed.py`, that
-  differ only in the marked lines, run with the same weights and inputs.
-- **Rounding noise**: how far fixed.py lands from itself run in float64; within it, no
-  difference. An **ulp** is one step between neighbouring floats. **Output error**: buggy.py's
-  largest difference from that float64 run, in the output's units.
-- The verdicts: **SILENT**, runs and gives a wrong result (the dangerous kind); **LOUD**, raises
-  an error; **CONDITIONAL**, raises on most shapes but runs silently on some; **NUMERIC**, right
-  in float32, broken (NaN or an error) in float16 or on edge inputs; **BENIGN**, within rounding
-  noise: the claimed trap does not exist.
-- **Training** ("learns normally 5/5"): both modules trained on a tiny task on 5 seeds, and
-  what the bug did on how many. **Entropy**: how spread out a row of weights is, 1 uniform, 0
-  all on one key. **SDPA**: PyTorch's built-in `F.scaled_dot_product_attention`."""
+- A **pair**: each trap is two short modules, `pitfalls/<id>/buggy.py` and `fixed.py`,
+  differing only in marked lines, run on the same weights and inputs.
+- **Rounding noise**: the error fixed.py itself makes against the same code in float64; a
+  difference within it is no difference. An **ulp**: one step between neighbouring floats.
+  **Output error**: buggy.py's largest difference from the float64 run.
+- Verdicts: **SILENT**, runs and is wrong (the dangerous kind); **LOUD**, raises an error;
+  **CONDITIONAL**, raises on most shapes, runs silently on some; **NUMERIC**, right in float32,
+  broken (NaN or an error) in float16 or on edge inputs; **BENIGN**, within rounding noise: the
+  claimed trap does not exist.
+- **Training** ("learns slower 4/5"): both modules trained on a tiny task, and what the bug did
+  on how many of 5 seeds (learns normally, slower, not at all, or *too good to be true*: it read
+  the future). **Entropy**: how spread out a row of weights is, 1 uniform, 0 one key. B, T, h:
+  batch, tokens, heads.
+- A **keep-mask** holds 1 (True) where a query may attend. **SDPA**: PyTorch's
+  `F.scaled_dot_product_attention`. **The doctor**: this project's checker for any attention
+  module, PASS, WARN or FAIL per check."""
 
 READ_ON = """\
 ## Read on

@@ -17,7 +17,18 @@ from harness.catalogue.judge import EDGE_NAMES, Measurement
 from harness.files import IMAGES
 from harness.learning import GENERATION, Learning, Run
 from harness.plots import Panel, bar_plot, heatmaps, legend, line_plot, lines_beside_heatmaps
-from harness.report.choice import BITES, OUTPUT, SAME, WEIGHTS, Choice, as_array, choose, same
+from harness.report.choice import (
+    BITES,
+    OUTPUT,
+    SAME,
+    WEIGHTS,
+    Choice,
+    as_array,
+    choose,
+    heatmap_absent,
+    same,
+)
+from harness.report.learning import curves_differ
 from harness.report.results import TrapResult
 
 TITLE_WIDTH = 100  # characters per title line after the first
@@ -108,15 +119,14 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
     of its measurement, then those of its learning probe: of what ``r`` has (a result with no
     cells, or no learning, is a part that a worker draws apart).
 
-    ``img/<id>.png``: the heatmap ``choose`` picks (none when neither module returns weights
-    or an output, or when the two modules' look the same); ``img/<id>-<n>.png``: the plots its
-    extra tables ask for (``plot``); ``img/<id>-learning.png``: its learning curves, when it was
-    trained and buggy.py did not raise before its first step.
+    ``img/<id>.png``: the heatmap ``choose`` picks (none where ``heatmap_absent`` says why);
+    ``img/<id>-<n>.png``: the plots its extra tables ask for (``plot``);
+    ``img/<id>-learning.png``: its learning curves, where they part (``curves_differ``).
     """
     card = r.pair.card
     names = []
-    choice = choose(r) if r.cells else None
-    if choice is not None and not choice.same:
+    choice = choose(r) if r.cells and heatmap_absent(r) is None else None
+    if choice is not None:
         panels = weight_panels(choice) if choice.kind == WEIGHTS else output_panels(choice)
         name = f"{IMAGES}/{card.id}.png"
         heatmaps(folder / name, title(choice, card, r.primary, panels), panels)
@@ -126,7 +136,7 @@ def draw(r: TrapResult, folder: Path) -> list[str]:
         plot_name = f"{IMAGES}/{card.id}-{i}.png"
         plot(folder / plot_name, extra, spec)
         names.append(plot_name)
-    if r.learning is not None and r.learning.bug.trained:
+    if r.learning is not None and curves_differ(r.learning):
         name = f"{IMAGES}/{card.id}-learning.png"
         learning_plot(folder / name, card.id, r.learning)
         names.append(name)

@@ -20,6 +20,7 @@ SCORECARD = "## The tutorial, claim by claim"
 TUTORIAL_CODE = "tutorial-code"  # the anchor of the section on the tutorial's own modules
 CLAIMS_HERE = "claims-measured-here"  # the anchor of the claims no pair measures
 TRUE, FALSE, PARTLY, UNMEASURED = "true", "**false**", "partly", "not measured in this run"
+HOLDS, MEASURED_IN = "holds?", "measured in"  # two columns: the page shows the first, linked
 
 SEEDS = f"seeds 0–{len(claims.SEEDS) - 1}"
 RECIPROCAL = "max ulp (× 1/float vs ÷ tensor)"  # scale_precision's sweep of the tutorial's form
@@ -53,7 +54,7 @@ def _spread(_: Results) -> Judged:
     divided = f"{low} at every d_k" if low == high else f"{low}–{high}"
     return (TRUE if grows and held else FALSE), (
         f"spread of q · k: {num(first.unscaled)} at d_k {first.d_k}, {num(last.unscaled)} at "
-        f"{last.d_k}; divided by sqrt(d_k): {divided}"
+        f"{last.d_k}; scaled: {divided}"
     )
 
 
@@ -70,8 +71,8 @@ def _bias(r: TrapResult) -> Judged:
         return _as_measured(r, TRUE)
     trained = f"; trained, {r.learning.diagnosis.label}" if r.learning else ""
     return PARTLY, (
-        "nothing breaks at this scale: a key bias changes no output (softmax ignores it)"
-        f"{trained}; pretraining at scale not measured"
+        f"nothing breaks here: a key bias changes no output{trained}; large-scale pretraining "
+        "not measured"
     )
 
 
@@ -99,7 +100,8 @@ def _transpose(r: TrapResult) -> Judged:
 def _missing_transpose(_: Results) -> Judged:
     t = claims.missing_transpose()
     return (PARTLY if t.error and t.silent_error > 0 else TRUE), (
-        f"`bmm(Q, K)` raises when d_k ≠ T, but runs when d_k = T, off by {num(t.silent_error)}"
+        f"`bmm(Q, K)` raises when d_k ≠ T, but runs when d_k = T, off by {num(t.silent_error)} "
+        "(unit-variance Q, K)"
     )
 
 
@@ -119,8 +121,8 @@ def _softmax_dim(r: TrapResult) -> Judged:
         f"{s.nan_rows_min}–{s.nan_rows_max}")  # fmt: skip
     return FALSE, (
         f"it normalises over dim 0, the batch: rows miss summing to 1 by "
-        f"{num(s.row_sum_min)}–{num(s.row_sum_max)}; under the causal mask {nan_rows} rows are "
-        f"NaN ({SEEDS})"
+        f"{num(s.row_sum_min)}–{num(s.row_sum_max)}; under the causal mask {nan_rows} of "
+        f"{s.rows} rows are NaN ({SEEDS})"
     )
 
 
@@ -128,10 +130,8 @@ def _example(_: Results) -> Judged:
     ex = example()
     if ex.as_written == "runs":
         return TRUE, f"runs: output and weights {ex.shapes[0]}, {ex.shapes[1]}"
-    return FALSE, (
-        f"as written it raises ({ex.as_written}); with a (1, 3, 3) mask it runs"
-        + (", lower-triangular" if ex.lower_triangular else "")
-    )
+    triangular = ", lower-triangular" if ex.lower_triangular else ", not lower-triangular"
+    return FALSE, f"as written it raises; with a (1, 3, 3) mask it runs{triangular}"
 
 
 def _mask_broadcast(_: Results) -> Judged:
@@ -155,9 +155,10 @@ def _precision(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, TRUE)
     bound = _reciprocal_sweep(r)
-    own = f"; `* (1 / math.sqrt(d_k))`: scores {bound} ulp apart (d_k 1–1024)" if bound else ""
+    own = f"; the tutorial's `* (1 / math.sqrt(d_k))`: {bound} ulp off (d_k 1–1024)"
+    own = own if bound else ""
     trained = f"; trained, {r.learning.diagnosis.label}" if r.learning else ""
-    return FALSE, f"BENIGN: within rounding noise{own}{trained}"
+    return FALSE, f"BENIGN{own}{trained}"
 
 
 def _reciprocal(_: Results) -> Judged:
@@ -167,12 +168,19 @@ def _reciprocal(_: Results) -> Judged:
     )
 
 
+def _output_error(r: TrapResult) -> str:
+    """buggy.py's output error over the seeds where it moves with them, else seed 0's."""
+    if r.spread and r.spread.low:
+        return f"{over_seeds(r.spread)} over {SEEDS}"
+    return f"{num(r.primary.summary()['err_bug'])} on seed 0"
+
+
 def _mask_bool(r: TrapResult) -> Judged:
     if not _is_trap(r):
         return _as_measured(r, FALSE)
-    error = (f"{over_seeds(r.spread)} ({SEEDS})" if r.spread and r.spread.low
-             else num(r.primary.summary()["err_bug"]))  # fmt: skip
-    return TRUE, f"{_verdict(r)}: each query sees only what it must not; output error {error}"
+    return TRUE, (
+        f"{_verdict(r)}: each query sees only what it must not; output error {_output_error(r)}"
+    )
 
 
 def _float_throughout(r: TrapResult) -> Judged:
@@ -180,9 +188,8 @@ def _float_throughout(r: TrapResult) -> Judged:
     if not _is_trap(r):
         return _as_measured(r, TRUE)
     return PARTLY, (
-        "fine with `masked_fill(mask == 0, ...)`; but SDPA adds a float mask, so a 0/1 "
-        f"keep-mask leaks the future ({_verdict(r)}, output error "
-        f"{num(r.primary.summary()['err_bug'])})"
+        "fine with `masked_fill(mask == 0, ...)`, but SDPA adds a float mask: a 0/1 "
+        f"keep-mask leaks ({_verdict(r)}; output error {_output_error(r)})"
     )
 
 
@@ -208,8 +215,8 @@ def _v_layout(r: TrapResult) -> Judged:
 def _bmm_always(_: Results) -> Judged:
     apart = claims.bmm_matches_matmul()
     return (PARTLY if apart == 0 else TRUE), (
-        f"on the same 3-D tensors they agree to the bit (largest difference {num(apart)}); "
-        "only `@` broadcasts"
+        f"on 3-D tensors they agree to the bit (largest difference {num(apart)}); only `@` "
+        "broadcasts"
     )
 
 
@@ -218,8 +225,8 @@ def _init(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, TRUE)
     return FALSE, (
-        f"BENIGN: healthy over {r.primary.seeds} seeds; mean entropy {num(s['entropy_bug'])} "
-        f"with the default, {num(s['entropy_fix'])} with xavier (the sharper)"
+        f"BENIGN over {r.primary.seeds} seeds: mean entropy {num(s['entropy_bug'])} with the "
+        f"default, {num(s['entropy_fix'])} with xavier, both healthy"
     )
 
 
@@ -242,18 +249,15 @@ def _head_parameters(_: Results) -> Judged:
 def _head_loop(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, FALSE)
-    return PARTLY, (
-        "BENIGN: the same numbers as one fused projection, only slower (the ratio: timings.md, "
-        "which each run writes)"
-    )
+    return PARTLY, ("BENIGN: the numbers of one fused projection, only slower (timings.md)")
 
 
 def _parallel(_: Results) -> Judged:
     loop = claims.head_loop()
     serial = loop.loop_products > loop.products_per_head
     return (FALSE if serial else TRUE), (
-        f"its {loop.heads} heads run one after another: {loop.loop_products} matrix products "
-        f"a call, {loop.products_per_head} per head"
+        f"its {loop.heads} heads run in turn: {loop.loop_products} matrix products a call, "
+        f"{loop.products_per_head} per head"
     )
 
 
@@ -289,11 +293,11 @@ CLAIMS = [
           "(early stopping sooner) in large-scale pretraining",
           "either; a key bias is dead weight", _bias, trap="qkv_bias"),
     Claim("§3.2", "`bmm` is safer than `@`, which broadcasts silently",
-          "bmm on 3-D tensors, or assert the shapes", _bmm_safer, trap="mask_rank"),
+          "assert the shapes", _bmm_safer, trap="mask_rank"),
     Claim("§3.2", "`K.transpose(0, 1)` gives a bmm error or a garbled result",
-          "`K.transpose(-2, -1)`", _transpose, trap="transpose"),
+          "`K.transpose(1, 2)`", _transpose, trap="transpose"),
     Claim("§3.2", "leaving out K's transpose gives a bmm error",
-          "`K.transpose(-2, -1)`, and test with d_k ≠ T", _missing_transpose,
+          "`K.transpose(1, 2)`, and test with d_k ≠ T", _missing_transpose,
           where=CLAIMS_HERE),
     Claim("§3.2", "`masked_fill(mask == 0, -inf)` then softmax puts weight 0 there",
           "zero the rows with no allowed key", _fill_zero,
@@ -301,26 +305,26 @@ CLAIMS = [
     Claim("§3.2", "without `dim=-1` softmax normalises over all elements",
           "`F.softmax(scores, dim=-1)`", _softmax_dim, trap="softmax_dim"),
     Claim("§3.2", "a (B, 1, T, T) mask broadcasts to (B, T, T)",
-          "a (B, T, T) mask, or scores (B, h, T, T)", _mask_broadcast, trap="mask_rank"),
-    Claim("§3.3", "the example prints output and weights of shape (1, 3, 3), lower-triangular",
-          "a (B, T, T) mask for (B, T, T) scores", _example, where=TUTORIAL_CODE),
+          "a (B, T, T) mask", _mask_broadcast, trap="mask_rank"),
+    Claim("§3.3", "the example's output and weights are (1, 3, 3), lower-triangular",
+          "a (1, 3, 3) mask", _example, where=TUTORIAL_CODE),
     Claim("§4.1", "`1 / math.sqrt(d_k)` loses precision, and the loss jitters over thousands "
           "of steps: use a float32 tensor",
           "`scores / math.sqrt(d_k)`", _precision, trap="scale_precision"),
     Claim("§4.1", "`1 / torch.sqrt(torch.tensor(64.))` is 0.12500000000000001",
-          "either: both are exact", _reciprocal, where=CLAIMS_HERE),
+          "either: both give 0.125", _reciprocal, where=CLAIMS_HERE),
     Claim("§4.2", "`masked_fill(mask.bool(), -1e9)` on a keep-mask fills the wrong positions",
           "`masked_fill(mask == 0, float('-inf'))`", _mask_bool, trap="mask_bool"),
     Claim("§4.2", "use float masks throughout",
           "a bool mask, True = attend, for SDPA", _float_throughout,
           trap="sdpa_float_mask"),
     Claim("§4.2", "PyTorch converts between a -1e9 fill and a bool mask implicitly",
-          "a bool mask, and `torch.finfo(dtype).min` as the fill", _converts,
+          "`torch.finfo(dtype).min` as the fill", _converts,
           where=CLAIMS_HERE, leads_to="fill_overflow_half"),
     Claim("§4.3", "bmm needs the batch sizes to match (cross-attention)",
           "check both batch sizes", _batch_contract,
           where=CLAIMS_HERE),
-    Claim("§4.4", "V laid out as (B, d_v, T) breaks `weights @ V`",
+    Claim("§4.4", "V laid out as (B, d_v, T) breaks `weights @ V`, and `bmm` catches it",
           "V as (B, T, d_v), and test with d_v ≠ T", _v_layout, trap="v_layout"),
     Claim("§4.4", "always use `bmm`, never `@`",
           "either on 3-D tensors; assert the shapes", _bmm_always, where=CLAIMS_HERE),
@@ -333,7 +337,7 @@ CLAIMS = [
           "split with `view(B, T, h, d_k).transpose(1, 2)`", _head_parameters, where=CLAIMS_HERE,
           leads_to="head_split_view"),
     Claim("§5.2", "multi-head attention as a `ModuleList` of single heads",
-          "one projection for all heads, heads as an axis", _head_loop, trap="head_loop"),
+          "heads as an axis of one projection", _head_loop, trap="head_loop"),
     Claim("§5.2", "the heads are computed in parallel",
           "heads as an axis of one product", _parallel, where=CLAIMS_HERE),
     Claim("§6.3", "`exp(Q K^T)` without softmax's normalisation: faster, nearly lossless",
@@ -359,26 +363,37 @@ def scorecard_table(results: list[TrapResult], to: Callable[[str], str] = link) 
         where = CLAIMS_PAGE if claim.where == CLAIMS_HERE else ""
         shown = to(claim.trap) if claim.trap else f"[here]({where}#{claim.where})"
         instead = claim.instead + (f" (see {to(claim.leads_to)})" if claim.leads_to else "")
-        rows.append({"§": claim.section, "the tutorial says": claim.says, "holds?": holds,
+        rows.append({"§": claim.section, "the tutorial says": claim.says, HOLDS: holds,
                      "the number that decides it": number, "write instead": instead,
-                     "measured in": shown})  # fmt: skip
+                     MEASURED_IN: shown})  # fmt: skip
     return pd.DataFrame(rows)
 
 
 BOOL_OR_FLOAT = (
-    "**Bool or float mask?** The dtype is not what goes wrong: what matters is which value "
-    "means attend (1 and True keep a key in the tutorial's `mask == 0` form; `mask.bool()` "
-    "turns that round) and what fills a blocked score (`-inf`, or the dtype's smallest value; "
-    "-1e9 does not fit in float16); the dtype matters in one place, SDPA, which adds a float "
-    "mask to the scores, so a 0/1 float keep-mask there leaks the future."
+    "**Bool or float mask?** Either, with `masked_fill(mask == 0, ...)`: what matters is which "
+    "value means attend (`mask.bool()` on a keep-mask turns it round) and the fill (`-inf` or "
+    "the dtype's smallest value; -1e9 overflows float16). The dtype matters only for SDPA, which "
+    "adds a float mask to the scores: a 0/1 keep-mask there leaks the future."
 )
 
 
 def scorecard(results: list[TrapResult], to: Callable[[str], str] = link) -> str:
     """The scorecard section: the table (traps linked with ``to``), then the answer to bool
     against float."""
-    rows = table(scorecard_table(results, to))
-    return "\n".join([SCORECARD, "", rows, "", prose(BOOL_OR_FLOAT)])
+    card = scorecard_table(results, to)
+    counts = card[HOLDS].value_counts()
+    tally = (f"Of its {len(card)} claims, {counts.get(TRUE, 0)} hold, {counts.get(PARTLY, 0)} "
+             f"hold in part and {counts.get(FALSE, 0)} are false.")  # fmt: skip
+    shown = card.assign(
+        **{
+            HOLDS: [
+                f"[{holds}]({where.split('](')[1]}"
+                for holds, where in zip(card[HOLDS], card[MEASURED_IN], strict=True)
+            ]
+        }
+    )
+    shown = shown.drop(columns=MEASURED_IN)  # the verdict links to where it is measured
+    return "\n".join([SCORECARD, "", tally, "", table(shown), "", prose(BOOL_OR_FLOAT)])
 
 
 def claims_measured_here() -> str:

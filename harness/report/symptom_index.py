@@ -9,7 +9,7 @@ from collections.abc import Callable
 from harness.catalogue.card import NOT_NAMED
 from harness.files import CLAIMS_PAGE
 from harness.report import symptoms
-from harness.report.format import anchor, named, prose
+from harness.report.format import TRAINED, anchor, named, prose
 from harness.report.pages import linker, student_traps
 from harness.report.results import TrapResult
 
@@ -55,18 +55,38 @@ def symptom_index(results: list[TrapResult], timed: set[str]) -> str:
     return "\n".join([*lines, "", fixes_together(to)])
 
 
+OTHERS = 5  # traps from beyond the tutorial named in the student's index; more are counted
 EVIDENCE = "symptoms-evidence"  # the anchor of the index with its evidence, on the tutorial's page
 
 
-def _names(traps: list[str], to: Callable[[str], str]) -> str:
-    return ", ".join(to(t) for t in traps)
+def _names(traps: list[str], to: Callable[[str], str], said: dict[str, str] | None = None) -> str:
+    """The traps linked, each with what ``said`` says of it (its title, its training tally)."""
+    said = said or {}
+    return ", ".join(f"{to(t)}{f' ({said[t]})' if t in said else ''}" for t in traps)
+
+
+def _lowered(title: str) -> str:
+    """A card's title inside a sentence: a first word that is only capitalised (not code, not
+    an initial like the V of V) in lower case, the rest as written."""
+    first = title.split(" ", 1)[0]
+    plain = first.isalpha() and (first in ("A", "An") or (len(first) > 1 and first[1:].islower()))
+    return first.lower() + title[len(first) :] if plain else title
+
+
+def tally(evidence: str) -> str | None:
+    """The claim of training evidence's tally ("learns slower 4/5", the rest left to the
+    evidence); None for other evidence."""
+    if not evidence.startswith(TRAINED):
+        return None
+    return evidence.removeprefix(TRAINED).split(": seed")[0].split(" · ")[0]
 
 
 def symptom_summary(results: list[TrapResult], timed: set[str]) -> str:
     """The student's index: each symptom with the traps that show it by name, the tutorial's
-    own first, then those its advice leads to, then the rest; where none of the tutorial's
-    traps causes a symptom, it says so."""
+    own first, then those its claims are measured by or lead to, then the rest; where none of
+    the tutorial's traps causes a symptom, it says so."""
     sections = {r.pair.card.id: r.pair.card.section for r in results}
+    titles = {r.pair.card.id: _lowered(r.pair.card.title) for r in results}
     near = student_traps(results)
     to = linker(results)
     lines = [
@@ -74,17 +94,26 @@ def symptom_summary(results: list[TrapResult], timed: set[str]) -> str:
         "",
         prose(
             "A trap is listed only where its own measurement shows the symptom ([the "
-            f"evidence]({CLAIMS_PAGE}#{EVIDENCE})); *its advice*: traps the tutorial's claims "
-            "lead to."
+            f"evidence]({CLAIMS_PAGE}#{EVIDENCE})); *near it*: traps the table's rows point to."
         ),
     ]
+    titled: set[str] = set()  # a trap's title is given where it is first listed
     for name, _, hits in symptoms.index(results, timed):
         found = [trap for trap, _ in hits]
+        tallies = {trap: t for trap, evidence in hits if (t := tally(evidence))}
+        said = {t: "; ".join(filter(None, [None if t in titled else titles[t], tallies.get(t)]))
+                for t in found}  # fmt: skip
+        said = {t: words for t, words in said.items() if words}
+        titled |= {t for t in found if t in near or sections[t] != NOT_NAMED}
         named = [t for t in found if sections[t] != NOT_NAMED]
         advice = [t for t in found if sections[t] == NOT_NAMED and t in near]
         rest = [t for t in found if t not in near and sections[t] == NOT_NAMED]
-        parts = [f"the tutorial's: {_names(named, to)}" if named else "none of the tutorial's"]
-        parts += [f"its advice: {_names(advice, to)}"] if advice else []
-        parts += [f"beyond it: {_names(rest, to)}"] if rest else []
+        parts = [f"the tutorial's: {_names(named, to, said)}" if named
+                 else "none of the tutorial's"]  # fmt: skip
+        parts += [f"near it: {_names(advice, to, said)}"] if advice else []
+        if len(rest) > OTHERS:
+            parts.append(f"{len(rest)} others ([all]({CLAIMS_PAGE}#{EVIDENCE}))")
+        elif rest:
+            parts.append(f"others: {_names(rest, to)}")
         lines += ["", f"- **{name}**: " + "; ".join(parts) + "."]
     return "\n".join(lines)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.format import anchor, prose, table
+from harness.report.format import anchor, prose
 from harness.report.scorecard import TUTORIAL_CODE
-from harness.tutorial.own_code import example
+from harness.tutorial.own_code import Example, example
 
 
 def conclusion(doctor: pd.DataFrame) -> str:
@@ -23,35 +23,36 @@ def conclusion(doctor: pd.DataFrame) -> str:
     return "; ".join(parts) + "."
 
 
+def verdict(ex: Example, doctor: pd.DataFrame) -> str:
+    """Whether the tutorial's code is right, in a sentence, from its example and the doctor."""
+    passes = doctor.groupby("mask", sort=False)["doctor"].apply(lambda d: (d == "healthy").all())
+    right = [mask for mask, ok in passes.items() if ok]
+    wrong = [mask for mask, ok in passes.items() if not ok]
+    if not wrong and ex.as_written == "runs":
+        return "So the tutorial's code is right as it stands."
+    parts = [f"its arithmetic is right (with a {right[0]} mask)"] if right else []
+    shown = [f"its {' and '.join(wrong)} mask"] if wrong else []
+    shown += ["its example as written"] if ex.as_written != "runs" else []
+    return "So " + ", ".join(parts) + (", but " if parts else "") + " and ".join(shown) + (
+        " fails." if len(shown) == 1 else " fail.")  # fmt: skip
+
+
 def tutorial_code(doctor: pd.DataFrame | None) -> str:
     """The section; ``doctor`` is ``own_code.diagnoses()`` (None: the doctor was not run)."""
     ex = example()
-    example_rows = pd.DataFrame([
-        {"mask": "(1, 1, 3, 3), as the example writes it", "result": ex.as_written},
-        {"mask": "(1, 3, 3)", "result": f"output {ex.shapes[0]}, weights {ex.shapes[1]}, "
-                                        f"lower-triangular: {ex.lower_triangular}"},
-    ])  # fmt: skip
-    out = [
-        anchor(TUTORIAL_CODE),
-        "## The tutorial's own code",
-        "",
-        prose(
-            "`pitfalls/tutorial.py` rebuilds the tutorial's `ScaledDotProductAttention` and "
-            "`MultiHeadAttention` from its description. §3.3's example, three one-hot tokens "
-            "with d_model 4, d_k 2, d_v 3:"
-        ),
-        "",
-        table(example_rows),
-        "",
-    ]
+    runs = "runs" if ex.as_written == "runs" else f"raises ({ex.as_written})"
+    triangular = ", lower-triangular" if ex.lower_triangular else ", not lower-triangular"
+    text = (
+        "`pitfalls/tutorial.py` rebuilds the tutorial's `ScaledDotProductAttention` and "
+        "`MultiHeadAttention` from its description. §3.3's example (three one-hot tokens, "
+        f"d_model 4, d_k 2, d_v 3) {runs} as written; with a (1, 3, 3) mask it runs{triangular}."
+    )
     if doctor is not None:
-        out += [
-            prose(
-                "The doctor (see below) on both classes, d_model 64 and 4 heads, the second "
-                f"mask as their docstring documents it: {conclusion(doctor)}"
-            ),
-        ]
-    return "\n".join(out).rstrip("\n")
+        text += (
+            " The doctor on both classes (d_model 64, 4 heads; the docstring documents a (B, 1, "
+            f"T, T) mask): {conclusion(doctor)} {verdict(ex, doctor)}"
+        )
+    return "\n".join([anchor(TUTORIAL_CODE), "## The tutorial's own code", "", prose(text)])
 
 
 FLAGS = "what it flags"
@@ -65,19 +66,17 @@ def _first_clause(flagged: str) -> str:
 CHECK_YOUR_OWN = """\
 ## Check your own module
 
-Run the doctor, this project's checker for anyone's attention, on your class (the first
-`.ci/task` call sets up the project's Python in `.venv`):
+In a clone of this project (`.ci/task` sets up its own Python), run the doctor on your class:
 
 ```
 .ci/task doctor my_attention.py:MultiHeadAttention --mask keep
 ```
 
-It builds the class from its argument names, calls its forward as written, runs one probe per
-kind of trap (no future leak, batch elements kept apart, agreement with SDPA, ...) and prints
-PASS, WARN or FAIL for each, with the trap and the line it points at; a FAIL exits 1. `--mask
-keep` says 1 means attend (`drop` the opposite, `additive` a float mask added to the scores);
-`--mask-shape b1qk` hands it a (B, 1, T, T) mask, as the tutorial's docstring documents, which
-is how the table above was made. `.ci/task doctor --help` lists every option."""
+It builds the class from its argument names (`d_model`, `num_heads`, ...), calls its forward as
+written (`forward(x, mask)`, `forward(q, k, v, mask)`, ...; the tutorial's own classes work as
+they are), checks each kind of trap and names the trap and its line; a FAIL exits 1, a WARN is
+a caution. `--mask keep` says 1 means attend; `--mask-shape b1qk` hands it a (B, 1, T, T)
+mask; `--help` lists every option."""
 
 
 def check_your_own() -> str:

@@ -272,6 +272,7 @@ class ImplicitSoftmax:
     row_sum_max: float  # and on the worst
     nan_rows_min: int  # rows holding NaN under the causal mask
     nan_rows_max: int
+    rows: int  # the rows of weights there are (B T)
 
 
 def implicit_softmax(
@@ -291,4 +292,4 @@ def implicit_softmax(
             sums.append((F.softmax(scores, dim=0).sum(-1) - 1).abs().max().item())  # dim=None's
             masked = scores.masked_fill(causal == 0, float("-inf"))
             nans.append(int(F.softmax(masked, dim=0).isnan().any(-1).sum()))
-    return ImplicitSoftmax(min(sums), max(sums), min(nans), max(nans))
+    return ImplicitSoftmax(min(sums), max(sums), min(nans), max(nans), batch * seq_len)
