@@ -22,6 +22,7 @@ from torch import Tensor
 from harness.catalogue.judge import Measurement
 from harness.catalogue.verdicts import Verdict
 from harness.drawn import DECIMALS, rounded
+from harness.learning import LEARNS, Learning
 from harness.report.results import TrapResult
 
 BITES = (Verdict.SILENT, Verdict.LOUD, Verdict.CONDITIONAL, Verdict.NUMERIC)
@@ -101,6 +102,12 @@ def choose(r: TrapResult) -> Choice | None:
     if w_bug is not None:
         return Choice(m, WEIGHTS, worst_index(w_fix, w_bug), False)
     return None
+
+
+def curves_differ(learning: Learning) -> bool:
+    """Whether a picture of the two training curves shows anything: buggy.py trained, and
+    learned otherwise than fixed.py (a bug that learns normally runs along fixed.py's curve)."""
+    return learning.bug.trained and learning.diagnosis.kind != LEARNS
 
 
 def faintness(choice: Choice) -> float:

@@ -131,12 +131,6 @@ def finding(card: Card, verdict: Verdict, learning: Learning) -> str | None:
     return None
 
 
-def curves_differ(learning: Learning) -> bool:
-    """Whether a picture of the two training curves shows anything: buggy.py trained, and
-    learned otherwise than fixed.py (a bug that learns normally runs along fixed.py's curve)."""
-    return learning.bug.trained and learning.diagnosis.kind != LEARNS
-
-
 def learning_block(
     card: Card, verdict: Verdict, learning: Learning, image: str | None
 ) -> list[str]:

@@ -25,10 +25,10 @@ from harness.report.choice import (
     Choice,
     as_array,
     choose,
+    curves_differ,
     heatmap_absent,
     same,
 )
-from harness.report.learning import curves_differ
 from harness.report.results import TrapResult
 
 TITLE_WIDTH = 100  # characters per title line after the first
