@@ -322,6 +322,18 @@ def test_on_another_machine_a_tally_may_move_within_chance_but_not_further() -> 
     assert compare(HERE + learned(40), HERE + learned(40) + "\n" + note)
 
 
+def test_a_line_quoting_a_training_tally_is_the_learning_probes_wherever_it_is() -> None:
+    """The student's symptom index and the scorecard quote tallies: on another machine they
+    drift with the learning probe, on this one they must repeat."""
+    quoted = "- **The loss is flat**: near it: [`demo`](#demo) (training: {})."
+    here, there = (HERE + learned(40) + "\n" + quoted.format(t) for t in
+                   ("learns slower 4/5", "mixed: does not learn 3/5"))  # fmt: skip
+    assert compare(here, there.replace(HERE, THERE)) == []
+    assert compare(here, there)  # one machine: a change
+    plain = "- **The loss is flat**: near it: [`demo`](#demo) (output error {})."
+    assert compare(plain.format("0.75"), plain.format("0.5"))  # no tally: compared as ever
+
+
 def test_a_learning_cell_without_a_tally_cannot_be_compared() -> None:
     old_style = learned(40).replace("learns slower 5/5", "learns slower (×2)")
     assert any("no tally to compare" in p for p in compare(old_style, learned(40)))

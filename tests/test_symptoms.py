@@ -177,9 +177,9 @@ def test_the_students_index_names_the_tutorials_traps_first_and_says_where_it_ha
     ("evidence", "said"),
     [
         ("training: learns slower 4/5 · does not learn 1/5: seed 0: learns slower (x)",
-         "learns slower 4/5"),
+         "training: learns slower 4/5"),
         ("training: mixed: learns slower 3/5 · does not learn 2/5: seed 0: ...",
-         "mixed: learns slower 3/5"),
+         "training: mixed: learns slower 3/5"),
         ("cpu float32: non-finite: output[0, 0, 0] = nan", None),
     ],
 )  # fmt: skip

@@ -53,7 +53,8 @@ PRINTED_THRESHOLD = re.compile(rf"(?:threshold|>) ({NUMBER})")  # "> threshold 2
 # blocks (LEARNING_START to LEARNING_END), its summary column (LEARNED_COLUMN), its symptom
 # evidence and its note under the summary only the words are compared, and those only between
 # reports made on the same CPU with the same kernels (a label near its threshold may fall on the
-# other side elsewhere).
+# other side elsewhere). So too any other line that quotes it: those carry TRAINED ("training:
+# learns slower 4/5"), in the scorecard's rows and the student's symptom index.
 LEARNED_EVIDENCE = re.compile(
     rf"^- {LINK}{NAMED}: {TRAINED}|^{re.escape(LEARNING_AGREES)}|^{re.escape(LEARNING_DISAGREES)}"
 )  # and the note under the summary on where learning and one pass disagree
@@ -132,7 +133,7 @@ def parse(report: str) -> list[Line]:
                 trap=row.group(1) if row else trap,
                 threshold=printed_threshold(text, header),
                 in_table=in_table,
-                learned=learning or bool(LEARNED_EVIDENCE.match(text)),
+                learned=learning or bool(LEARNED_EVIDENCE.match(text)) or TRAINED in text,
             )
         )
     return lines

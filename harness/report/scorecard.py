@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.catalogue.verdicts import Verdict
 from harness.files import CLAIMS_PAGE
-from harness.report.format import anchor, link, num, over_seeds, prose, table
+from harness.report.format import TRAINED, anchor, link, num, over_seeds, prose, table
 from harness.report.results import TrapResult
 from harness.tutorial import claims
 from harness.tutorial.own_code import example
@@ -69,7 +69,7 @@ def _scale_gradients(_: Results) -> Judged:
 def _bias(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, TRUE)
-    trained = f"; trained, {r.learning.diagnosis.label}" if r.learning else ""
+    trained = f"; {TRAINED}{r.learning.diagnosis.label}" if r.learning else ""
     return PARTLY, (
         f"nothing breaks here: a key bias changes no output{trained}; large-scale pretraining "
         "not measured"
@@ -157,7 +157,7 @@ def _precision(r: TrapResult) -> Judged:
     bound = _reciprocal_sweep(r)
     own = f"; the tutorial's `* (1 / math.sqrt(d_k))`: {bound} ulp off (d_k 1–1024)"
     own = own if bound else ""
-    trained = f"; trained, {r.learning.diagnosis.label}" if r.learning else ""
+    trained = f"; {TRAINED}{r.learning.diagnosis.label}" if r.learning else ""
     return FALSE, f"BENIGN{own}{trained}"
 
 

@@ -74,11 +74,12 @@ def _lowered(title: str) -> str:
 
 
 def tally(evidence: str) -> str | None:
-    """The claim of training evidence's tally ("learns slower 4/5", the rest left to the
-    evidence); None for other evidence."""
+    """The claim of training evidence's tally ("training: learns slower 4/5", the rest left to
+    the evidence; marked, as the comparer reads it, as the learning probe's); None for other
+    evidence."""
     if not evidence.startswith(TRAINED):
         return None
-    return evidence.removeprefix(TRAINED).split(": seed")[0].split(" · ")[0]
+    return TRAINED + evidence.removeprefix(TRAINED).split(": seed")[0].split(" · ")[0]
 
 
 def symptom_summary(results: list[TrapResult], timed: set[str]) -> str:
