@@ -69,7 +69,9 @@ READ_ON = """\
 - [traps.md](traps.md) and [modern.md](modern.md): the traps the tutorial does not name, in
   classic and in modern attention (rotary, grouped heads, caches).
 - [doctor.md](doctor.md): the doctor on every pair, on real libraries and on whole models.
-- [tables.md](tables.md): every table behind every verdict."""
+- [tables.md](tables.md): every table behind every verdict.
+- [timings.md](timings.md): wall-clock times (the head loop's against fused heads), which each run
+  writes afresh."""
 
 CLAIMS_INTRO = """\
 # The tutorial's traps, in full

@@ -119,10 +119,11 @@ def _softmax_dim(r: TrapResult) -> Judged:
     s = claims.implicit_softmax()
     nan_rows = f"{s.nan_rows_min}" if s.nan_rows_min == s.nan_rows_max else (
         f"{s.nan_rows_min}–{s.nan_rows_max}")  # fmt: skip
+    each = " on every seed" if s.nan_rows_min == s.nan_rows_max else ""
     return FALSE, (
         f"it normalises over dim 0, the batch: rows miss summing to 1 by "
         f"{num(s.row_sum_min)}–{num(s.row_sum_max)}; under the causal mask {nan_rows} of "
-        f"{s.rows} rows are NaN ({SEEDS})"
+        f"{s.rows} rows are NaN{each} ({SEEDS})"
     )
 
 
