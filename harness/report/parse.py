@@ -53,10 +53,10 @@ PRINTED_THRESHOLD = re.compile(rf"(?:threshold|>) ({NUMBER})")  # "> threshold 2
 # blocks (LEARNING_START to LEARNING_END), its summary column (LEARNED_COLUMN), its symptom
 # evidence and its note under the summary only the words are compared, and those only between
 # reports made on the same CPU with the same kernels (a label near its threshold may fall on the
-# other side elsewhere). So too any other line that quotes it: those carry TRAINED ("training:
-# learns slower 4/5"), in the scorecard's rows and the student's symptom index.
+# other side elsewhere). Every line outside the blocks that quotes it carries TRAINED ("training:
+# learns slower 4/5"): its symptom evidence, the scorecard's rows, the student's symptom index.
 LEARNED_EVIDENCE = re.compile(
-    rf"^- {LINK}{NAMED}: {TRAINED}|^{re.escape(LEARNING_AGREES)}|^{re.escape(LEARNING_DISAGREES)}"
+    rf"{re.escape(TRAINED)}|^{re.escape(LEARNING_AGREES)}|^{re.escape(LEARNING_DISAGREES)}"
 )  # and the note under the summary on where learning and one pass disagree
 # a picture's name with the hash of its bytes (publish.hashed_name)
 PICTURE_HASH = re.compile(rf"({IMAGES}/[\w.-]+?)-[0-9a-f]{{{HASH_DIGITS}}}\.png")
@@ -133,7 +133,7 @@ def parse(report: str) -> list[Line]:
                 trap=row.group(1) if row else trap,
                 threshold=printed_threshold(text, header),
                 in_table=in_table,
-                learned=learning or bool(LEARNED_EVIDENCE.match(text)) or TRAINED in text,
+                learned=learning or bool(LEARNED_EVIDENCE.search(text)),
             )
         )
     return lines

@@ -66,12 +66,16 @@ def _scale_gradients(_: Results) -> Judged:
     )
 
 
+def _trained(r: TrapResult) -> str:
+    """ "; training: <the tally>" where the trap was trained, else ""."""
+    return f"; {TRAINED}{r.learning.diagnosis.label}" if r.learning else ""
+
+
 def _bias(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, TRUE)
-    trained = f"; {TRAINED}{r.learning.diagnosis.label}" if r.learning else ""
     return PARTLY, (
-        f"nothing breaks here: a key bias changes no output{trained}; large-scale pretraining "
+        f"nothing breaks here: a key bias changes no output{_trained(r)}; large-scale pretraining "
         "not measured"
     )
 
@@ -158,8 +162,7 @@ def _precision(r: TrapResult) -> Judged:
     bound = _reciprocal_sweep(r)
     own = f"; the tutorial's `* (1 / math.sqrt(d_k))`: {bound} ulp off (d_k 1–1024)"
     own = own if bound else ""
-    trained = f"; {TRAINED}{r.learning.diagnosis.label}" if r.learning else ""
-    return FALSE, f"BENIGN{own}{trained}"
+    return FALSE, f"BENIGN{own}{_trained(r)}"
 
 
 def _reciprocal(_: Results) -> Judged:

@@ -13,6 +13,9 @@ from harness.report.format import TRAINED, anchor, named, prose
 from harness.report.pages import linker, student_traps
 from harness.report.results import TrapResult
 
+OTHERS = 5  # traps from beyond the tutorial named in the student's index; more are counted
+EVIDENCE = "symptoms-evidence"  # the anchor of the index with its evidence, on the tutorial's page
+
 
 def fixes_together(to: Callable[[str], str]) -> str:
     """How the fixes meet each other's traps, linked with ``to``."""
@@ -53,10 +56,6 @@ def symptom_index(results: list[TrapResult], timed: set[str]) -> str:
         lines += [f"- {to(trap)}{named(sections[trap])}: {evidence}" for trap, evidence in hits]
         lines += [] if hits else ["- none here"]
     return "\n".join([*lines, "", fixes_together(to)])
-
-
-OTHERS = 5  # traps from beyond the tutorial named in the student's index; more are counted
-EVIDENCE = "symptoms-evidence"  # the anchor of the index with its evidence, on the tutorial's page
 
 
 def _names(traps: list[str], to: Callable[[str], str], said: dict[str, str] | None = None) -> str:
@@ -105,10 +104,10 @@ def symptom_summary(results: list[TrapResult], timed: set[str]) -> str:
         said = {t: "; ".join(filter(None, [None if t in titled else titles[t], tallies.get(t)]))
                 for t in found}  # fmt: skip
         said = {t: words for t, words in said.items() if words}
-        titled |= {t for t in found if t in near or sections[t] != NOT_NAMED}
+        titled |= {t for t in found if t in near}  # near: the tutorial's traps among them
         named = [t for t in found if sections[t] != NOT_NAMED]
-        advice = [t for t in found if sections[t] == NOT_NAMED and t in near]
-        rest = [t for t in found if t not in near and sections[t] == NOT_NAMED]
+        advice = [t for t in found if t in near and t not in named]
+        rest = [t for t in found if t not in near]
         parts = [f"the tutorial's: {_names(named, to, said)}" if named
                  else "none of the tutorial's"]  # fmt: skip
         parts += [f"near it: {_names(advice, to, said)}"] if advice else []

@@ -9,6 +9,8 @@ from harness.report.format import anchor, prose
 from harness.report.scorecard import TUTORIAL_CODE
 from harness.tutorial.own_code import Example, example
 
+FLAGS = "what it flags"  # own_code.diagnoses' column of what the doctor flags
+
 
 def conclusion(doctor: pd.DataFrame) -> str:
     """What the doctor's rows say, per mask shape, in a sentence: whether the classes pass, and
@@ -53,9 +55,6 @@ def tutorial_code(doctor: pd.DataFrame | None) -> str:
             f"T, T) mask): {conclusion(doctor)} {verdict(ex, doctor)}"
         )
     return "\n".join([anchor(TUTORIAL_CODE), "## The tutorial's own code", "", prose(text)])
-
-
-FLAGS = "what it flags"
 
 
 def _first_clause(flagged: str) -> str:
