@@ -236,6 +236,20 @@ class AdditiveNaN(nn.Module):
         return self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C))
 
 
+class AdditiveNaNToSDPA(AdditiveNaN):
+    """The same additive mask, ``(1 - keep) * -inf``, handed to SDPA as its ``attn_mask``: NaN
+    on every kept cell, read where SDPA adds it (mask_to_additive_nan)."""
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, C // self.h).permute(2, 0, 3, 1, 4)
+        adder = None
+        if mask is not None:
+            adder = (1.0 - mask[:, None].to(x.dtype)) * float("-inf")  # BUG
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=adder)  # (B, h, T, d)
+        return self.o(y.transpose(1, 2).reshape(B, T, C))
+
+
 class PaddingTurned(nn.Module):
     """BERT's extended additive mask, (B, 1, 1, T), turned onto the queries' axis before it is
     added (padding_on_queries)."""

@@ -509,6 +509,13 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
             '(1.0 - mask[:, None].to(x.dtype)) != 0, float("-inf"))',
         ),
         (
+            fm.AdditiveNaNToSDPA(64, 4),
+            Config(mask="keep"),
+            "mask_to_additive_nan",
+            "adder = torch.zeros_like(1.0 - mask[:, None].to(x.dtype)).masked_fill("
+            '(1.0 - mask[:, None].to(x.dtype)) != 0, float("-inf"))',
+        ),
+        (
             fm.StridedCopies(64, 4),
             Config(causal=True, positions="relative", kv_grouping="blocks"),
             "gqa_kv_grouping",
@@ -539,6 +546,7 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
         "fill-by-name",
         "sequence-first-merge",
         "additive-nan",
+        "additive-nan-to-sdpa",
         "repeat-kv-expanded",
         "values-rotated-apart",
         "alibi-padding-turned",

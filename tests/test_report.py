@@ -231,6 +231,7 @@ def test_a_swallowed_ctrl_c_stops_the_report_before_it_is_published(
 # measurements must give: the scorecard's rows by section and the start of the claim.
 CLAIMED = {
     ("§2", "a large d_k"): "true",
+    ("§2", "a d_k too small"): "true",
     ("§3.1", "the scale keeps"): "**false**",
     ("§3.2", "`bias=False`"): "partly",
     ("§3.2", "`bmm` is safer"): "true",
@@ -251,6 +252,7 @@ CLAIMED = {
     ("§4.5", "nn.Linear's default"): "**false**",
     ("§4.5", "xavier's variance"): "**false**",
     ("§5.1", "heads of width"): "true",
+    ("§5.1", "heads specialise"): "true",
     ("§5.2", "multi-head attention"): "partly",
     ("§5.2", "the heads are computed"): "**false**",
     ("§6.3", "`exp(Q K^T)`"): "**false**",

@@ -4,9 +4,10 @@ import math
 
 import pandas as pd
 import pytest
+import torch
 
 from harness.report.tutorial_code import verdict
-from harness.tutorial import claims
+from harness.tutorial import claims, specialise
 from harness.tutorial.own_code import CLASSES, Example, diagnoses, example
 
 
@@ -15,6 +16,22 @@ def test_dot_products_spread_as_sqrt_d_k_and_the_scale_holds_them_at_one() -> No
     for s in spreads:  # 4,096 pairs: the sample's standard deviation is within a few percent
         assert s.unscaled == pytest.approx(math.sqrt(s.d_k), rel=0.05)
         assert s.scaled == pytest.approx(1, rel=0.05)
+
+
+def test_with_one_dimension_a_query_can_favour_only_the_largest_or_smallest_key() -> None:
+    narrow, wide = claims.discrimination(widths=(1, 16))
+    assert narrow.favourites == 2  # whatever the query: a score is the key times one number
+    assert wide.favourites == wide.keys
+
+
+def test_two_trained_heads_take_one_look_up_each_and_twins_share_them() -> None:
+    roles = specialise.head_roles()
+    assert roles.tally.claim == specialise.SPLIT and roles.accuracy_min > 0.9
+    twins = specialise.train(0)
+    twins.attention.heads[1].load_state_dict(twins.attention.heads[0].state_dict())
+    x = torch.randint(0, specialise.VOCAB, (64, specialise.SEQ_LEN))
+    with torch.no_grad():
+        assert specialise.roles(twins, x)[0] == specialise.SHARED  # both heads on one place
 
 
 def test_a_documented_mask_does_not_broadcast_to_the_scores() -> None:

@@ -13,7 +13,7 @@ from harness.catalogue.verdicts import Verdict
 from harness.files import CLAIMS_PAGE
 from harness.report.format import TRAINED, anchor, link, num, over_seeds, prose, table
 from harness.report.results import TrapResult
-from harness.tutorial import claims
+from harness.tutorial import claims, specialise
 from harness.tutorial.own_code import example
 
 SCORECARD = "## The tutorial, claim by claim"
@@ -58,6 +58,16 @@ def _spread(_: Results) -> Judged:
     )
 
 
+def _discrimination(_: Results) -> Judged:
+    counts = claims.discrimination()
+    first, last = counts[0], counts[-1]
+    loses = first.favourites < first.keys and last.favourites == last.keys
+    favoured = ", ".join(f"{c.favourites} at d_k {c.d_k}" for c in counts[:-1])  # "2 at d_k 1"
+    return (TRUE if loses else FALSE), (
+        f"of {first.keys} keys, those a query can weigh most: {favoured}, all at {last.d_k}"
+    )
+
+
 def _scale_gradients(_: Results) -> Judged:
     g = claims.scale_gradients()
     return (FALSE if g.ratio_min > 1 else TRUE), (
@@ -75,8 +85,7 @@ def _bias(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, TRUE)
     return PARTLY, (
-        f"nothing breaks here: a key bias changes no output{_trained(r)}; large-scale pretraining "
-        "not measured"
+        f"a key bias changes no output{_trained(r)}; large-scale pretraining not measured"
     )
 
 
@@ -125,7 +134,7 @@ def _softmax_dim(r: TrapResult) -> Judged:
         f"{s.nan_rows_min}–{s.nan_rows_max}")  # fmt: skip
     each = " on every seed" if s.nan_rows_min == s.nan_rows_max else ""
     return FALSE, (
-        f"it normalises over dim 0, the batch: rows miss summing to 1 by "
+        f"it normalises over dim 0, the batch: row sums are off by "
         f"{num(s.row_sum_min)}–{num(s.row_sum_max)}; under the causal mask {nan_rows} of "
         f"{s.rows} rows are NaN{each} ({SEEDS})"
     )
@@ -192,7 +201,7 @@ def _float_throughout(r: TrapResult) -> Judged:
     if not _is_trap(r):
         return _as_measured(r, TRUE)
     return PARTLY, (
-        "fine with `masked_fill(mask == 0, ...)`, but SDPA adds a float mask: a 0/1 "
+        "SDPA adds a float mask: a 0/1 "
         f"keep-mask leaks ({_verdict(r)}; output error {_output_error(r)})"
     )
 
@@ -250,6 +259,15 @@ def _head_parameters(_: Results) -> Judged:
     )
 
 
+def _specialise(_: Results) -> Judged:
+    roles = specialise.head_roles()
+    holds = {specialise.SPLIT: TRUE, specialise.SHARED: FALSE}.get(roles.tally.claim, PARTLY)
+    took = (f"≥ {num(roles.share_min)} of each head's weight on one" if holds == TRUE
+            else "the heads do not reliably split them")  # fmt: skip
+    task = " and ".join(map(str, specialise.LOOKBACK))
+    return holds, f"trained to name the tokens {task} back, {took}; {TRAINED}{roles.tally.text()}"
+
+
 def _head_loop(r: TrapResult) -> Judged:
     if _is_trap(r):
         return _as_measured(r, FALSE)
@@ -291,6 +309,8 @@ class Claim:
 CLAIMS = [
     Claim("§2", "a large d_k makes dot products explode, so divide by sqrt(d_k)",
           "`scores / math.sqrt(d_k)`", _spread, where=CLAIMS_HERE, leads_to="missing_scale"),
+    Claim("§2", "a d_k too small loses discrimination",
+          "d_k 64, as in the paper", _discrimination, where=CLAIMS_HERE),
     Claim("§3.1", "the scale keeps the gradients from vanishing",
           "keep the scale: it tames large gradients", _scale_gradients, where=CLAIMS_HERE),
     Claim("§3.2", "`bias=False` is the paper's; a bias may break symmetry and stability "
@@ -340,6 +360,8 @@ CLAIMS = [
     Claim("§5.1", "heads of width d_model / h keep the parameter count",
           "split with `view(B, T, h, d_k).transpose(1, 2)`", _head_parameters, where=CLAIMS_HERE,
           leads_to="head_split_view"),
+    Claim("§5.1", "heads specialise",
+          "as many heads as look-ups", _specialise, where=CLAIMS_HERE),
     Claim("§5.2", "multi-head attention as a `ModuleList` of single heads",
           "heads as an axis of one projection", _head_loop, trap="head_loop"),
     Claim("§5.2", "the heads are computed in parallel",
@@ -402,11 +424,15 @@ def scorecard(results: list[TrapResult], to: Callable[[str], str] = link) -> str
 
 def claims_measured_here() -> str:
     """How the scorecard's rows that no pair measures were measured: on the tutorial's page."""
+    sp = specialise
     text = (
         "The scorecard's rows that no pair measures, each by a function of "
         "`harness/tutorial/claims.py`, on the CPU in float32 from seeded generators: §2, the "
         "standard deviation of q · k over 4,096 pairs of unit-variance vectors per d_k (seed "
-        "0); §3.1, the norm of W_q's gradient in the tutorial's `ScaledDotProductAttention(256, "
+        "0), and, for discrimination, how many of 64 unit-variance keys (seed 0) are the "
+        "top-scoring key of at least one of 100,000 random queries (seed 1), in float64: with "
+        "d_k 1 a score is a key times a number, so only the largest or the smallest key can "
+        "win; §3.1, the norm of W_q's gradient in the tutorial's `ScaledDotProductAttention(256, "
         "256, 256)` (its default init, unit-variance x of 4 x 32 tokens, a random upstream "
         "gradient) with its scale and with the scale set to 1, over seeds 0–9; §3.2, `bmm(Q, "
         "K)` on (2, 4, 8) tensors and on (2, 4, 4) ones; §4.1, `1 / torch.sqrt(torch.tensor("
@@ -414,7 +440,15 @@ def claims_measured_here() -> str:
         "float16 scores; §4.3, `bmm` and `@` on queries and keys whose batch sizes differ; "
         "§4.4, `bmm` against `@` on the same (4, 16, 64) tensors; §4.5, the variance of "
         "`xavier_uniform_` on a 64 x 512 weight (seed 0); §5.1, the weights of W_q, W_k, W_v "
-        "and W_o counted both ways; §5.2, the matrix products one call of the tutorial's "
+        "and W_o counted both ways, and, for specialisation, by "
+        f"`harness/tutorial/specialise.py`: the tutorial's `MultiHeadAttention({sp.D_MODEL}, "
+        f"{sp.HEADS})` between token and position embeddings and a read-out, no residual path, "
+        f"trained (Adam, {sp.STEPS} steps of {sp.BATCH} random rows of {sp.SEQ_LEN} tokens, "
+        f"a vocabulary of {sp.VOCAB}, causal keep-mask) to name at each place the tokens "
+        f"{' and '.join(map(str, sp.LOOKBACK))} back, on seeds {sp.SEEDS[0]}–{sp.SEEDS[-1]}, "
+        f'then read on a held-out batch: a seed counts as "{sp.SPLIT}" when each head puts '
+        "most of its weight (over half) on a different one of the places; §5.2, the matrix "
+        "products one call of the tutorial's "
         "`MultiHeadAttention(512, 8)` runs, counted as it runs; §6.3, `exp(Q K^T / sqrt(d_k)) "
         "@ V` against softmax's for unit-variance q, k, v (128 tokens, d_k 64), its largest "
         "error over the largest |value| of softmax's output, over seeds 0–9. Wall-clock speed "

@@ -93,8 +93,8 @@ def symptom_summary(results: list[TrapResult], timed: set[str]) -> str:
         "## From a symptom to its traps",
         "",
         prose(
-            "A trap is listed only where its own measurement shows the symptom ([the "
-            f"evidence]({CLAIMS_PAGE}#{EVIDENCE})); *near it*: traps the table's rows point to."
+            "A trap is listed where its own measurement shows the symptom ([evidence]("
+            f"{CLAIMS_PAGE}#{EVIDENCE})); *near it*: traps the table above points to."
         ),
     ]
     titled: set[str] = set()  # a trap's title is given where it is first listed

@@ -46,13 +46,13 @@ def tutorial_code(doctor: pd.DataFrame | None) -> str:
     triangular = ", lower-triangular" if ex.lower_triangular else ", not lower-triangular"
     text = (
         "`pitfalls/tutorial.py` rebuilds the tutorial's `ScaledDotProductAttention` and "
-        "`MultiHeadAttention` from its description. §3.3's example (three one-hot tokens, "
-        f"d_model 4, d_k 2, d_v 3) {runs} as written; with a (1, 3, 3) mask it runs{triangular}."
+        "`MultiHeadAttention` from its description. §3.3's example "
+        f"{runs} as written; with a (1, 3, 3) mask it runs{triangular}."
     )
     if doctor is not None:
         text += (
-            " The doctor on both classes (d_model 64, 4 heads; the docstring documents a (B, 1, "
-            f"T, T) mask): {conclusion(doctor)} {verdict(ex, doctor)}"
+            " The doctor on both classes (d_model 64, 4 heads): "
+            f"{conclusion(doctor)} {verdict(ex, doctor)}"
         )
     return "\n".join([anchor(TUTORIAL_CODE), "## The tutorial's own code", "", prose(text)])
 
@@ -71,11 +71,10 @@ In a clone of this project (`.ci/task` sets up its own Python), run the doctor o
 .ci/task doctor my_attention.py:MultiHeadAttention --mask keep
 ```
 
-It builds the class from its argument names (`d_model`, `num_heads`, ...), calls its forward as
-written (`forward(x, mask)`, `forward(q, k, v, mask)`, ...; the tutorial's own classes work as
-they are), checks each kind of trap and names the trap and its line; a FAIL exits 1, a WARN is
-a caution. `--mask keep` says 1 means attend; `--mask-shape b1qk` hands it a (B, 1, T, T)
-mask; `--help` lists every option."""
+It builds your class from its argument names (`d_model`, `num_heads`, ...), calls its forward
+as written (`(x, mask)`, `(q, k, v, mask)`, ...) and names each trap it finds, with its line; a
+FAIL exits 1. `--mask keep` says 1 means attend; `--mask-shape b1qk` passes a (B, 1, T, T) mask;
+`--help` lists the rest."""
 
 
 def check_your_own() -> str:

@@ -52,6 +52,30 @@ def dot_product_spread(widths: tuple[int, ...] = (4, 64, 1024), pairs: int = 409
 
 
 @dataclass(frozen=True)
+class Discrimination:
+    """§2: of ``keys`` random keys of width d_k, how many some query gives the most weight."""
+
+    d_k: int
+    keys: int
+    favourites: int  # keys that are some sampled query's largest score
+
+
+def discrimination(
+    widths: tuple[int, ...] = (1, 2, 16), keys: int = 64, queries: int = 100_000
+) -> list[Discrimination]:
+    """The keys a query can single out are the corners of the keys' convex hull: with d_k = 1
+    only the largest and the smallest key, whatever the query. Counted over ``queries`` random
+    queries (seed 1) against unit-variance keys (seed 0), in float64 so no near-tie decides."""
+    out = []
+    for d_k in widths:
+        k = _randn(keys, d_k, seed=0).double()  # (keys, d_k)
+        q = _randn(queries, d_k, seed=1).double()  # (queries, d_k)
+        favourite = (q @ k.T).argmax(-1)  # (queries,): each query's top-scoring key
+        out.append(Discrimination(d_k, keys, favourite.unique().numel()))
+    return out
+
+
+@dataclass(frozen=True)
 class Broadcast:
     """§3.3 and the module's docstring: a (B, 1, T, T) mask on (B, T, T) scores."""
 

@@ -423,7 +423,8 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
     site.sdpa_mask = record.result(mask) if mask is not None and mask.is_tensor else None
     key = op.arg(1, "key")
     if site.sdpa_mask is not None and query is not None and query.shape and key and key.shape:
-        site.fills.append(sdpa_fill(op, mask, site.sdpa_mask, (*query.shape[:-1], key.shape[-2])))
+        scores = (*query.shape[:-1], key.shape[-2])  # (B, h, T, S)
+        site.fills.append(sdpa_fill(record, op, mask, site.sdpa_mask, scores))
         provenance(record, site.fills[-1])
     site.is_causal = bool(op.const(5, "is_causal", False))
     scale = op.const(6, "scale")

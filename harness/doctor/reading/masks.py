@@ -45,16 +45,18 @@ def filled(record: Record, op: Op) -> Fill:
 BLOCKING = -1e4  # an added value this negative (or a fill) blocks its cell
 
 
-def sdpa_fill(op: Op, mask: Value, values: Tensor, shape: tuple[int, ...]) -> Fill:
+def sdpa_fill(record: Record, op: Op, mask: Value, values: Tensor, shape: tuple[int, ...]) -> Fill:
     """The cells an SDPA call's ``attn_mask`` blocks on its (B, h, T, S) scores: False in a
-    bool mask (filled with -inf), very negative in an added one."""
+    bool mask (filled with -inf), very negative in an added one; an added one holding NaN (0 *
+    -inf) is marked with the op that made it, as ``added_mask`` marks one added by hand."""
     bool_mask = values.dtype == torch.bool
     blocked = ~values if bool_mask else values <= BLOCKING
+    nan = None if bool_mask or not values.isnan().any() else (record.producer(mask) or op)
     try:
         cells = blocked.expand(shape)
     except RuntimeError:
         cells = None
-    return Fill(op, -math.inf if bool_mask else None, cells, mask)
+    return Fill(op, -math.inf if bool_mask else None, cells, mask, nan=nan)
 
 
 def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
