@@ -461,3 +461,107 @@ class TwoMasksOneInverted(nn.Module):
         scores = torch.baddbmm(attn_mask, q * self.head_dim**-0.5, k.transpose(1, 2))
         out = torch.bmm(scores.softmax(dim=-1), v).view(B, self.num_heads, T, -1)
         return self.out_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class QueriesSplitByView(nn.Module):
+    """Separate projections, the queries' viewed as (B, h, T, d) straight from (B, T, C):
+    positions cut up and mixed with the heads (head_split_view), on one line."""
+
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.q_proj, self.k_proj, self.v_proj, self.c_proj = (
+            nn.Linear(n_embd, n_embd) for _ in range(4)
+        )
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(B, self.n_head, T, C // self.n_head)  # BUG
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, h, T, d)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, h, T, d)
+        y = F.scaled_dot_product_attention(q, k, v)  # (B, h, T, d)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class FusedSplitCut(nn.Module):
+    """A ViT's fused split read as (B, 3, h, N, d) straight from (B, N, 3 C): every one of q, k
+    and v mixes positions with heads and features (head_split_view)."""
+
+    def __init__(self, dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, 3, self.num_heads, N, self.head_dim).transpose(0, 1)  # BUG
+        q, k, v = qkv.unbind(0)  # each (B, h, N, d)
+        attn = (q @ k.transpose(-2, -1)) * self.head_dim**-0.5
+        x = (attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, N, C)
+        return self.proj(x)
+
+
+class OwnKeyBlocked(nn.Module):
+    """A causal mask of -inf made with ``triu(diagonal=0)``: each query's own key blocked too,
+    the first query left none (causal_leak, a diagonal off the other way)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.qkv, self.o_proj = (
+            nn.Linear(hidden_size, 3 * hidden_size),
+            nn.Linear(hidden_size, hidden_size),
+        )
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        qkv = self.qkv(hidden_states).view(B, T, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, h, T, d)
+        causal_mask = torch.full((T, T), float("-inf")).triu(diagonal=0)  # BUG
+        scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim) + causal_mask
+        return self.o_proj((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class UnscaledByDesignScaled(nn.Module):
+    """T5's attention, unscaled by design (its init folds the scale into W_q), given a
+    ``/ sqrt(d)`` anyway: the scale applied on top of the declared one (double_scale)."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_kv = n_heads, d_model // n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model, bias=False) for _ in "qkvo")
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+
+        def shape(t):
+            return t.view(B, T, self.n_heads, self.d_kv).transpose(1, 2)  # (B, h, T, d)
+
+        q, k, v = (
+            shape(self.q(hidden_states)),
+            shape(self.k(hidden_states)),
+            shape(self.v(hidden_states)),
+        )
+        scores = torch.matmul(q, k.transpose(3, 2)) / math.sqrt(self.d_kv)  # BUG
+        weights = scores.float().softmax(dim=-1).type_as(scores)
+        return self.o(torch.matmul(weights, v).transpose(1, 2).reshape(B, T, C))
+
+
+class QueriesOnlyScaled(nn.Module):
+    """Whisper's split scale, d ** -0.25 on the queries and on the keys, with the keys' factor
+    left off: the scores scaled by d ** -0.25 only (wrong_scale)."""
+
+    def __init__(self, n_state, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.query, self.key, self.value, self.out = (nn.Linear(n_state, n_state) for _ in range(4))
+
+    def forward(self, x):
+        n_batch, n_ctx, n_state = x.shape
+        scale = (n_state // self.n_head) ** -0.25
+        q = self.query(x).view(n_batch, n_ctx, self.n_head, -1).permute(0, 2, 1, 3) * scale
+        k = self.key(x).view(n_batch, n_ctx, self.n_head, -1).permute(0, 2, 3, 1)  # BUG
+        v = self.value(x).view(n_batch, n_ctx, self.n_head, -1).permute(0, 2, 1, 3)
+        w = (q @ k).float().softmax(dim=-1).to(q.dtype)  # (B, h, T, T)
+        return self.out((w @ v).permute(0, 2, 1, 3).flatten(start_dim=2))

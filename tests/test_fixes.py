@@ -250,6 +250,16 @@ def _fixes(module, config):
     ).fixes
 
 
+def test_every_fix_the_diff_holds_is_printed_one_found_after_another_too():
+    """A fix proven only once an earlier one is in (its trap no cause of the first reading)
+    is in the diff ``--fix`` writes, so the text prints it too."""
+    d, [fix] = _fixes(fm.QueriesOnlyScaled(64, 4), Config())
+    assert fix.trap in {c.trap for c in d.causes}, d.text()
+    later = dataclasses.replace(fix, trap="missing_scale")  # as if found once ``fix`` was in
+    shown = dataclasses.replace(d, fixes=[fix, later]).text()
+    assert f"fix ({fix.trap}) at " in shown and "fix (missing_scale) at " in shown, shown
+
+
 def test_a_mask_that_may_be_none_is_fixed_where_it_is_made_not_where_it_is_used():
     """Inverting the mask at the SDPA call fixes the padding the probes pass, and breaks the
     call without one (~None), which the code as it is takes: that change is not shown; the
@@ -318,6 +328,12 @@ RECIPE_CASES = [
     ("padding_on_queries", "m = repeat(m, 'b j -> (b h) j ()', h=h)",
      "m = repeat(m, 'b j -> (b h) () j', h=h)"),
     ("padding_on_queries", "s = s + m.transpose(-1, -2)", "s = s + m"),
+    ("padding_on_queries", "m = rearrange(m, 'b j -> b 1 j 1')",
+     "m = rearrange(m, 'b j -> b 1 1 j')"),
+    ("padding_on_queries", "m = m.unsqueeze(1).unsqueeze(3)", "m = m.unsqueeze(1).unsqueeze(2)"),
+    ("head_split_view", "q = q.view(B, h, T, d)", "q = q.view(B, T, h, d).transpose(1, 2)"),
+    ("head_split_view", "t = x.reshape(B * h, T, d)",
+     "t = x.reshape(B, T, h, d).transpose(1, 2).reshape(B * h, T, d)"),
     ("mask_to_additive_nan", "a = (1 - m) * -math.inf",
      "a = torch.zeros_like(1 - m).masked_fill((1 - m) != 0, -math.inf)"),
     ("mask_bool", "adder = m * -1e9", "adder = (1.0 - m) * -1e9"),
@@ -534,6 +550,31 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
             "attn_mask = attn_mask + padding[:, None, None, :]",
         ),
         (fm.WidthRootBelow(64, 4), Config(), "scale_d_model", ") / math.sqrt(self.head_dim)"),
+        (
+            fm.QueriesSplitByView(64, 4),
+            Config(),
+            "head_split_view",
+            "q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)",
+        ),
+        (
+            fm.FusedSplitCut(64, 4),
+            Config(),
+            "head_split_view",
+            "qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(0, 2, 3, "
+            "1, 4).transpose(0, 1)",
+        ),
+        (
+            fm.OwnKeyBlocked(64, 4),
+            Config(causal=True),
+            "causal_leak",
+            'causal_mask = torch.full((T, T), float("-inf")).triu(diagonal=1)',
+        ),
+        (
+            fm.UnscaledByDesignScaled(64, 4),
+            Config(scale=1.0),
+            "double_scale",
+            "scores = torch.matmul(q, k.transpose(3, 2))",
+        ),
     ],
     ids=[
         "split-scale",
@@ -551,6 +592,10 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
         "values-rotated-apart",
         "alibi-padding-turned",
         "width-root-below",
+        "queries-split-by-view",
+        "fused-split-cut",
+        "own-key-blocked",
+        "unscaled-by-design-scaled",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):

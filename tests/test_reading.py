@@ -19,6 +19,7 @@ from harness.doctor.model.diagnosis import first_trap
 from harness.doctor.reading.attention import sites
 from harness.doctor.reading.facts import Named, Reading
 from harness.doctor.reading.record import record
+from harness.doctor.reading.split import axis_before
 from harness.validation import build, config_for
 from tests import doctor_modules as dm
 from tests.helpers import TUTORIAL_EDITS
@@ -870,3 +871,28 @@ def test_a_term_baddbmm_is_told_to_ignore_is_no_mask():
     d = diagnose(IgnoredTerm(64), Config(), "IgnoredTerm")
     assert d.healthy, d.text()
     assert not any(f.name == "mask" for f in d.facts), d.text()
+
+
+class _FusedSplit(nn.Module):
+    """A ViT's fused split, (B, N, 3 C) -> (B, N, 3, h, d) -> (3, B, h, N, d), unbound."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads, self.qkv = heads, nn.Linear(dim, 3 * dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # each (B, h, N, d)
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_the_positions_are_followed_back_through_unbind_and_permute_to_the_projection() -> None:
+    module, x = _FusedSplit(), torch.randn(2, 6, 32)
+    found = record(module, lambda: module(x), {"x": x})
+    [unbind] = [op for op in found.ops if op.name == "unbind"]
+    assert axis_before(unbind, 0, 2) == 3  # q's positions: axis 3 of (3, B, h, N, d)
+    [permute] = [op for op in found.ops if op.name == "permute"]
+    assert axis_before(permute, 0, 3) == 1  # and axis 1 of (B, N, 3, h, d)
+    [site] = sites(found)
+    assert site.split_without_transpose is None  # the positions come whole from the projection

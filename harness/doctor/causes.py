@@ -38,6 +38,7 @@ EXPLAINS: dict[str, frozenset[str] | None] = {
     "sdpa_float_mask": None,
     "mask_rank": None,
     "head_merge_no_transpose": None,
+    "head_split_view": None,
     "rope_on_value": None,
     "padding_on_queries": None,
     "sdpa_mask_inverted": None,

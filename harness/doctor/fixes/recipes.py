@@ -565,6 +565,7 @@ def padding_on_queries(line: Line) -> Iterator[str]:
         for moved in orders:
             yield line.replaced(index, index.with_changes(slice=_commas(moved)))
     yield from _pattern_axis_moved(line)
+    yield from _unsqueezed_one_off(line)
     for call in line.calls("transpose"):  # the mask turned onto the queries: as it was
         turns = {line.code(a.value).replace(" ", "") for a in call.args}
         if turns == LAST_TWO and not line.is_function_form(call):
@@ -601,15 +602,34 @@ def _pattern_axis_moved(line: Line) -> Iterator[str]:
         given, result = text.split("->")
         axes = re.findall(r"\([^()]*\)|\S+", result)
         new = [i for i, a in enumerate(axes) if a.replace(" ", "") in NEW_AXIS]
-        if len(new) != 1 or len(axes) < 3:
+        if not new or len(axes) < 3:
             continue
-        at = new[0]
-        others = axes[:at] + axes[at + 1 :]
-        for place in sorted(set(range(len(axes))) - {at}, key=lambda p: abs(p - at)):
-            moved = " ".join([*others[:place], axes[at], *others[place:]])
+        at = new[-1]
+        if len(new) == 1:
+            others = axes[:at] + axes[at + 1 :]
+            places = sorted(set(range(len(axes))) - {at}, key=lambda p: abs(p - at))
+            orders = [[*others[:place], axes[at], *others[place:]] for place in places]
+        else:  # as an index with several new axes: the last swapped with the data beside it
+            beside = [p for p in (at - 1, at + 1) if 0 <= p < len(axes) and p not in new]
+            orders = [_swapped(axes, at, p) for p in beside]
+        for moved in orders:
             quote = string.quote  # type: ignore[attr-defined]
-            written = f"{string.prefix}{quote}{given.rstrip()} -> {moved}{quote}"  # type: ignore[attr-defined]
+            written = f"{string.prefix}{quote}{given.rstrip()} -> {' '.join(moved)}{quote}"  # type: ignore[attr-defined]
             yield line.replaced(string, cst.SimpleString(written))
+
+
+def _unsqueezed_one_off(line: Line) -> Iterator[str]:
+    """A padding mask given its new axes by ``unsqueeze`` (``m.unsqueeze(1).unsqueeze(3)``,
+    (B, 1, S, 1)): each literal axis one down, then one up, the last added first, the proof
+    choosing."""
+    for call in reversed(list(line.calls("unsqueeze"))):
+        given = argument(call, 1 if line.is_function_form(call) else 0, "dim")
+        axis = _literal(given.value) if given is not None else None
+        if axis is None:
+            continue
+        for moved in (axis - 1, axis + 1):
+            position = 1 if line.is_function_form(call) else 0
+            yield line.replaced(call, with_argument(call, position, "dim", str(moved)))
 
 
 def transpose(line: Line) -> Iterator[str]:
@@ -642,6 +662,54 @@ def head_merge_no_transpose(line: Line) -> Iterator[str]:
                 order = f".transpose({axes})" + (".contiguous()" if called(call) == "view" else "")
                 moved = f"{line.code(parenthesized(receiver))}{order}"
                 yield line.replaced(receiver, cst.parse_expression(moved))
+
+
+def _moves(count: int) -> list[tuple[int, int]]:
+    """(size moved, where to) for a reshape to ``count`` sizes: one size, not the last (the
+    width), moved earlier; next-door moves first, then moves to just after the batch."""
+    moves = [(moved, to) for moved in range(1, count - 1) for to in range(moved)]
+    return sorted(moves, key=lambda m: (m[0] - m[1], m[1] != 1))
+
+
+def _folded_split(line: Line, call: cst.Call, sizes: list[cst.Arg]) -> Iterator[str]:
+    """Heads folded into the batch straight from (B, T, h d), ``reshape(B * h, T, d)``: split
+    as (B, T, h, d), the heads moved before the positions, then folded, each factor of the
+    product taken as the batch's."""
+    product = sizes[0].value
+    if len(sizes) != 3 or not (
+        isinstance(product, cst.BinaryOperation) and isinstance(product.operator, cst.Multiply)
+    ):
+        return
+    folded, length, width = (line.code(a.value) for a in sizes)
+    for batch, heads in ((product.left, product.right), (product.right, product.left)):
+        split = f"{line.code(batch)}, {length}, {line.code(heads)}, {width}"
+        method = line.code(call.func)  # "tensor.reshape"
+        rewritten = f"{method}({split}).transpose(1, 2).{called(call)}({folded}, {length}, {width})"
+        yield line.replaced(call, cst.parse_expression(rewritten))
+
+
+def head_split_view(line: Line) -> Iterator[str]:
+    """Heads split by a reshape that cuts the positions up (``(B, T, h d)`` viewed as ``(B, h,
+    T, d)``): the reshape made in its input's order, the positions' size moved earlier, and the
+    axes put back in the order the code uses by a transpose (or a permute); the proof finds
+    which size is the positions'."""
+    for call in line.calls(*MERGE):
+        sizes = positional(call)
+        if line.is_function_form(call) or len(sizes) != len(call.args) or len(sizes) < 3:
+            continue
+        yield from _folded_split(line, call, sizes)
+        for moved, to in _moves(len(sizes)):
+            order = [i for i in range(len(sizes)) if i != moved]
+            order.insert(to, moved)  # order[i]: which of the code's sizes is put i-th
+            args = [sizes[i].with_changes(comma=cst.MaybeSentinel.DEFAULT) for i in order]
+            back = [order.index(i) for i in range(len(order))]  # the code's axes, from the new
+            put = (
+                f"transpose({to}, {moved})"
+                if moved - to == 1
+                else f"permute({', '.join(map(str, back))})"
+            )
+            made = line.code(call.with_changes(args=args))
+            yield line.replaced(call, cst.parse_expression(f"{made}.{put}"))
 
 
 def rope_on_value(line: Line) -> Iterator[str]:
@@ -736,5 +804,6 @@ RECIPES: dict[str, Recipe] = {
     "mask_to_additive_nan": additive_nan,
     "transpose": transpose,
     "head_merge_no_transpose": head_merge_no_transpose,
+    "head_split_view": head_split_view,
     "rope_on_value": rope_on_value,
 }

@@ -58,6 +58,7 @@ from harness.doctor.reading.ops import (
     turned,
 )
 from harness.doctor.reading.record import Op, Record, Value
+from harness.doctor.reading.split import positions_cut
 
 # How the keys' axis is known when the product with V is not followed: a guess, which names
 # no trap (q k^T puts the keys last; k q^T would not)
@@ -98,6 +99,7 @@ class Site:
     sdpa: bool = False
     rank_raised: tuple[Op, tuple[int, ...], tuple[int, ...]] | None = None  # a mask's, and how
     merged_without_transpose: Op | None = None  # the reshape that cuts the queries' axis up
+    split_without_transpose: Op | None = None  # the reshape that cuts an operand's positions up
     rotated: Op | None = None  # where the queries or keys are rotated (q cos + rotate_half(q) sin)
     values_rotated: Op | None = None  # where the values are rotated as well (rope_on_value)
     # the parameter each of "queries", "keys", "values" and "output" is projected by, as read
@@ -228,7 +230,20 @@ def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool
     roles = ("keys", "queries") if swapped else ("queries", "keys")
     for value, where in zip(tensors[:2], roles, strict=False):
         complete &= _read_operand(record, site, value, where, memo)
+    if product.name != "einsum":  # a @ b: a's positions on its axis -2, b's on its last
+        for value, from_end in zip(tensors[:2], (2, 1), strict=False):
+            _split(record, site, value, from_end, memo)
     site.complete = complete and site.stopped_at is None
+
+
+def _split(record: Record, site: Site, value: Value, from_end: int, memo: dict) -> None:
+    """Whether the operand ``value`` (its positions on its axis ``-from_end``) had its heads
+    split by a reshape that cut its positions up: the first such reshape is kept."""
+    if value.shape is not None and len(value.shape) >= from_end:
+        axis = len(value.shape) - from_end
+        site.split_without_transpose = site.split_without_transpose or positions_cut(
+            record, value, axis, memo
+        )
 
 
 def _read_operand(record: Record, site: Site, value: Value, where: str, memo: dict) -> bool:
@@ -360,6 +375,8 @@ def sites(record: Record) -> list[Site]:
             values = [v for v in tensor_args(site.consumer)
                       if not (v.kind == "op" and v.ref == site.weights_ref)]  # fmt: skip
             if len(values) == 1 and from_input(record, values[0], memo):
+                weights_first = tensor_args(site.consumer)[0].ref == site.weights_ref
+                _split(record, site, values[0], 2 if weights_first else 1, memo)  # V's positions
                 site.values_rotated = rotation(record, values[0], memo)
                 site.projections["values"] = value_projection(record, values[0], memo)
             site.projections["output"] = output_projection(record, site.consumer.index, memo)
@@ -437,6 +454,9 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
                             strict=True):  # fmt: skip
         if value is not None:
             complete &= _read_operand(record, site, value, where, memo)
+    for value in (op.arg(0, "query"), op.arg(1, "key"), op.arg(2, "value")):
+        if value is not None and value.is_tensor:
+            _split(record, site, value, 2, memo)  # (..., T, d): positions on axis -2
     site.complete = complete
     value = op.arg(2, "value")
     if value is not None and value.is_tensor and from_input(record, value, memo):

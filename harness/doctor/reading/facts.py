@@ -129,6 +129,18 @@ def _made(site: Site, made: Callable[[str], str]) -> tuple[str, str]:
     return "", ""
 
 
+def _against_declared(site: Site, declared: float, line: str) -> list[Named]:
+    """The scale the forward applies, where the user declared another (T5's 1): the declared
+    one times 1/sqrt(head width) is the scale applied on top of it (double_scale)."""
+    if not (site.complete and site.width) or site.after_softmax:
+        return []
+    if math.isclose(site.scale, declared, rel_tol=1e-4):
+        return []
+    twice = math.isclose(site.scale, declared / math.sqrt(site.width), rel_tol=1e-4)
+    said = f"the scores are scaled by {site.scale:.6g}, where the declared scale is {declared:.6g}"
+    return [Named("double_scale" if twice else "wrong_scale", said, line)]
+
+
 def site_facts(
     site: Site,
     d_model: int,
@@ -160,6 +172,7 @@ def site_facts(
     scale_line = applied[0].op.where if applied else product_line  # nearest the softmax
     if declared_scale is not None:
         facts.append(Fact("scale", f"{declared_scale:.6g}", DECLARED))
+        named.extend(_against_declared(site, declared_scale, scale_line))
     elif site.complete and site.width:
         where = ", ".join(sorted({f.where for f in applied}))
         said = f"{site.scale:.6g}" + (f" (on the {where})" if where else " (none applied)")
@@ -220,15 +233,19 @@ def site_facts(
         named.append(Named("mask_rank", f"the mask has more axes than the scores: applying it "
                            f"broadcasts them from {shapes}, every sequence against every "
                            "other", (built or op).where))  # fmt: skip
-    if site.merged_without_transpose is not None:
-        op = site.merged_without_transpose
-        facts.append(Fact("heads merged", f"{op.name} to {'x'.join(map(str, op.shapes[0]))} "
-                          "cuts up the queries' axis", COMPUTED, op.where))  # fmt: skip
-        named.append(Named("head_merge_no_transpose", "the heads are merged by a reshape that "
-                           "cuts up the queries' axis, so each output row mixes positions of "
-                           "several heads (or sequences): move the heads next to the width "
-                           "first (transpose(1, 2) on (B, h, T, d)), then reshape",
-                           op.where))  # fmt: skip
+    for op, fact, axis, trap, why in (
+        (site.merged_without_transpose, "heads merged", "queries'", "head_merge_no_transpose",
+         "the heads are merged by a reshape that cuts up the queries' axis, so each output row "
+         "mixes positions of several heads (or sequences): move the heads next to the width "
+         "first (transpose(1, 2) on (B, h, T, d)), then reshape"),
+        (site.split_without_transpose, "heads split", "positions'", "head_split_view",
+         "the heads are split by a reshape that cuts up the positions' axis, so each head's rows "
+         "mix positions with features: reshape to (B, T, h, d) first, then transpose(1, 2)"),
+    ):  # fmt: skip
+        if op is not None:
+            facts.append(Fact(fact, f"{op.name} to {'x'.join(map(str, op.shapes[0]))} cuts up "
+                              f"the {axis} axis", COMPUTED, op.where))  # fmt: skip
+            named.append(Named(trap, why, op.where))
     _future(site, reading, causal, made)
     return reading
 
@@ -263,6 +280,10 @@ def _future(site: Site, reading: Reading, causal: bool, made: Callable[[str], st
         said = "blocked (every key after its query)"
         if blocked.diagonal().any():
             said += "; some queries' own key is blocked too"
+            if causal and blocked.all(-1).any():  # a triangle a diagonal off: rows left empty
+                reading.named.append(Named("causal_leak", "the module's causal mask blocks "
+                                           "each query's own key too (a diagonal off), so the "
+                                           "first query is left no key at all", line))  # fmt: skip
         reading.facts.append(Fact("future", said, COMPUTED, line))
         return
     held = next((f.held for f in own if f.held is not None and f.held.ref), None)

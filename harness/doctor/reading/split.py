@@ -1,0 +1,74 @@
+"""Heads split without the transpose, read back from an operand of the attention: its positions'
+axis followed from the product to the projection that made it, through the layout ops on the
+way. A reshape that builds that axis out of pieces of several input axes, as ``view(B, h, T, d)``
+of a (B, T, h d) projection does, has cut the positions up and mixed them with the heads."""
+
+from __future__ import annotations
+
+from harness.doctor.reading.axes import clean_axis, rows_hold, swapped_axes
+from harness.doctor.reading.operands import is_projection
+from harness.doctor.reading.ops import ADD, DIVIDE, LAYOUT, MULTIPLY, SAME, data_operand
+from harness.doctor.reading.record import Op, Record, Value
+
+RESHAPES = {"view", "reshape", "flatten", "unflatten", "view_as", "reshape_as"}
+DROPS_AN_AXIS = {"unbind", "select"}  # the result lacks the axis ``dim`` names
+KEEPS_AXES = {"split", "chunk", "narrow", "tensor_split", "split_with_sizes"}
+# elementwise ops (rotary's q * cos + rotate_half(q) * sin): the axes stay where the shape does
+ELEMENTWISE = ADD | MULTIPLY | DIVIDE | {"sub", "__sub__", "neg", "__neg__"}
+
+CUT = -1  # clean_axis's answer for an axis made of pieces of several
+
+
+def _permuted(op: Op, axis: int, ndim: int) -> int | None:
+    order = [v.constant for v in op.args[1:]]
+    if len(order) == 1 and isinstance(order[0], tuple | list):
+        order = list(order[0])
+    if len(order) != ndim or not all(isinstance(o, int) for o in order):
+        return None
+    return order[axis] % ndim  # type: ignore[operator]
+
+
+def axis_before(op: Op, item: int, axis: int) -> int | None:
+    """Where axis ``axis`` of result ``item`` of a layout op was in its input: ``CUT`` for a
+    reshape that made it of pieces of several input axes, None where the op does not say."""
+    if not op.args or op.args[0].shape is None or len(op.shapes) <= item:
+        return None
+    shape_in, shape_out = op.args[0].shape, op.shapes[item]
+    ndim_in = len(shape_in)
+    if op.name in SAME or (op.name in KEEPS_AXES and len(shape_out) == ndim_in):
+        return axis
+    if op.name in {"transpose", "swapaxes"}:
+        pair = swapped_axes(op, ndim_in)
+        a, b = pair if pair else (None, None)
+        return None if pair is None else b if axis == a else a if axis == b else axis
+    if op.name == "permute":
+        return _permuted(op, axis, ndim_in)
+    if op.name in DROPS_AN_AXIS:
+        dim = op.const(1, "dim", 0)
+        return None if not isinstance(dim, int) else axis if axis < dim % ndim_in else axis + 1
+    if op.name in RESHAPES:
+        before = clean_axis(shape_out, shape_in, axis)
+        if before == CUT and rows_hold(shape_out, shape_in, axis):
+            return None  # held whole in one input axis (positions flattened with the batch)
+        return before
+    return axis if shape_out == shape_in else None
+
+
+def positions_cut(record: Record, value: Value, axis: int, memo: dict[int, bool]) -> Op | None:
+    """The reshape that cut the positions' axis ``axis`` of ``value`` (an operand of the
+    attention) out of several axes of the projection before it; None when the axis comes
+    whole from the projection, or cannot be followed back to it."""
+    for _ in range(64):
+        op = record.producer(value)
+        if op is None or is_projection(record, op, memo):
+            return None
+        if op.name not in LAYOUT | SAME | ELEMENTWISE:
+            return None
+        before = axis_before(op, value.item, axis)
+        if before == CUT:
+            return op
+        main = data_operand(record, op, memo)
+        if before is None or main is None or main.shape is None:
+            return None
+        value, axis = main, before
+    return None
