@@ -565,3 +565,58 @@ class QueriesOnlyScaled(nn.Module):
         v = self.value(x).view(n_batch, n_ctx, self.n_head, -1).permute(0, 2, 1, 3)
         w = (q @ k).float().softmax(dim=-1).to(q.dtype)  # (B, h, T, T)
         return self.out((w @ v).permute(0, 2, 1, 3).flatten(start_dim=2))
+
+
+class CombinedMaskPaddingTurned(nn.Module):
+    """BLOOM's combined mask, the future or padding, with the padding read the wrong way round
+    (a keep-mask taken as blocked): inverting the whole mask where it is filled turns the
+    padding right and the causal part wrong, a change no proof may show as a fix."""
+
+    def __init__(self, hidden_size, n_head):
+        super().__init__()
+        self.n_head, self.head_dim = n_head, hidden_size // n_head
+        self.qkv, self.dense = (
+            nn.Linear(hidden_size, 3 * hidden_size),
+            nn.Linear(hidden_size, hidden_size),
+        )
+
+    def forward(self, hidden_states, attention_mask=None):
+        B, T, C = hidden_states.shape
+        if attention_mask is None:
+            attention_mask = torch.ones(B, T)
+        distance = (attention_mask.cumsum(dim=-1) - 1) * attention_mask  # (B, T): ALiBi's
+        slopes = 2.0 ** -torch.arange(1, self.n_head + 1.0)  # (h,)
+        qkv = self.qkv(hidden_states).view(B, T, 3, self.n_head, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, h, T, d)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, h, T, T)
+        scores = scores + slopes[None, :, None, None] * distance[:, None, None, :]
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        blocked = future | attention_mask[:, None, None, :].bool()  # BUG
+        weights = scores.masked_fill(blocked, torch.finfo(scores.dtype).min).softmax(dim=-1)
+        return self.dense((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class RateReadTwice(nn.Module):
+    """Falcon's two SDPA calls, with and without a mask, both given one dropout rate made
+    once and never turned off in eval (dropout_in_eval): fixed where the rate is made, which
+    covers the call without a mask too, that the probes (always given a mask) never run."""
+
+    def __init__(self, hidden_size, num_heads, attention_dropout=0.1):
+        super().__init__()
+        self.num_heads, self.attention_dropout = num_heads, attention_dropout
+        self.qkv, self.dense = (
+            nn.Linear(hidden_size, 3 * hidden_size),
+            nn.Linear(hidden_size, hidden_size),
+        )
+
+    def forward(self, hidden_states, attention_mask=None):
+        B, T, C = hidden_states.shape
+        qkv = self.qkv(hidden_states).view(B, T, 3, self.num_heads, C // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, h, T, d)
+        dropout_p = self.attention_dropout  # BUG
+        if attention_mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+        else:
+            keep = attention_mask[:, None, None, :].bool()  # (B, 1, 1, T)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p)
+        return self.dense(out.transpose(1, 2).reshape(B, T, C))

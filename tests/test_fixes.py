@@ -157,6 +157,11 @@ def test_a_rewrite_is_shown_only_when_the_code_it_makes_passes(tmp_path):
                                                                         at=elsewhere)])  # fmt: skip
     [fix] = propose(d, lambda: revealed).fixes  # another fault, at another line, shows now
     assert fix.proof == "this change fixes softmax_dim; still failing: other"
+    other = dataclasses.replace(cause, trap="other", at=elsewhere)
+    still = dataclasses.replace(fewer, causes=[*fewer.causes, other])
+    assert not propose(d, lambda: still).fixes  # the trap still named, beside another fault
+    broke_too = dataclasses.replace(broke, causes=[other])
+    assert not propose(d, lambda: broke_too).fixes  # another fault shows, and a probe broke
     healthy = dataclasses.replace(d, findings=[dataclasses.replace(f, status=PASS)
                                                for f in d.findings], causes=[])  # fmt: skip
     [fix] = propose(d, lambda: healthy).fixes
@@ -258,6 +263,16 @@ def test_every_fix_the_diff_holds_is_printed_one_found_after_another_too():
     later = dataclasses.replace(fix, trap="missing_scale")  # as if found once ``fix`` was in
     shown = dataclasses.replace(d, fixes=[fix, later]).text()
     assert f"fix ({fix.trap}) at " in shown and "fix (missing_scale) at " in shown, shown
+
+
+def test_a_change_that_leaves_failures_no_trap_explains_is_no_fix():
+    """Inverting BLOOM's combined mask where it is filled stops it being read the wrong way
+    round (mask_bool is no longer named) and leaves the causal part inverted: the probes
+    still fail, for no trap, so the change is not shown as a fix."""
+    config = Config(causal=True, mask="keep", mask_shape="bk", positions="relative")
+    d, fixes = _fixes(fm.CombinedMaskPaddingTurned(64, 4), config)
+    assert d.causes[0].trap == "mask_bool", d.text()
+    assert all(f.proof == "with this change every probe passes" for f in fixes), fixes
 
 
 def test_a_mask_that_may_be_none_is_fixed_where_it_is_made_not_where_it_is_used():
@@ -575,6 +590,12 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
             "double_scale",
             "scores = torch.matmul(q, k.transpose(3, 2))",
         ),
+        (
+            fm.RateReadTwice(64, 4),
+            Config(mask="keep", mask_shape="bk"),
+            "dropout_in_eval",
+            "dropout_p = self.attention_dropout if self.training else 0.0",
+        ),
     ],
     ids=[
         "split-scale",
@@ -596,6 +617,7 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
         "fused-split-cut",
         "own-key-blocked",
         "unscaled-by-design-scaled",
+        "rate-read-twice",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):

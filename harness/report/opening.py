@@ -17,6 +17,7 @@ from harness.metrics import GRAD_FACTOR, OUTPUT_FACTOR
 from harness.report import learning
 from harness.report.format import CPU, DEVICES, NOT_AVAILABLE, VERSIONS
 from harness.report.results import Grid
+from harness.tally import AGREE, SEEDS
 
 
 def reproduce_command(grid: Grid) -> str:
@@ -38,16 +39,15 @@ OPENING = """\
 # Hand-written attention: the tutorial's claims, measured
 
 A popular tutorial (a Chinese blog post, "why hand-writing attention is the first hurdle")
-teaches `softmax(Q K^T / sqrt(d_k)) V` and warns of five traps. Here each of its claims is
-measured."""
+teaches `softmax(Q K^T / sqrt(d_k)) V`. Here each of its claims is measured."""
 
-WORDS = """\
+WORDS = f"""\
 ## Words used here
 
 - A **pair**: each trap's two modules, `buggy.py` and `fixed.py` in `pitfalls/<id>/`,
   differing only in marked lines, run on the same weights and inputs.
-- **Rounding noise**: the error fixed.py itself makes against the same code in float64;
-  within it, no difference. An **ulp**: one step between neighbouring floats.
+- **Rounding noise**: fixed.py's error against itself in float64; a difference below it does
+  not count. An **ulp**: one step between neighbouring floats.
   **Output error**: buggy.py's largest difference from the float64 run.
 - Verdicts: **SILENT**, runs and is wrong; **LOUD**, raises an error;
   **CONDITIONAL**, raises on most shapes, runs silently on some; **NUMERIC**, right in float32,
@@ -55,8 +55,8 @@ WORDS = """\
   claimed trap does not exist.
 - **Training** ("learns slower 4/5"): both modules trained on a tiny task, and what the bug did
   on how many seeds (learns normally, slower, not at all, or *too good to be true*: it read the
-  future). **Entropy**: how spread out a row of weights is, 1 uniform, 0 one key. B, T, h:
-  batch, tokens, heads.
+  future; *mixed*: no outcome on {AGREE} of {SEEDS}). **Entropy**: how spread out a row of
+  weights is, 1 uniform, 0 one key. B, T, h: batch, tokens, heads.
 - A **keep-mask** holds 1 (True) where a query may attend. **SDPA**: PyTorch's
   `F.scaled_dot_product_attention`. **The doctor**: this project's checker for any attention
   module, PASS, WARN or FAIL per check."""

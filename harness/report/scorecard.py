@@ -277,16 +277,17 @@ def _head_loop(r: TrapResult) -> Judged:
 def _parallel(_: Results) -> Judged:
     loop = claims.head_loop()
     serial = loop.loop_products > loop.products_per_head
+    rest = loop.loop_products - loop.heads * loop.products_per_head  # W_o's
     return (FALSE if serial else TRUE), (
         f"its {loop.heads} heads run in turn: {loop.loop_products} matrix products a call, "
-        f"{loop.products_per_head} per head"
+        f"{loop.products_per_head} per head, {rest} to mix them"
     )
 
 
 def _unnormalised(_: Results) -> Judged:
     u = claims.unnormalised_exp()
     return (TRUE if u.error_max < 0.1 else FALSE), (
-        f"rows sum to {num(u.row_sum_min)}–{num(u.row_sum_max)}, not 1; the output is off by "
+        f"rows sum to {num(u.row_sum_min)}–{num(u.row_sum_max)}, not 1; output off by "
         f"{num(u.error_min)}–{num(u.error_max)}x its own scale ({SEEDS})"
     )
 
@@ -312,7 +313,7 @@ CLAIMS = [
     Claim("§2", "a d_k too small loses discrimination",
           "d_k 64, as in the paper", _discrimination, where=CLAIMS_HERE),
     Claim("§3.1", "the scale keeps the gradients from vanishing",
-          "keep the scale: it tames large gradients", _scale_gradients, where=CLAIMS_HERE),
+          "keep it: it tames large gradients", _scale_gradients, where=CLAIMS_HERE),
     Claim("§3.2", "`bias=False` is the paper's; a bias may break symmetry and stability "
           "(early stopping sooner) in large-scale pretraining",
           "either; a key bias is dead weight", _bias, trap="qkv_bias"),

@@ -140,6 +140,23 @@ class Line:
         found.pop(self.number, None)
         return list(found)
 
+    def shared_origins(self) -> list[int]:
+        """The lines where the enclosing function assigns a plain local name this line reads
+        that another line of the function reads too (``dropout_p = ...`` before two calls):
+        a value read in two places is fixed where it is made, which covers both."""
+        function, _ = self.enclosing()
+        if function is None:
+            return []
+        names = {node.value for node in self.nodes(cst.Name)}
+        made = {t.value: self._positions[t].start.line for t, _ in _assignments(function)
+                if isinstance(t, cst.Name) and t.value in names}  # fmt: skip
+        readers: dict[str, set[int]] = {}
+        for node in _reads(function):
+            if node.value in made:
+                readers.setdefault(node.value, set()).add(self._positions[node].start.line)
+        return [line for name, line in made.items()
+                if readers.get(name, set()) - {self.number, line}]  # fmt: skip
+
     def _constructions(
         self, klass: cst.ClassDef, method: cst.FunctionDef, value: cst.BaseExpression | None
     ) -> Iterator[cst.BaseExpression]:
@@ -275,6 +292,30 @@ def names_in_scope(line: Line) -> Iterator[str]:
 def _assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
     """The targets ``node``'s statements assign (``a = ...``, ``self.a = ...``, ``a, b = ...``)."""
     return [target for target, _ in _assignments(node)]
+
+
+def _reads(node: cst.CSTNode) -> list[cst.Name]:
+    """The names ``node`` reads: every name but those assigned to and attributes' own."""
+    found: list[cst.Name] = []
+
+    class Reads(cst.CSTVisitor):
+        def visit_Assign(self, assign: cst.Assign) -> bool:
+            assign.value.visit(self)
+            return False  # the targets are written, not read
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False  # ``x.name``: ``name`` is the attribute's, not a variable
+
+        def visit_Arg(self, arg: cst.Arg) -> bool:
+            arg.value.visit(self)
+            return False  # ``f(name=...)``: the keyword is no variable
+
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+    node.visit(Reads())
+    return found
 
 
 def _assignments(node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression | None]]:

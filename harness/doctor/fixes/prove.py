@@ -99,7 +99,12 @@ def _lines(named: list[tuple[Path, int]], sources: dict[Path, str]) -> list[tupl
     (``Line.origins``), one step only: a value made further back may be read on paths the
     probes never ran (a caller's mask reinterpreted where another branch reads it too), which
     no proof covers; ``sources``: the files as the fixes before have rewritten them."""
-    found = list(named)
+    found: list[tuple[Path, int]] = []
+    for path, number in named:  # a value read on another line too: fixed where it is made first
+        source = sources.get(path) or path.read_text()
+        shared = Line(source, number, {}).shared_origins()
+        found += [(path, n) for n in shared if (path, n) not in found]
+        found += [(path, number)] if (path, number) not in found else []
     for path, number in named:
         source = sources.get(path) or path.read_text()
         for origin in Line(source, number, {}).origins():
@@ -121,22 +126,21 @@ def _proof(
     before: Diagnosis, after: Diagnosis, trap: str, changed: Callable[[str], bool]
 ) -> str | None:
     """What ``after`` shows of the change, or None when it is no fix of ``trap``: the trap
-    still named, a probe that passed failing now, or nothing fixed: the same probes failing,
-    with no other trap named for them at a line that neither the cause nor the change touched
-    (one probe may show two traps, the second only once the first is gone, as a float16 probe
-    shows an overflowing product once its fill fits; a trap named where the cause was, or
-    where the change is, is the same failure named again). ``changed(where)``: whether a
-    source line is one the cause or the change touched."""
+    still named, a probe that passed failing now, or probes still failing with no other trap
+    named for them at a line that neither the cause nor the change touched (one probe may show
+    two traps, the second only once the first is gone, as a float16 probe shows an overflowing
+    product once its fill fits; a trap named where the cause was, or where the change is, is
+    the same failure named again; failures no trap explains may be the fault half fixed, or
+    moved: a combined mask inverted whole turns its padding right and its causal part wrong).
+    ``changed(where)``: whether a source line is one the cause or the change touched."""
     failing_before, failing_after = _failing(before), _failing(after)
     if trap in _traps(after) or not failing_after <= failing_before:
         return None
-    if failing_after == failing_before and not any(
-        c.trap and c.at and not changed(c.at) for c in after.causes
-    ):
-        return None
     if after.healthy:
         return "with this change every probe passes"
-    left = [c.trap for c in after.causes if c.trap] or sorted(_failing(after))
+    left = [c.trap for c in after.causes if c.trap and c.at and not changed(c.at)]
+    if not left:  # what still fails is no other trap's: half a fix, or the fault moved
+        return None
     return f"this change fixes {trap}; still failing: {', '.join(dict.fromkeys(left))}"
 
 

@@ -406,6 +406,10 @@ def dropout_in_eval(line: Line) -> Iterator[str]:
         if given is not None:
             gated = f"{line.code(given.value)} if {training} else 0.0"
             yield line.replaced(given.value, cst.parse_expression(gated))
+    if not list(line.calls(*DROPOUT, *SDPA)):  # where a rate read by a dropout is made
+        for assign in line.nodes(cst.Assign):
+            gated = f"{line.code(assign.value)} if {training} else 0.0"  # type: ignore[attr-defined]
+            yield line.replaced(assign.value, cst.parse_expression(gated))  # type: ignore[attr-defined]
 
 
 def finite_fill(line: Line) -> Iterator[str]:
