@@ -224,7 +224,8 @@ class Diagnosis:
                 named = ", ".join(cause.probes)
                 lines.append(f"FAIL  {'one cause':<{width}}  {cause.said()} ({named})")
                 lines += self._fix_lines(cause.trap, width + 6)
-        later = [fix for fix in self.fixes if fix.trap not in {c.trap for c in self.causes}]
+        causes = {c.trap for c in self.causes}
+        later = [fix for fix in self.fixes if fix.trap not in causes]
         if later:  # found once an earlier fix was in: in the diff, so printed too
             lines.append("with the fixes above in, more was found and proven:")
             lines += [line for fix in later for line in fix.text(" " * (width + 6))]

@@ -99,15 +99,14 @@ def _lines(named: list[tuple[Path, int]], sources: dict[Path, str]) -> list[tupl
     (``Line.origins``), one step only: a value made further back may be read on paths the
     probes never ran (a caller's mask reinterpreted where another branch reads it too), which
     no proof covers; ``sources``: the files as the fixes before have rewritten them."""
+    read = {(path, n): Line(sources.get(path) or path.read_text(), n, {}) for path, n in named}
     found: list[tuple[Path, int]] = []
     for path, number in named:  # a value read on another line too: fixed where it is made first
-        source = sources.get(path) or path.read_text()
-        shared = Line(source, number, {}).shared_origins()
+        shared = read[path, number].shared_origins()
         found += [(path, n) for n in shared if (path, n) not in found]
         found += [(path, number)] if (path, number) not in found else []
     for path, number in named:
-        source = sources.get(path) or path.read_text()
-        for origin in Line(source, number, {}).origins():
+        for origin in read[path, number].origins():
             if (path, origin) not in found:
                 found.append((path, origin))
     return found

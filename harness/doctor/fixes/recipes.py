@@ -627,12 +627,12 @@ def _unsqueezed_one_off(line: Line) -> Iterator[str]:
     (B, 1, S, 1)): each literal axis one down, then one up, the last added first, the proof
     choosing."""
     for call in reversed(list(line.calls("unsqueeze"))):
-        given = argument(call, 1 if line.is_function_form(call) else 0, "dim")
+        position = 1 if line.is_function_form(call) else 0
+        given = argument(call, position, "dim")
         axis = _literal(given.value) if given is not None else None
         if axis is None:
             continue
         for moved in (axis - 1, axis + 1):
-            position = 1 if line.is_function_form(call) else 0
             yield line.replaced(call, with_argument(call, position, "dim", str(moved)))
 
 

@@ -23,6 +23,7 @@ from harness.doctor.reading.axes import (
     clean_axis,
     einsum_axis,
     map_axis,
+    permute_order,
     product_axes,
     rows_hold,
     softmax_axis,
@@ -339,12 +340,10 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
             a, b = pair
             axes[a], axes[b] = axes[b], axes[a]
         elif nxt.name == "permute":
-            order = [v.constant for v in nxt.args[1:]]
-            if len(order) == 1 and isinstance(order[0], tuple | list):
-                order = list(order[0])
-            if sorted(o % len(axes) for o in order if isinstance(o, int)) != list(range(len(axes))):
+            order = permute_order(nxt, len(axes))
+            if order is None:
                 return
-            axes = [axes[o % len(axes)] for o in order]
+            axes = [axes[o] for o in order]
         elif not (nxt.name in SAME or nxt.name in FILL or nxt.name in {"where", "nan_to_num"}):
             return  # a change of layout it does not follow: the keys' axis stays the scores'
         index = nxt.index

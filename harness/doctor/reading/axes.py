@@ -19,6 +19,18 @@ def swapped_axes(op: Op, ndim: int) -> tuple[int, int] | None:
     return a % ndim, b % ndim
 
 
+def permute_order(op: Op, ndim: int) -> list[int] | None:
+    """The order a ``permute`` of an ``ndim``-axis tensor puts its axes in (``permute(0, 2, 1,
+    3)`` or ``permute((0, 2, 1, 3))``), counted from 0; None when it is not constants."""
+    order = [v.constant for v in op.args[1:]]
+    if len(order) == 1 and isinstance(order[0], tuple | list):
+        order = list(order[0])
+    if not all(isinstance(o, int) for o in order):
+        return None
+    counted = [o % ndim for o in order]  # type: ignore[operator]
+    return counted if sorted(counted) == list(range(ndim)) else None
+
+
 def map_axis(op: Op, axis: int, ndim_in: int) -> int | None:
     """Where axis ``axis`` of a layout op's input is in its result (None: not known)."""
     out_ndim = len(op.shapes[0]) if op.shapes else None

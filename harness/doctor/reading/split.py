@@ -5,7 +5,7 @@ of a (B, T, h d) projection does, has cut the positions up and mixed them with t
 
 from __future__ import annotations
 
-from harness.doctor.reading.axes import clean_axis, rows_hold, swapped_axes
+from harness.doctor.reading.axes import clean_axis, map_axis, permute_order, rows_hold
 from harness.doctor.reading.operands import is_projection
 from harness.doctor.reading.ops import ADD, DIVIDE, LAYOUT, MULTIPLY, SAME, data_operand
 from harness.doctor.reading.record import Op, Record, Value
@@ -19,15 +19,6 @@ ELEMENTWISE = ADD | MULTIPLY | DIVIDE | {"sub", "__sub__", "neg", "__neg__"}
 CUT = -1  # clean_axis's answer for an axis made of pieces of several
 
 
-def _permuted(op: Op, axis: int, ndim: int) -> int | None:
-    order = [v.constant for v in op.args[1:]]
-    if len(order) == 1 and isinstance(order[0], tuple | list):
-        order = list(order[0])
-    if len(order) != ndim or not all(isinstance(o, int) for o in order):
-        return None
-    return order[axis] % ndim  # type: ignore[operator]
-
-
 def axis_before(op: Op, item: int, axis: int) -> int | None:
     """Where axis ``axis`` of result ``item`` of a layout op was in its input: ``CUT`` for a
     reshape that made it of pieces of several input axes, None where the op does not say."""
@@ -38,11 +29,10 @@ def axis_before(op: Op, item: int, axis: int) -> int | None:
     if op.name in SAME or (op.name in KEEPS_AXES and len(shape_out) == ndim_in):
         return axis
     if op.name in {"transpose", "swapaxes"}:
-        pair = swapped_axes(op, ndim_in)
-        a, b = pair if pair else (None, None)
-        return None if pair is None else b if axis == a else a if axis == b else axis
+        return map_axis(op, axis, ndim_in)  # a swap is its own inverse
     if op.name == "permute":
-        return _permuted(op, axis, ndim_in)
+        order = permute_order(op, ndim_in)
+        return None if order is None else order[axis]
     if op.name in DROPS_AN_AXIS:
         dim = op.const(1, "dim", 0)
         return None if not isinstance(dim, int) else axis if axis < dim % ndim_in else axis + 1
