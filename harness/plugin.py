@@ -89,7 +89,7 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
                 lambda seq_len=None: called_once(module, config, timeout, seq_len),
                 lambda: called_once(module, replace(config, mask="none"), timeout),
             )
-            diagnosis.fixes, diagnosis.looks = fixes.fixes, fixes.looks
+            fixes.onto(diagnosis)
             raise AttentionDoctorFailure(diagnosis.text())
         return diagnosis
 

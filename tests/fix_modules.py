@@ -620,3 +620,152 @@ class RateReadTwice(nn.Module):
             keep = attention_mask[:, None, None, :].bool()  # (B, 1, 1, T)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p)
         return self.dense(out.transpose(1, 2).reshape(B, T, C))
+
+
+def fused(width):
+    """A fused q, k, v projection and the output's, as (B, T, 3 C) and (B, T, C)."""
+    return nn.Linear(width, 3 * width), nn.Linear(width, width)
+
+
+def heads_of(qkv, heads):
+    """(B, T, 3 C) -> q, k, v, each (B, h, T, d)."""
+    B, T, three_c = qkv.shape
+    return qkv.view(B, T, 3, heads, three_c // (3 * heads)).permute(2, 0, 3, 1, 4)
+
+
+class WindowJoinedToPadding(nn.Module):
+    """Mistral's eager way: a causal window of ``window`` keys made from two comparisons of
+    positions and joined to the caller's padding (1 = real) in one mask, filled with the
+    dtype's ``finfo.min``, the softmax taken in float32 (which turns float64's ``finfo.min``
+    into -inf); the window's lower bound written one key too wide (``>=``)."""
+
+    def __init__(self, hidden_size, num_heads, window=4):
+        super().__init__()
+        self.num_heads, self.window = num_heads, window
+        self.qkv, self.o_proj = fused(hidden_size)
+
+    def allowed(self, i, j):
+        return (j <= i) & (j >= i - self.window)  # BUG
+
+    def forward(self, hidden_states, attention_mask=None):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.qkv(hidden_states), self.num_heads)  # each (B, h, T, d)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        allowed = self.allowed(torch.arange(T)[:, None], torch.arange(T)[None, :])  # (T, T)
+        if attention_mask is not None:
+            allowed = allowed & attention_mask[:, None, None, :].bool()  # (B, 1, T, T)
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        weights = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
+        return self.o_proj((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class WindowJoinedToPaddingRight(WindowJoinedToPadding):
+    """The same window with its bound right (``j > i - window``): healthy, though its float64
+    copy gives NaN where a padded query's window holds only padding."""
+
+    def allowed(self, i, j):
+        return (j <= i) & (j > i - self.window)
+
+
+class TriangleInPlaceBeforeFold(nn.Module):
+    """CLIP's text encoder's way: an additive causal mask made in place by ``triu_`` and added
+    to (B, h, T, T) scores that are then folded to (B * h, T, T) for the softmax; the triangle
+    starting on the diagonal (``triu_(0)``), so each query's own key is blocked too."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            nn.Linear(embed_dim, embed_dim) for _ in range(4)
+        )
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        h, d = self.num_heads, self.head_dim
+        q = self.q_proj(hidden_states).view(B, T, h, d).transpose(1, 2).reshape(B * h, T, d)
+        k = self.k_proj(hidden_states).view(B, T, h, d).transpose(1, 2).reshape(B * h, T, d)
+        v = self.v_proj(hidden_states).view(B, T, h, d).transpose(1, 2).reshape(B * h, T, d)
+        scores = torch.bmm(q * d**-0.5, k.transpose(1, 2))  # (B h, T, T)
+        future = torch.full((T, T), torch.finfo(scores.dtype).min).triu_(0)  # BUG
+        scores = (scores.view(B, h, T, T) + future).view(B * h, T, T)
+        weights = scores.softmax(dim=-1)
+        out = torch.bmm(weights, v).view(B, h, T, d).transpose(1, 2).reshape(B, T, C)
+        return self.out_proj(out)
+
+
+class CapAroundMask(nn.Module):
+    """Gemma 2's soft-cap, ``cap * tanh(scores / cap)``, written with the causal mask inside
+    the tanh, which squashes the mask's fill to -cap (softcap_after_mask)."""
+
+    def __init__(self, hidden_size, num_heads, softcap=50.0):
+        super().__init__()
+        self.num_heads, self.softcap = num_heads, softcap
+        self.qkv, self.o_proj = fused(hidden_size)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.qkv(hidden_states), self.num_heads)  # each (B, h, T, d)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        future = torch.full((T, T), float("-inf")).triu(1)  # (T, T)
+        scores = self.softcap * torch.tanh((scores + future) / self.softcap)  # BUG
+        weights = scores.softmax(dim=-1)
+        return self.o_proj((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class ScaleOfAnotherSize(nn.Module):
+    """Gemma 2's scale, ``query_pre_attn_scalar ** -0.5``, written with the head width in its
+    place (wrong_scale, against the declared scale): the parameter is then read nowhere. At
+    the doctor's width, 64, ``hidden_size`` is worth the same, and is no fix. Its soft-cap
+    divides by the cap and multiplies by it again: no scale."""
+
+    def __init__(self, hidden_size, num_heads, query_pre_attn_scalar=64, softcap=50.0):
+        super().__init__()
+        self.num_heads, self.head_dim, self.softcap = num_heads, hidden_size // num_heads, softcap
+        self.scaling = self.head_dim**-0.5  # BUG
+        self.qkv, self.o_proj = fused(hidden_size)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.qkv(hidden_states), self.num_heads)  # each (B, h, T, d)
+        scores = q @ k.transpose(-1, -2) * self.scaling  # (B, h, T, T)
+        scores = self.softcap * torch.tanh(scores / self.softcap)
+        return self.o_proj((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class KeysSwappedWithHeads(nn.Module):
+    """4-D keys transposed on (0, 1), batch with heads, where their last two were meant: with
+    as many sequences as heads the product does not refuse the shapes' first axes, and
+    raises on the last two."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
+        scores = torch.matmul(q, k.transpose(0, 1)) / math.sqrt(q.size(-1))  # BUG
+        weights = scores.softmax(dim=-1)  # (B, h, T, T)
+        return self.out((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class ShapeWrittenAlongQueries(nn.Module):
+    """DistilBERT's way: the mask's shape written out once as a tuple, (B, 1, 1, T), and the
+    (B, T) keep-mask viewed as it where it is filled; written (B, 1, T, 1), along the queries
+    (padding_on_queries), two lines from the fill."""
+
+    def __init__(self, dim, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv, self.out_lin = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x, mask):
+        bs, k_length, dim = x.shape
+        mask_shape = (bs, 1, k_length, 1)  # BUG
+        qkv = self.qkv(x).view(bs, k_length, 3, self.n_heads, dim // self.n_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, h, T, d)
+        scores = q @ k.transpose(2, 3) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        blocked = (mask == 0).view(mask_shape).expand_as(scores)
+        weights = scores.masked_fill(blocked, torch.finfo(scores.dtype).min).softmax(dim=-1)
+        return self.out_lin((weights @ v).transpose(1, 2).reshape(bs, k_length, dim))

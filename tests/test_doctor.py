@@ -356,18 +356,25 @@ def test_probes_failing_with_one_error_are_one_cause_named_by_its_numbers():
 
 
 def test_keys_transposed_on_the_batch_axis_fail_once_as_transpose():
+    """Read from the forward (the transpose that made the product's keys, at its line), and,
+    where the record is not there to read, from the error's numbers."""
     d = diagnose(dm.tutorial_keys_swapped(64, 4), Config(mask="keep"), "swapped")
     (cause,) = d.causes
-    assert cause.trap == "transpose", d.text()
-    assert "batch (4) on its second axis and 8 on its first" in cause.fit
+    assert cause.trap == "transpose" and cause.read, d.text()
+    assert "K.transpose(*self.keys)" in cause.at and "axes (0, 1)" in cause.fit, cause
     said = [line for line in d.text().splitlines() if line.startswith("FAIL")]
-    assert len(said) == 1 and said[0].startswith("FAIL  one cause"), d.text()  # said once
+    assert len(said) == 1 and said[0].startswith("FAIL  transpose"), d.text()  # said once
+    (unread,) = explain(d.findings, d.config)
+    assert unread.trap == "transpose", unread
+    assert "batch (4) on its second axis and 8 on its first" in unread.fit
 
 
 def test_an_error_no_trap_explains_is_one_cause_without_a_name():
     d = diagnose(dm.TutorialMultiHead(64, 4), Config(mask="keep", mask_shape="bk"))
     named = [c for c in d.causes if c.trap is not None]
     assert not named and d.causes, d.text()
+    said = [line for line in d.text().splitlines() if line.startswith("FAIL")]
+    assert len(said) == 1 and said[0].startswith("FAIL  one cause"), d.text()  # said once
 
 
 def test_the_context_a_module_registers_bounds_the_shapes_it_is_called_with():

@@ -596,6 +596,42 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
             "dropout_in_eval",
             "dropout_p = self.attention_dropout if self.training else 0.0",
         ),
+        (
+            fm.CombinedMaskPaddingTurned(64, 4),
+            Config(causal=True, mask="keep", mask_shape="bk", positions="relative"),
+            "mask_bool",
+            "blocked = future | ~attention_mask[:, None, None, :].bool()",
+        ),
+        (
+            fm.WindowJoinedToPadding(64, 4),
+            Config(causal=True, mask="keep", mask_shape="bk", window=4),
+            "sliding_window_off_by_one",
+            "return (j <= i) & (j > i - self.window)",
+        ),
+        (
+            fm.TriangleInPlaceBeforeFold(64, 4),
+            Config(causal=True),
+            "causal_leak",
+            "future = torch.full((T, T), torch.finfo(scores.dtype).min).triu_(1)",
+        ),
+        (
+            fm.CapAroundMask(64, 4),
+            Config(causal=True, softcap=50.0),
+            "softcap_after_mask",
+            "scores = self.softcap * torch.tanh(scores / self.softcap) + future",
+        ),
+        (
+            fm.KeysSwappedWithHeads(64, 4),
+            Config(),
+            "transpose",
+            "scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))",
+        ),
+        (
+            fm.ShapeWrittenAlongQueries(64, 4),
+            Config(mask="keep", mask_shape="bk"),
+            "padding_on_queries",
+            "mask_shape = (bs, 1, 1, k_length)",
+        ),
     ],
     ids=[
         "split-scale",
@@ -618,6 +654,12 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
         "own-key-blocked",
         "unscaled-by-design-scaled",
         "rate-read-twice",
+        "combined-mask-padding-turned",
+        "window-joined-to-padding",
+        "triangle-in-place-before-fold",
+        "cap-around-mask",
+        "keys-swapped-with-heads",
+        "shape-written-along-queries",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):
@@ -769,6 +811,56 @@ def test_a_cause_with_no_proven_fix_says_where_the_change_is_shown(tmp_path, cap
         "no fix proven; the catalogue's change: diff pitfalls/dropout_in_eval/buggy.py "
         "pitfalls/dropout_in_eval/fixed.py" in said
     ), said
+
+
+def test_what_one_whole_fix_clears_is_shown_under_its_cause():
+    """A causal triangle a diagonal off fails float16 too, which no reading of the mask
+    explains; its fix alone makes every probe pass, so that failure is shown under it, one
+    problem in all. A fix that leaves probes failing folds nothing."""
+    module, config = fm.TriangleInPlaceBeforeFold(64, 4), Config(causal=True)
+    d = diagnose(module, config, "triangle")
+    assert "float16 robustness" not in d.causes[0].probes and d.problems > 1, d.text()
+    found = propose(d, lambda: diagnose(module, config, "triangle"),
+                    lambda seq_len=None: called_once(module, config, seq_len=seq_len))  # fmt: skip
+    partial = dataclasses.replace(found.fixes[0], proof="this change fixes causal_leak; ...")
+    kept = list(d.causes)
+    dataclasses.replace(found, fixes=[partial]).onto(d)
+    assert d.causes == kept, d.text()
+    found.onto(d)
+    failing = {f.probe for f in d.findings if f.status == FAIL}
+    assert [c.trap for c in d.causes] == ["causal_leak"], d.text()
+    assert failing <= set(d.causes[0].probes) and d.problems == 1, d.text()
+
+
+def test_a_float64_copy_that_is_not_finite_where_float32_is_is_probed_in_float32():
+    """Mistral's eager mask, float64's ``finfo.min`` turned to -inf by a float32 softmax,
+    gives NaN where a padded query's window holds only padding: only in the doctor's float64
+    copy, never in a dtype it runs in. The doctor probes it in float32 then, and finds it
+    healthy."""
+    d = diagnose(
+        fm.WindowJoinedToPaddingRight(64, 4),
+        Config(causal=True, mask="keep", mask_shape="bk", window=4),
+    )
+    assert d.healthy, d.text()
+    assert "probed in: float32: in float64 an ordinary call is not finite" in d.text()
+    plain = diagnose(dm.TutorialMultiHead(64, 4), Config(mask="keep"))
+    assert "probed in" not in plain.text(), plain.text()
+
+
+def test_a_scale_is_fixed_with_the_parameter_nothing_reads_not_the_width_worth_as_much(
+    tmp_path, capsys
+):
+    """Gemma 2's scale slipped from ``query_pre_attn_scalar`` to the head width: at the
+    doctor's width (64) ``hidden_size`` is worth the scalar too, and a root of the width is the
+    scale_d_model trap; the parameter the slip left unread is the fix."""
+    out = tmp_path / "fix.diff"
+    code = cli.main(["doctor", f"{fm.__file__}:ScaleOfAnotherSize", "--scale", "0.125",
+                     "--init", "query_pre_attn_scalar=64", "--fix", str(out)])  # fmt: skip
+    said = capsys.readouterr().out
+    assert code == 1 and said.splitlines()[1].startswith("FAIL  wrong_scale"), said
+    assert "`scores = q @ k.transpose(-1, -2) * self.scaling  #" in said.splitlines()[1], said
+    assert "with this change every probe passes" in said, said
+    assert "+        self.scaling = query_pre_attn_scalar**-0.5  # BUG" in out.read_text()
 
 
 SIZED = """class A:

@@ -102,7 +102,8 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
                 fixes = propose(diagnosis, functools.partial(_rediagnosed, args, sizes, config),
                                 functools.partial(_called, args, sizes, config),
                                 functools.partial(_called, args, sizes, bare))  # fmt: skip
-            diagnosis.fixes, diagnosis.looks, diff = fixes.fixes, fixes.looks, fixes.diff()
+            fixes.onto(diagnosis)
+            diff = fixes.diff()
         if args.fix is not None:
             write_diff(Path(args.fix), diff)
     if args.report is not None:

@@ -44,6 +44,7 @@ EXPLAINS: dict[str, frozenset[str] | None] = {
     "sdpa_mask_inverted": None,
     "dropout_in_eval": None,  # random outputs fail whatever compares them
     "mask_to_additive_nan": None,  # NaN fails whatever reads the outputs
+    "transpose": None,  # a forward that raises fails every probe that calls it
 }
 
 
@@ -112,7 +113,7 @@ SIGNATURES: tuple[tuple[str, Callable[[str, Config], str | None]], ...] = (
 # the failing probes that name it (a finite fill is a risk; a probe shows whether it bites).
 LOCATED = frozenset({
     "fill_too_small", "fill_overflow_half", "qk_overflow_half", "gqa_kv_grouping",
-    "sliding_window_off_by_one",
+    "sliding_window_off_by_one", "softcap_after_mask",
 })  # fmt: skip
 
 

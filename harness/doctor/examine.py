@@ -7,6 +7,7 @@ past the limit fails that step; the process's global settings are restored after
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -25,8 +26,8 @@ from harness.doctor.named import leading
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.probes.numerics import HALF_FILL, HALF_FILL_NAMED
 from harness.doctor.reading.checks import read_failures
-from harness.doctor.reading.facts import Fact, Reading
-from harness.doctor.reading.watch import watch
+from harness.doctor.reading.facts import COMPUTED, Fact, Reading
+from harness.doctor.reading.watch import Watched, watch
 from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from harness.inputs import check_seed
@@ -65,12 +66,26 @@ def read_forward(subject: Subject, timeout: float | None) -> Callable[[bool], Re
     breaks leaves a reading that says so (the probes report it as their own failures)."""
     try:
         with guarded(timeout), quietly_seeded(subject.config.seed):
-            return watch(subject).reading
+            watched = watch(subject)
+            if watched.finite or not subject.float32_if_finite():
+                return watched.reading
+            watched = watch(subject)  # in the dtype the probes will run it in
+        return functools.partial(_in_float32, watched)
     except UsageError:
         raise
     except Exception as exc:
         stopped = Reading(facts=[Fact("recorded forward", f"stopped: {evidence(exc).text}")])
         return lambda causal: stopped
+
+
+def _in_float32(watched: Watched, causal: bool) -> Reading:
+    """The reading of a forward recorded in float32, saying why."""
+    reading = watched.reading(causal)
+    reading.facts.append(Fact("probed in", FLOAT32, COMPUTED))
+    return reading
+
+
+FLOAT32 = "float32: in float64 an ordinary call is not finite, in float32 it is"
 
 
 def called_once(module: nn.Module, config: Config, timeout: float | None = TIMEOUT,
@@ -128,8 +143,10 @@ def diagnose(
         with guarded(timeout):
             said = causal_as_said(subject, subject.reading)  # causal, as it shows
             if said is not None:
-                subject = Subject(module, said[0])
+                dtype, subject = subject.dtype, Subject(module, said[0])
                 subject.settle()
+                if dtype != subject.dtype:  # as the recorded forward found it runs
+                    subject.float32_if_finite()
     except UsageError:
         raise
     except Exception as exc:  # the module exits, hangs or breaks before any probe can run

@@ -205,6 +205,28 @@ class Subject:
         self._plan = plan
         return candidates[0], torch.float64
 
+    def float32_if_finite(self) -> bool:
+        """Probe in float32 from now on, where an ordinary call of the float64 copy is not
+        finite and one of a float32 copy is: a module that fills with its dtype's
+        ``finfo.min`` and takes its softmax in float32 (transformers' eager attention) gets
+        -inf from float64's, and NaN on a query whose keys are all masked, which it never
+        gives in a dtype it runs in. Whether it did."""
+        if self.dtype != torch.float64:
+            return False
+        batch, seq_len = self.config.batch, self.config.seq_len
+        self._dtype = torch.float32
+        try:
+            with torch.no_grad():
+                out, _ = self.call(
+                    self.copy(), self.x(batch, seq_len, 0), self.ordinary_keep(batch, seq_len)
+                )
+            if torch.isfinite(out).all():
+                return True
+        except Exception:
+            pass
+        self._dtype = torch.float64
+        return False
+
     def copy(self, dtype: torch.dtype | None = None) -> nn.Module:
         """A copy in eval mode, in ``dtype`` (default: float64, or float32 for a module that
         runs only in float32)."""

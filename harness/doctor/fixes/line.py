@@ -26,6 +26,7 @@ class Line:
     names: Mapping[str, object]
     # the values expressions have on the line when the code runs ({} where not known)
     values: Callable[[list[str]], Mapping[str, object]] = lambda expressions: {}
+    width: int | None = None  # the model width the module is probed at, where known
 
     @functools.cached_property
     def _wrapper(self) -> MetadataWrapper:
@@ -287,6 +288,17 @@ def names_in_scope(line: Line) -> Iterator[str]:
             if _on_self(target):
                 seen.setdefault(f"self.{target.attr.value}")  # type: ignore[attr-defined]
     return iter(seen)
+
+
+def unread_parameters(line: Line) -> set[str]:
+    """The enclosing function's parameters its body never reads: what a one-line slip that
+    put another name in a parameter's place leaves behind."""
+    function, _ = line.enclosing()
+    if function is None:
+        return set()
+    params = function.params
+    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    return names - {name.value for name in _reads(function.body)}
 
 
 def _assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:

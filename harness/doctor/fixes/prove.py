@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.doctor.causes import Cause
@@ -20,6 +20,7 @@ from harness.doctor.fixes.values import lines_run, steady, values_at
 from harness.doctor.reading.record import HARNESS, PROJECT, shown_path, source_file
 
 MOST = 3  # fixes proven on top of each other, at most
+EVERY = "with this change every probe passes"  # what a proof says of a whole fix
 CANDIDATES = 8  # rewrites of one cause tried, at most (each costs a diagnosis)
 
 
@@ -62,6 +63,22 @@ class Fixes:
     sources: dict[Path, str] = field(default_factory=dict)
     originals: dict[Path, str] = field(default_factory=dict)
     looks: dict[str, str] = field(default_factory=dict)  # trap -> where to look, unfixed
+
+    def onto(self, diagnosis: Diagnosis) -> None:
+        """``diagnosis`` given these fixes; where one fix alone makes every probe pass, the
+        failures no cause explained are shown under its cause, as what it brought about (a
+        causal triangle a diagonal off leaks the padding too, and fails float16 with it)."""
+        diagnosis.fixes, diagnosis.looks = self.fixes, self.looks
+        if len(self.fixes) != 1 or self.fixes[0].proof != EVERY:
+            return
+        cause = next((c for c in diagnosis.causes if c.read and c.trap == self.fixes[0].trap), None)
+        if cause is None:
+            return
+        explained = {probe for c in diagnosis.causes for probe in c.probes}
+        more = tuple(f.probe for f in diagnosis.findings
+                     if f.status == FAIL and f.probe not in explained)  # fmt: skip
+        at = diagnosis.causes.index(cause)
+        diagnosis.causes[at] = replace(cause, probes=cause.probes + more)
 
     def diff(self) -> str:
         """A unified diff of every changed file against the file as it is."""
@@ -136,7 +153,7 @@ def _proof(
     if trap in _traps(after) or not failing_after <= failing_before:
         return None
     if after.healthy:
-        return "with this change every probe passes"
+        return EVERY
     left = [c.trap for c in after.causes if c.trap and c.at and not changed(c.at)]
     if not left:  # what still fails is no other trap's: half a fix, or the fault moved
         return None
@@ -285,7 +302,7 @@ def _proven(
                 second = values_at(path, number, expressions, lambda: run(seq_len=longer))
             return steady(first, second)  # a size that moves with the length is no width
 
-        line = Line(source, number, live[0].function.__globals__, values)
+        line = Line(source, number, live[0].function.__globals__, values, current.config.d_model)
         for candidate in RECIPES[trap](line):
             if tries >= CANDIDATES:
                 return

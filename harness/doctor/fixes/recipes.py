@@ -18,6 +18,7 @@ from harness.doctor.fixes.line import (
     names_in_scope,
     parenthesized,
     positional,
+    unread_parameters,
     with_argument,
     without_argument,
 )
@@ -28,7 +29,7 @@ Recipe = Callable[[Line], Iterator[str]]
 
 SOFTMAX = ("softmax", "log_softmax")
 SOFTMAX_LAYERS = ("Softmax", "LogSoftmax")
-TRIANGLES = {"triu": "1", "tril": "0"}  # the diagonal each keeps of a causal mask
+TRIANGLES = {"triu": "1", "tril": "0", "triu_": "1", "tril_": "0"}  # each keeps of a causal mask
 FILL = ("masked_fill", "masked_fill_")
 SDPA = ("scaled_dot_product_attention",)
 DROPOUT = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d")
@@ -104,10 +105,14 @@ def mask_bool(line: Line) -> Iterator[str]:
         tests += [c for c in line.calls("eq", "ne") if not line.is_function_form(c)]
         for test in tests:
             yield line.replaced(test, _inverted(test))  # type: ignore[arg-type]
-        for product in line.nodes(cst.BinaryOperation):  # an additive mask: m * -big
-            if isinstance(product.operator, cst.Multiply):  # type: ignore[attr-defined]
-                for side in (product.left, product.right):  # type: ignore[attr-defined]
+        for operation in line.nodes(cst.BinaryOperation):
+            operator, sides = operation.operator, (operation.left, operation.right)  # type: ignore[attr-defined]
+            if isinstance(operator, cst.Multiply):  # an additive mask: m * -big
+                for side in sides:
                     yield line.replaced(side, _complement(line, side))
+            if isinstance(operator, (cst.BitOr, cst.BitAnd)):  # masks joined: one read wrong
+                for side in sides:
+                    yield line.replaced(side, _inverted(side))
 
 
 def additive_nan(line: Line) -> Iterator[str]:
@@ -254,8 +259,11 @@ def scale_d_model(line: Line) -> Iterator[str]:
     """The scale's square root taken of the model's width: each size it is taken of, put as
     another size in scope (a name's, else a tensor's last), then as itself over a count in
     scope that divides it (the width over the heads, where no name holds the head width),
-    each value once (what the line's names are worth when it runs; the proof tells which)."""
-    names = list(names_in_scope(line))
+    each value once (what the line's names are worth when it runs; the proof tells which): a
+    parameter nothing reads first (the name a slip put another in place of), a name worth the
+    model's width last (a root of the width is the trap, whatever the name)."""
+    unread = unread_parameters(line)
+    names = sorted(names_in_scope(line), key=lambda name: name not in unread)
     scope = [*names, *(f"{name}.size(-1)" for name in names)]  # a tensor's width too
     counts = sorted(names, key=lambda name: not name.startswith("self."))  # the module's first
     for root in _roots(line):
@@ -266,6 +274,8 @@ def scale_d_model(line: Line) -> Iterator[str]:
             if current is None:
                 continue
             sizes = {n: number_of(values.get(n)) for n in scope if n != written}
+            last = {n for n, size in sizes.items() if n not in unread and size == line.width}
+            sizes = dict(sorted(sizes.items(), key=lambda item: item[0] in last))
             tried: set[float] = set()
             for name in sizes:
                 size = sizes[name]
@@ -570,6 +580,7 @@ def padding_on_queries(line: Line) -> Iterator[str]:
             yield line.replaced(index, index.with_changes(slice=_commas(moved)))
     yield from _pattern_axis_moved(line)
     yield from _unsqueezed_one_off(line)
+    yield from _shape_one_off(line)
     for call in line.calls("transpose"):  # the mask turned onto the queries: as it was
         turns = {line.code(a.value).replace(" ", "") for a in call.args}
         if turns == LAST_TWO and not line.is_function_form(call):
@@ -620,6 +631,26 @@ def _pattern_axis_moved(line: Line) -> Iterator[str]:
             quote = string.quote  # type: ignore[attr-defined]
             written = f"{string.prefix}{quote}{given.rstrip()} -> {' '.join(moved)}{quote}"  # type: ignore[attr-defined]
             yield line.replaced(string, cst.SimpleString(written))
+
+
+def _shape_one_off(line: Line) -> Iterator[str]:
+    """A mask's shape written out with a size of one for each new axis (``(bs, 1, k_len, 1)``,
+    or ``m.view(bs, 1, k_len, 1)``): the last size of one swapped with a size beside it."""
+    written: list[list[cst.Element] | list[cst.Arg]] = [
+        list(t.elements)
+        for t in line.nodes(cst.Tuple)  # type: ignore[attr-defined]
+    ]
+    written += [positional(c) for c in line.calls("view", "reshape")]
+    for sizes in written:
+        ones = [i for i, size in enumerate(sizes) if _literal(size.value) == 1]
+        if not ones or len(sizes) < 3:
+            continue
+        at = ones[-1]
+        for beside in (at - 1, at + 1):
+            if 0 <= beside < len(sizes) and beside not in ones:
+                yield line.replaced_all({
+                    sizes[at].value: sizes[beside].value, sizes[beside].value: sizes[at].value,
+                })  # fmt: skip
 
 
 def _unsqueezed_one_off(line: Line) -> Iterator[str]:
@@ -716,6 +747,36 @@ def head_split_view(line: Line) -> Iterator[str]:
             yield line.replaced(call, cst.parse_expression(f"{made}.{put}"))
 
 
+def cap_before_mask(line: Line) -> Iterator[str]:
+    """Scores capped with their mask in them (``c * tanh((s + m) / c)``): the mask added after
+    the cap instead (``c * tanh(s / c) + m``), each term of the sum tried as the mask."""
+    for assign in line.nodes(cst.Assign):
+        value = assign.value  # type: ignore[attr-defined]
+        for call in line.calls("tanh"):
+            for total in _sums_in(call):
+                for kept, mask in ((total.left, total.right), (total.right, total.left)):
+                    bare = isinstance(kept, cst.Name | cst.Attribute)
+                    inner = kept if bare else kept.with_changes(lpar=total.lpar, rpar=total.rpar)
+                    capped = value.deep_replace(total, inner)
+                    yield line.replaced(value, cst.BinaryOperation(
+                        capped, cst.Add(cst.SimpleWhitespace(" "), cst.SimpleWhitespace(" ")),
+                        mask.with_changes(lpar=[], rpar=[]) if bare else mask,
+                    ))  # fmt: skip
+
+
+def _sums_in(node: cst.CSTNode) -> list[cst.BinaryOperation]:
+    """The sums (``a + b``) inside ``node``."""
+    found: list[cst.BinaryOperation] = []
+
+    class Sums(cst.CSTVisitor):
+        def visit_BinaryOperation(self, operation: cst.BinaryOperation) -> None:
+            if isinstance(operation.operator, cst.Add):
+                found.append(operation)
+
+    node.visit(Sums())
+    return found
+
+
 def rope_on_value(line: Line) -> Iterator[str]:
     """Values rotated by position: a call on the line that rotates one tensor, left out (its
     first argument kept); or, where a call rotates a pair and assigns it back
@@ -810,4 +871,5 @@ RECIPES: dict[str, Recipe] = {
     "head_merge_no_transpose": head_merge_no_transpose,
     "head_split_view": head_split_view,
     "rope_on_value": rope_on_value,
+    "softcap_after_mask": cap_before_mask,
 }

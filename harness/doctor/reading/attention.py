@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 from harness.doctor.reading.axes import (
@@ -109,21 +110,39 @@ class Site:
     sdpa_mask: Tensor | None = None  # the attn_mask an SDPA call was given
     is_causal: bool = False
 
-    def blocked(self) -> Tensor | None:
+    def own_fills(self, mixed: bool = False) -> list[Fill]:
+        """The fills the module made, whose cells are known; ``mixed``: with those that join
+        the caller's mask to one it made."""
+        return [
+            f for f in self.fills
+            if f.cells is not None and (f.own or (mixed and f.made_here))
+        ]  # fmt: skip
+
+    def blocked(self, mixed: bool = False) -> Tensor | None:
         """(T_q, T_k): the cells the module's own fills together block in every batch and
-        head (None: no fill of its own, or the axes are not known)."""
+        head (None: no fill of its own, or the axes are not known). ``mixed``: with the fills
+        that join the caller's mask to one the module made (its window and the padding in
+        one mask), whose cells blocked in every batch are the module's, as long as the first
+        sequence (never padded by the doctor) is blocked only there: a caller's mask read the
+        wrong way round blocks all of it."""
         q, k = self.query_axis, self.key_axis
-        cells = [f.cells for f in self.fills if f.cells is not None and f.own]
-        if q is None or k is None or not cells or q == k:
+        if q is None or k is None or q == k:
             return None
-        union = cells[0]
-        for more in cells[1:]:
-            if more.shape != union.shape:
-                return None
-            union = union | more
-        others = [a for a in range(union.dim()) if a not in (q, k)]
-        common = union.permute(*others, q, k).reshape(-1, union.shape[q], union.shape[k])
-        return common.all(0)
+        slices = []
+        for fill in self.own_fills(mixed):
+            assert fill.cells is not None
+            rank = fill.cells.dim()  # a mask added before a view that folds the heads in
+            fq, fk = q - self.ndim + rank, k - self.ndim + rank  # axes counted from the end
+            if min(fq, fk) < 0:
+                continue
+            others = [a for a in range(rank) if a not in (fq, fk)]
+            size = (fill.cells.shape[fq], fill.cells.shape[fk])
+            each = fill.cells.permute(*others, fq, fk).reshape(-1, *size)  # (B h, T_q, T_k)
+            if fill.own or torch.equal(each[0], each.all(0)):
+                slices.append(each)
+        if not slices or any(s.shape != slices[0].shape for s in slices):
+            return None
+        return torch.stack(slices).any(0).all(0)
 
     @property
     def scale(self) -> float:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.doctor.reading.attention import LAST_AXIS, Site, sites
+from harness.doctor.reading.attention import LAST_AXIS, Factor, Site, sites
 from harness.doctor.reading.located import dropout_left_on, finite_fill, tilings
-from harness.doctor.reading.masks import BLOCKING
+from harness.doctor.reading.masks import BLOCKING, Fill
+from harness.doctor.reading.raised import keys_transposed
 from harness.doctor.reading.record import Op, Record
 
 # How a value is known, strongest first (the issue's order): what the user declared, what the
@@ -129,6 +130,23 @@ def _made(site: Site, made: Callable[[str], str]) -> tuple[str, str]:
     return "", ""
 
 
+def _uncancelled(factors: list[Factor]) -> list[Factor]:
+    """The factors left once each pair that undoes itself is taken out: a soft-cap's division
+    by the cap before its tanh and multiplication by it after scale nothing."""
+    left = list(factors)
+    for factor in factors:
+        if factor not in left:
+            continue
+        partner = next(
+            (g for g in left if g is not factor and math.isclose(factor.value * g.value, 1.0)),
+            None,
+        )
+        if partner is not None:
+            left.remove(factor)
+            left.remove(partner)
+    return left
+
+
 def _against_declared(site: Site, declared: float, line: str) -> list[Named]:
     """The scale the forward applies, where the user declared another (T5's 1): the declared
     one times 1/sqrt(head width) is the scale applied on top of it (double_scale)."""
@@ -147,9 +165,12 @@ def site_facts(
     declared_scale: float | None,
     made: Callable[[str], str],
     causal: bool = False,
+    mixable: bool = False,
 ) -> Reading:
     """The facts of one attention site, and the traps they name; ``made(name)``: where the
-    module's tensor ``name`` was made ("" when not known)."""
+    module's tensor ``name`` was made ("" when not known); ``mixable``: the caller's mask
+    blocked nothing in the first sequence, so a mask joined to it is read as the module's
+    there."""
     reading = Reading(attention_found=True)
     facts, named = reading.facts, reading.named
     line = site.softmax.where
@@ -168,7 +189,7 @@ def site_facts(
         facts.append(Fact("head width", str(site.width), COMPUTED,
                           site.product.where if site.product else line))  # fmt: skip
     product_line = site.product.where if site.product is not None else line
-    applied = [f for f in site.factors if f.where != "weights" and f.value != 1.0]
+    applied = _uncancelled([f for f in site.factors if f.where != "weights" and f.value != 1.0])
     scale_line = applied[0].op.where if applied else product_line  # nearest the softmax
     if declared_scale is not None:
         facts.append(Fact("scale", f"{declared_scale:.6g}", DECLARED))
@@ -224,6 +245,10 @@ def site_facts(
                            "queries first stays finite", scores_scaled[0].op.where))  # fmt: skip
     for cap in site.caps:
         facts.append(Fact("cap", "tanh on the scores", COMPUTED, cap.where))
+        if any(fill.op.index < cap.index for fill in site.fills):
+            named.append(Named("softcap_after_mask", "the scores are capped after the mask: "
+                               "the tanh squashes its fill to minus the cap, which large "
+                               "scores reach", cap.where))  # fmt: skip
     if site.rank_raised is not None:
         op, before, after = site.rank_raised
         shapes = f"{'x'.join(map(str, before))} to {'x'.join(map(str, after))}"
@@ -246,11 +271,29 @@ def site_facts(
             facts.append(Fact(fact, f"{op.name} to {'x'.join(map(str, op.shapes[0]))} cuts up "
                               f"the {axis} axis", COMPUTED, op.where))  # fmt: skip
             named.append(Named(trap, why, op.where))
-    _future(site, reading, causal, made)
+    _window(site, reading, mixable)
+    _future(site, reading, causal, made, mixable)
     return reading
 
 
-def _future(site: Site, reading: Reading, causal: bool, made: Callable[[str], str]) -> None:
+def _window(site: Site, reading: Reading, mixable: bool) -> None:
+    """A window of past keys the module's masks keep (alone, or joined to the caller's mask):
+    where its bound is, if a probe finds it a key off."""
+    blocked = site.blocked(mixed=mixable)
+    if blocked is None or blocked.shape[0] != blocked.shape[1]:
+        return
+    T = blocked.shape[0]
+    if blocked[torch.ones(T, T, dtype=torch.bool).tril(-1)].any():
+        made = site.own_fills(mixable)
+        kept = int((~blocked[T - 1, :T]).sum())
+        said = f"the module's mask keeps the last {kept} keys up to each query"
+        built = next((f.band for f in made if f.band), made[0].op)
+        reading.named.append(Named("sliding_window_off_by_one", said, built.where))
+
+
+def _future(
+    site: Site, reading: Reading, causal: bool, made: Callable[[str], str], mixable: bool
+) -> None:
     """Whether the module's own masks block the future (keys after their query), as a causal
     module's must: the first open key ahead of a query, when one is. A leak is named only for a
     module declared or found causal."""
@@ -262,18 +305,14 @@ def _future(site: Site, reading: Reading, causal: bool, made: Callable[[str], st
         reading.named.append(Named("causal_leak", "no mask on the scores blocks keys after "
                                    "their query", site.softmax.where))  # fmt: skip
         return
-    blocked = site.blocked()
+    blocked = site.blocked(mixed=mixable)
     if blocked is None or blocked.shape[0] != blocked.shape[1] or not blocked.any():
         return  # no triangle of its own: the caller's mask is all there is
     T = blocked.shape[0]
     ahead = torch.ones(T, T, dtype=torch.bool).triu(1)
-    own = [f for f in site.fills if f.own and f.cells is not None]
-    line = next((f.origin.where for f in own if f.origin is not None), own[0].op.where)
     behind = torch.ones(T, T, dtype=torch.bool).tril(-1)
-    if blocked[behind].any():  # a window of past keys: where its bound is, if a probe finds it off
-        kept = int((~blocked[T - 1, :T]).sum())
-        said = f"the module's mask keeps the last {kept} keys up to each query"
-        reading.named.append(Named("sliding_window_off_by_one", said, own[0].op.where))
+    own = site.own_fills(mixable)
+    line = next((f.origin.where for f in own if f.origin is not None), own[0].op.where)
     if blocked[ahead].any() and not blocked[behind].any():  # not a window of both sides
         reading.masks_future = reading.masks_future or line
     if blocked[ahead].all():
@@ -408,7 +447,24 @@ def _up_to_each_query(cells: torch.Tensor) -> torch.Tensor | None:
     return torch.ones(T, T, dtype=torch.bool, device=cells.device).tril().expand(cells.shape)
 
 
-def fills_kept_cells(site: Site, keep: torch.Tensor | None, causal: bool = False) -> Named | None:
+PLACES = frozenset({"view", "reshape", "unsqueeze", "__getitem__", "permute", "transpose"})
+
+
+def _laid_out(found: Record | None, fill: Fill) -> tuple[str, ...]:
+    """Where the mask a fill reads got the axes it has (the last view, index or unsqueeze
+    before the fill, by the line that called it): where a mask laid along the wrong axis is
+    fixed, when it is not the fill's own line."""
+    value = fill.mask
+    while found is not None and (op := found.producer(value)) is not None and op.line:
+        if op.name in PLACES:
+            return (op.where,) if op.where != fill.op.where else ()
+        value = op.args[0] if op.args and op.args[0].is_tensor else None
+    return ()
+
+
+def fills_kept_cells(
+    site: Site, keep: torch.Tensor | None, causal: bool = False, found: Record | None = None
+) -> Named | None:
     """A fill that blocks exactly the cells the declared keep-mask keeps (and keeps the
     blocked ones): the mask read the wrong way round (in a causal module, on the cells up to
     each query, where its own triangle leaves the keep-mask to decide); or exactly the ones it
@@ -439,7 +495,7 @@ def fills_kept_cells(site: Site, keep: torch.Tensor | None, causal: bool = False
             ):
                 return Named("padding_on_queries", "the mask blocks the padded queries' rows, "
                              "not the padded keys' columns: it is applied along the queries' "
-                             "axis", fill.op.where)  # fmt: skip
+                             "axis", fill.op.where, _laid_out(found, fill))  # fmt: skip
     return None
 
 
@@ -459,9 +515,16 @@ def interpret(
     if raised:
         reading.raised = raised[-1]
         reading.facts.append(Fact("raises", raised[-1].raised, COMPUTED, raised[-1].where))
+        swapped = keys_transposed(found, raised[-1])
+        if swapped is not None:
+            op, (a, b) = swapped
+            reading.named.append(Named("transpose", f"the keys are transposed on axes ({a}, "
+                                       f"{b}) before their product with the queries, which "
+                                       "needs their last two swapped", op.where))  # fmt: skip
     for site in sites(found):
-        one = site_facts(site, d_model, declared_scale, made, causal)
-        for misread in (fills_kept_cells(site, keep, causal), sdpa_mask(site, keep, causal)):
+        mixable = keep is not None and bool(keep[0].all())
+        one = site_facts(site, d_model, declared_scale, made, causal, mixable)
+        for misread in (fills_kept_cells(site, keep, causal, found), sdpa_mask(site, keep, causal)):
             if misread is not None:
                 one.named.append(misread)
         unread = unread_mask(site) if keep is not None else []

@@ -23,6 +23,8 @@ class Fill:
     cells: Tensor | None
     mask: Value | None = None  # the argument that holds the mask
     own: bool = True  # made by the module itself, not the caller's mask
+    made_here: bool = False  # part of it made by the module from nothing (an arange, a buffer)
+    band: Op | None = None  # the triangle or comparison that cuts off the far past, if one does
     origin: Op | None = None  # where the module built it (a tril, a triu), when it did
     held: Value | None = None  # the buffer or attribute it is cut from, when it is
     nan: Op | None = None  # an added mask that holds NaN: the op that made it
@@ -89,6 +91,7 @@ def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
 
 
 TRIANGLES = {"tril", "triu", "tril_", "triu_"}
+BOUNDS = {"lt", "le", "gt", "ge"}  # comparisons of positions that bound a band of keys
 
 
 def provenance(record: Record, fill: Fill) -> None:
@@ -102,7 +105,7 @@ def provenance(record: Record, fill: Fill) -> None:
             if value.kind in ("tensor",):  # handed in from outside the module
                 fill.own = False
             elif value.kind in ("buffer", "attribute"):
-                fill.held = value
+                fill.held, fill.made_here = value, True
             continue
         if op.index in seen:
             continue
@@ -110,6 +113,21 @@ def provenance(record: Record, fill: Fill) -> None:
         if not op.line:  # the harness made it: the caller's mask
             fill.own = False
             continue
+        fill.made_here = fill.made_here or not op.tensors  # a factory: arange, ones, full
         if op.name in TRIANGLES and (fill.origin is None or op.index < fill.origin.index):
             fill.origin = op
+        if op.name in TRIANGLES | BOUNDS and _cuts_the_past(record.results[op.index]):
+            fill.band = op if fill.band is None or op.index < fill.band.index else fill.band
         todo += op.tensors
+
+
+def _cuts_the_past(results: tuple[Tensor, ...]) -> bool:
+    """A (..., T, S) boolean that holds both values behind the diagonal: a band of recent keys
+    (``triu(-w)``, ``j > i - w``), not a causal triangle (all one value there)."""
+    if not results or results[0].dtype != torch.bool or results[0].dim() < 2:
+        return False
+    cells = results[0]
+    T, S = cells.shape[-2:]
+    behind = torch.ones(T, S, dtype=torch.bool).tril(S - T - 1)  # keys before each query's own
+    past = cells[..., behind]
+    return bool(past.any()) and not bool(past.all())

@@ -25,6 +25,7 @@ class Watched:
     subject: Subject
     found: Record
     keep: Tensor | None
+    finite: bool = True  # the call's output holds no NaN or infinity
 
     def reading(self, causal: bool) -> Reading:
         """The record read for a module held to be ``causal`` (a leak is named only then)."""
@@ -45,8 +46,10 @@ def watch(subject: Subject) -> Watched:
     module = subject.copy()
     x = subject.x(config.batch, config.seq_len, SEED)
     keep = subject.ordinary_keep(config.batch, config.seq_len)
-    found = record(module, lambda: subject.call(module, x, keep), {"x": x})
-    return Watched(subject, found, keep)
+    outputs: list[Tensor] = []
+    found = record(module, lambda: outputs.append(subject.call(module, x, keep)[0]), {"x": x})
+    finite = not outputs or not isinstance(outputs[0], Tensor) or bool(outputs[0].isfinite().all())
+    return Watched(subject, found, keep, finite)
 
 
 def made_where(subject: Subject, name: str) -> str:
