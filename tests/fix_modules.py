@@ -769,3 +769,150 @@ class ShapeWrittenAlongQueries(nn.Module):
         blocked = (mask == 0).view(mask_shape).expand_as(scores)
         weights = scores.masked_fill(blocked, torch.finfo(scores.dtype).min).softmax(dim=-1)
         return self.out_lin((weights @ v).transpose(1, 2).reshape(bs, k_length, dim))
+
+
+class QueriesRowPerHead(nn.Module):
+    """GPTBigCode's multi-query way: one K/V head, the queries laid out (B, T * h, d), a row
+    for each position's head, and one bmm; the scores viewed (B, T, h, S) and the (B, T) keep
+    padding laid along the queries (``[:, :, None, None]``: padding_on_queries)."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.c_attn = nn.Linear(embed_dim, embed_dim + 2 * self.head_dim)
+        self.c_proj = nn.Linear(embed_dim, embed_dim)
+
+    def padded(self, attention_mask):
+        return ~attention_mask.bool()[:, :, None, None]  # BUG
+
+    def forward(self, hidden_states, attention_mask=None):
+        B, T, C = hidden_states.shape
+        query, key, value = self.c_attn(hidden_states).split((C, self.head_dim, self.head_dim), -1)
+        rows = query.reshape(B, T * self.num_heads, self.head_dim)  # (B, T h, d)
+        scores = torch.bmm(rows, key.transpose(1, 2)) / math.sqrt(self.head_dim)  # (B, T h, S)
+        scores = scores.view(B, T, self.num_heads, T)
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)  # (T, S)
+        scores = scores.masked_fill(future[None, :, None, :], torch.finfo(scores.dtype).min)
+        if attention_mask is not None:
+            scores = scores.masked_fill(self.padded(attention_mask), torch.finfo(scores.dtype).min)
+        weights = scores.softmax(dim=-1).view(B, T * self.num_heads, T)
+        return self.c_proj(torch.bmm(weights, value).view(B, T, C))
+
+
+class QueriesRowPerHeadRight(QueriesRowPerHead):
+    """The same layout with the padding along the keys: healthy (its queries' reshape to
+    (B, T * h, d) keeps each position whole, the heads merged in behind it)."""
+
+    def padded(self, attention_mask):
+        return ~attention_mask.bool()[:, None, None, :]
+
+
+class WeightsCastThenScaled(nn.Module):
+    """Gemma 3's way of taking the softmax in float32 and casting back, the scale applied to
+    the weights after the cast (scale_after_softmax)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.scaling = num_heads, (hidden_size // num_heads) ** -0.5
+        self.qkv, self.o_proj = fused(hidden_size)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.qkv(hidden_states), self.num_heads)  # each (B, h, T, d)
+        scores = q @ k.transpose(-1, -2)  # (B, h, T, T)
+        weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype) * self.scaling  # BUG
+        return self.o_proj((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class FoldedMergedStraight(nn.Module):
+    """Stable Diffusion's way: heads folded into the batch, (B h, T, d), attended by einsum,
+    then merged by ``reshape(B, T, -1)`` with the heads still in the batch
+    (head_merge_no_transpose)."""
+
+    def __init__(self, query_dim, heads):
+        super().__init__()
+        self.heads, self.scale = heads, (query_dim // heads) ** -0.5
+        self.to_q, self.to_k, self.to_v, self.to_out = (
+            nn.Linear(query_dim, query_dim) for _ in range(4)
+        )
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (
+            t.reshape(b, n, self.heads, -1).transpose(1, 2).reshape(b * self.heads, n, -1)
+            for t in (self.to_q(x), self.to_k(x), self.to_v(x))
+        )  # each (B h, T, d)
+        attn = (torch.einsum("b i d, b j d -> b i j", q, k) * self.scale).softmax(dim=-1)
+        out = torch.einsum("b i j, b j d -> b i d", attn, v)  # (B h, T, d)
+        out = out.reshape(b, n, -1)  # BUG
+        return self.to_out(out)
+
+
+class TableForOtherPairs(nn.Module):
+    """Phi's partial rotary: ``rotate_half`` (halves (i, i + d/2)) on the first half of each
+    head's dimensions, with a cos/sin table whose angles are repeated for pairs (2i, 2i + 1)
+    (rope_pairing_mismatch): no rotation at all."""
+
+    def __init__(self, hidden_size, num_heads, rope_theta=10000.0):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.rotary_dim = self.head_dim // 2
+        self.qkv, self.dense = fused(hidden_size)
+        steps = torch.arange(0, self.rotary_dim, 2).float() / self.rotary_dim
+        self.register_buffer("inv_freq", 1.0 / rope_theta**steps, persistent=False)
+
+    def rotated(self, x, cos, sin):
+        turned, kept = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
+        return torch.cat((turned * cos + _rotate_half(turned) * sin, kept), dim=-1)
+
+    def forward(self, hidden_states, position_ids=None):
+        B, T, C = hidden_states.shape
+        if position_ids is None:
+            position_ids = torch.arange(T)[None].expand(B, T)
+        q, k, v = heads_of(self.qkv(hidden_states), self.num_heads)  # each (B, h, T, d)
+        freqs = position_ids[..., None].float() * self.inv_freq  # (B, T, r/2)
+        emb = torch.repeat_interleave(freqs, 2, dim=-1)  # BUG
+        cos, sin = emb.cos()[:, None], emb.sin()[:, None]  # (B, 1, T, r)
+        q, k = self.rotated(q, cos, sin), self.rotated(k, cos, sin)
+        weights = (q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)).softmax(dim=-1)
+        return self.dense((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class NormedQueriesScaledTwice(nn.Module):
+    """OLMo 2's way: RMS-normed q and k (a data-dependent factor the scale's reading stops
+    at), q scaled first, and SDPA told the scale again (double_scale)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.scaling = num_heads, (hidden_size // num_heads) ** -0.5
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            nn.Linear(hidden_size, hidden_size) for _ in range(4)
+        )
+        self.q_norm, self.k_norm = nn.RMSNorm(hidden_size), nn.RMSNorm(hidden_size)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q = self.q_norm(self.q_proj(hidden_states)).view(B, T, self.num_heads, -1).transpose(1, 2)
+        k = self.k_norm(self.k_proj(hidden_states)).view(B, T, self.num_heads, -1).transpose(1, 2)
+        v = self.v_proj(hidden_states).view(B, T, self.num_heads, -1).transpose(1, 2)
+        q = q * self.scaling  # BUG
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class DrawnWithUnitSpread(nn.Module):
+    """MPT's own init: each projection drawn from normal(0, init_std), the fused one with
+    std=1.0 instead (init_unit_variance): every score saturates at initialisation."""
+
+    def __init__(self, d_model, n_heads, init_std=0.02):
+        super().__init__()
+        self.n_heads, self.init_std = n_heads, init_std
+        self.Wqkv, self.out_proj = fused(d_model)
+        nn.init.normal_(self.Wqkv.weight, mean=0.0, std=1.0)  # BUG
+        nn.init.normal_(self.out_proj.weight, mean=0.0, std=self.init_std)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = heads_of(self.Wqkv(x), self.n_heads)  # each (B, h, T, d)
+        out = F.scaled_dot_product_attention(q, k, v)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, C))

@@ -632,6 +632,36 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
             "padding_on_queries",
             "mask_shape = (bs, 1, 1, k_length)",
         ),
+        (
+            fm.QueriesRowPerHead(64, 4),
+            Config(causal=True, mask="keep", mask_shape="bk"),
+            "padding_on_queries",
+            "return ~attention_mask.bool()[:, None, None, :]",
+        ),
+        (
+            fm.WeightsCastThenScaled(64, 4),
+            Config(),
+            "scale_after_softmax",
+            "weights = F.softmax(scores * self.scaling, dim=-1, dtype=torch.float32).to(q.dtype)",
+        ),
+        (
+            fm.FoldedMergedStraight(64, 4),
+            Config(),
+            "head_merge_no_transpose",
+            "out = out.reshape(b, -1, n, out.size(-1)).transpose(1, 2).reshape(b, n, -1)",
+        ),
+        (
+            fm.TableForOtherPairs(64, 4),
+            Config(positions="relative", rope_pairing="half", rotary_dims=8),
+            "rope_pairing_mismatch",
+            "emb = torch.cat((freqs, freqs), dim=-1)",
+        ),
+        (
+            fm.NormedQueriesScaledTwice(64, 4),
+            Config(causal=True),
+            "double_scale",
+            "q = q",
+        ),
     ],
     ids=[
         "split-scale",
@@ -660,6 +690,11 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
         "cap-around-mask",
         "keys-swapped-with-heads",
         "shape-written-along-queries",
+        "queries-row-per-head",
+        "weights-cast-then-scaled",
+        "folded-merged-straight",
+        "table-for-other-pairs",
+        "normed-queries-scaled-twice",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):
@@ -830,6 +865,31 @@ def test_what_one_whole_fix_clears_is_shown_under_its_cause():
     failing = {f.probe for f in d.findings if f.status == FAIL}
     assert [c.trap for c in d.causes] == ["causal_leak"], d.text()
     assert failing <= set(d.causes[0].probes) and d.problems == 1, d.text()
+
+
+def test_projections_drawn_with_a_unit_spread_are_redrawn_as_the_module_draws_the_others(
+    tmp_path, capsys
+):
+    """A fused projection drawn from normal(0, 1) in ``__init__``, where the output's is drawn
+    with the module's own ``init_std``: the init is located where the doctor watched it
+    written, and the spread the function's other init draws with is the proven fix."""
+    out = tmp_path / "fix.diff"
+    code = cli.main(["doctor", f"{fm.__file__}:DrawnWithUnitSpread", "--fix", str(out)])
+    said = capsys.readouterr().out
+    assert code == 1 and said.splitlines()[1].startswith("FAIL  init_unit_variance"), said
+    assert "with this change every probe passes" in said, said
+    assert "+        nn.init.normal_(self.Wqkv.weight, mean=0.0, std=self.init_std)  # BUG" in (
+        out.read_text()
+    )
+
+
+def test_a_module_that_lays_each_positions_heads_out_as_rows_is_healthy():
+    """Multi-query attention's (B, T * h, d) queries keep each position whole: no heads split
+    without the transpose."""
+    d = diagnose(
+        fm.QueriesRowPerHeadRight(64, 4), Config(causal=True, mask="keep", mask_shape="bk")
+    )
+    assert d.healthy, d.text()
 
 
 def test_a_float64_copy_that_is_not_finite_where_float32_is_is_probed_in_float32():

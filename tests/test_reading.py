@@ -17,6 +17,7 @@ from harness.doctor.causes import read_causes
 from harness.doctor.findings import FAIL, PASS, Finding
 from harness.doctor.model.diagnosis import first_trap
 from harness.doctor.reading.attention import sites
+from harness.doctor.reading.checks import read_failures
 from harness.doctor.reading.facts import Named, Reading
 from harness.doctor.reading.record import record
 from harness.doctor.reading.split import axis_before
@@ -896,3 +897,20 @@ def test_the_positions_are_followed_back_through_unbind_and_permute_to_the_proje
     assert axis_before(permute, 0, 3) == 1  # and axis 1 of (B, N, 3, h, d)
     [site] = sites(found)
     assert site.split_without_transpose is None  # the positions come whole from the projection
+
+
+def test_a_trap_only_located_is_a_cause_of_the_failures_that_name_it_alone():
+    """Where the scale's factors were read only in part, the scale traps are located at the
+    factor read, for a probe that fits one of them: never a failure of the reading itself,
+    and a cause only of a failure that names that trap."""
+    located = [Named(t, "the scale is applied here", "attn.py:3", located=True)
+               for t in ("missing_scale", "double_scale")]  # fmt: skip
+    reading = Reading(named=located)
+    assert read_failures(reading, []) == []
+    fitted = Finding("agrees with SDPA", FAIL, "behaves like the scale applied twice",
+                     ("double_scale",))  # fmt: skip
+    other = Finding("causal no-leak", FAIL, "the future is not masked", ("causal_leak",))
+    causes = read_causes([fitted, other], reading)
+    assert [(c.trap, c.probes, c.at) for c in causes] == [
+        ("double_scale", ("agrees with SDPA",), "attn.py:3")
+    ], causes

@@ -113,7 +113,7 @@ SIGNATURES: tuple[tuple[str, Callable[[str, Config], str | None]], ...] = (
 # the failing probes that name it (a finite fill is a risk; a probe shows whether it bites).
 LOCATED = frozenset({
     "fill_too_small", "fill_overflow_half", "qk_overflow_half", "gqa_kv_grouping",
-    "sliding_window_off_by_one", "softcap_after_mask",
+    "sliding_window_off_by_one", "softcap_after_mask", "init_unit_variance",
 })  # fmt: skip
 
 
@@ -124,7 +124,7 @@ def read_causes(findings: list[Finding], reading: Reading) -> list[Cause]:
     causes, taken = [], set()
     for named in reading.named:
         scope = EXPLAINS.get(named.trap, frozenset())
-        if named.trap in LOCATED:
+        if named.trap in LOCATED or named.located:
             scope = frozenset(f.probe for f in failing if named.trap in f.traps)
         probes = tuple(
             f.probe for f in failing if f.probe not in taken and (scope is None or f.probe in scope)

@@ -259,11 +259,11 @@ def scale_d_model(line: Line) -> Iterator[str]:
     """The scale's square root taken of the model's width: each size it is taken of, put as
     another size in scope (a name's, else a tensor's last), then as itself over a count in
     scope that divides it (the width over the heads, where no name holds the head width),
-    each value once (what the line's names are worth when it runs; the proof tells which): a
-    parameter nothing reads first (the name a slip put another in place of), a name worth the
-    model's width last (a root of the width is the trap, whatever the name)."""
+    each value once (what the line's names are worth when it runs; the proof tells which), a
+    name worth the model's width last (a root of the width is the trap, whatever the name),
+    unless it is a parameter nothing reads (the name a slip put another in place of)."""
     unread = unread_parameters(line)
-    names = sorted(names_in_scope(line), key=lambda name: name not in unread)
+    names = list(names_in_scope(line))
     scope = [*names, *(f"{name}.size(-1)" for name in names)]  # a tensor's width too
     counts = sorted(names, key=lambda name: not name.startswith("self."))  # the module's first
     for root in _roots(line):
@@ -518,18 +518,28 @@ def scale_after_softmax(line: Line) -> Iterator[str]:
     """Weights scaled after the softmax (``softmax(s) / c``): the factor moved onto the
     scores, inside it (``softmax(s / c)``), where the rows sum to 1 again."""
     for node in line.nodes(cst.BinaryOperation):
-        softmax = node.left  # type: ignore[attr-defined]
-        if not isinstance(node.operator, cst.Multiply | cst.Divide) or not (  # type: ignore[attr-defined]
-            isinstance(softmax, cst.Call) and called(softmax) in SOFTMAX
-        ):
+        weights = node.left  # type: ignore[attr-defined]
+        softmax = _softmax_of(weights)
+        if not isinstance(node.operator, cst.Multiply | cst.Divide) or softmax is None:  # type: ignore[attr-defined]
             continue
         scores = line.operand(softmax)
         if scores is None:
             continue
         scaled = cst.BinaryOperation(parenthesized(scores), node.operator, node.right)  # type: ignore[attr-defined]
         inside = scaled if line.is_function_form(softmax) else parenthesized(scaled)
-        moved = softmax.deep_replace(scores, inside).with_changes(lpar=[], rpar=[])
-        yield line.replaced(node, moved)
+        moved = weights.deep_replace(softmax, softmax.deep_replace(scores, inside))
+        yield line.replaced(node, moved.with_changes(lpar=[], rpar=[]))
+
+
+def _softmax_of(node: cst.BaseExpression) -> cst.Call | None:
+    """The softmax call a chain of method calls starts from (``softmax(s).to(v.dtype)``)."""
+    while isinstance(node, cst.Call):
+        if called(node) in SOFTMAX:
+            return node
+        if not isinstance(node.func, cst.Attribute):
+            return None
+        node = node.func.value
+    return None
 
 
 def _new_axis(line: Line, element: cst.SubscriptElement) -> bool:
@@ -562,7 +572,8 @@ def padding_on_queries(line: Line) -> Iterator[str]:
     """A padding mask laid along the queries (``mask[:, :, None]``): its new axis moved to
     each other place, nearest first (``mask[:, None, :]``), so that it runs along the keys;
     with several new axes (``mask[:, None, :, None]``), the last one swapped with the data
-    axis beside it (``mask[:, None, None, :]``)."""
+    axis beside it (``mask[:, None, None, :]``), then the last data axis moved to each other
+    place after the first (``mask[:, :, None, None]`` to ``mask[:, None, None, :]``)."""
     for index in line.nodes(cst.Subscript):
         elements = list(index.slice)  # type: ignore[attr-defined]
         new = [e for e in elements if _new_axis(line, e)]
@@ -576,6 +587,10 @@ def padding_on_queries(line: Line) -> Iterator[str]:
         else:
             beside = [p for p in (at - 1, at + 1) if 0 <= p < len(elements)]
             orders = [_swapped(elements, at, p) for p in beside if elements[p] not in new]
+            data = max(elements.index(e) for e in elements if e not in new)
+            rest = elements[:data] + elements[data + 1 :]  # the last data axis moved instead
+            places = sorted(set(range(1, len(elements))) - {data}, key=lambda p: abs(p - data))
+            orders += [[*rest[:p], elements[data], *rest[p:]] for p in places]
         for moved in orders:
             yield line.replaced(index, index.with_changes(slice=_commas(moved)))
     yield from _pattern_axis_moved(line)
@@ -697,6 +712,23 @@ def head_merge_no_transpose(line: Line) -> Iterator[str]:
                 order = f".transpose({axes})" + (".contiguous()" if called(call) == "view" else "")
                 moved = f"{line.code(parenthesized(receiver))}{order}"
                 yield line.replaced(receiver, cst.parse_expression(moved))
+        yield from _unfolded(line, call, receiver)
+
+
+def _unfolded(line: Line, call: cst.Call, receiver: cst.BaseExpression) -> Iterator[str]:
+    """Heads folded into the batch, (B h, T, d), merged by ``x.reshape(B, T, -1)`` straight:
+    the heads taken out of the batch and put beside the width first, a sequence's heads
+    together (``(b h)``) or each head's sequences (``(h b)``), the proof choosing."""
+    sizes = positional(call)
+    if len(sizes) != 3 or not isinstance(receiver, cst.Name):
+        return
+    x, b, t = receiver.value, line.code(sizes[0].value), line.code(sizes[1].value)
+    width = f"{x}.size(-1)"
+    for unfold in (
+        f"{x}.reshape({b}, -1, {t}, {width}).transpose(1, 2)",
+        f"{x}.reshape(-1, {b}, {t}, {width}).permute(1, 2, 0, 3)",
+    ):
+        yield line.replaced(receiver, cst.parse_expression(unfold))
 
 
 def _moves(count: int) -> list[tuple[int, int]]:
@@ -775,6 +807,68 @@ def _sums_in(node: cst.CSTNode) -> list[cst.BinaryOperation]:
 
     node.visit(Sums())
     return found
+
+
+INITS = ("normal_", "trunc_normal_")
+
+
+def drawn_smaller(line: Line) -> Iterator[str]:
+    """Projection weights drawn with a spread as large as 1 (``normal_(w, std=1.0)``): the
+    spread put as each name worth less than 1 that the function's other inits draw with, then
+    in scope (the module's own ``init_std``, ``initializer_range``), each value once, then as
+    the catalogue's fix draws them (``xavier_uniform_``), the proof choosing."""
+    others = [  # the spreads the function draws its other weights with, their names first
+        name for call in line.in_function(cst.Call) if called(call) in INITS  # type: ignore[arg-type]
+        and (spread := _spread(line, call)) is not None
+        for name in (line.code(o) for o in _operands(line, spread.value))
+    ]  # fmt: skip
+    for call in line.calls(*INITS):
+        given = _spread(line, call)
+        tensor = call.args[0].value if line.is_function_form(call) and call.args else None
+        if given is not None:
+            names = [n for n in dict.fromkeys([*others, *names_in_scope(line)])
+                     if n != line.code(given.value)]  # fmt: skip
+            values = line.values(names)
+            tried: set[float] = set()
+            for name in names:
+                spread = number_of(values.get(name))
+                if spread is None or not 0 < spread < 1 or spread in tried:
+                    continue
+                tried.add(spread)
+                yield line.replaced(given.value, cst.parse_expression(name))
+        if tensor is not None and isinstance(call.func, cst.Attribute):
+            module = line.code(call.func.value)
+            fixed = f"{module}.xavier_uniform_({line.code(tensor)})"
+            yield line.replaced(call, cst.parse_expression(fixed))
+
+
+def repeated_other_way(line: Line) -> Iterator[str]:
+    """A rotary table's angles repeated for the other pairing than its rotation's: side by
+    side (``cat((f, f), dim=-1)``, halves) turned into each twice in a row
+    (``repeat_interleave(f, 2, dim=-1)``, pairs), and the other way round."""
+    for call in line.calls("cat", "concat", "concatenate"):
+        parts = call.args[0].value if call.args else None
+        if not isinstance(parts, cst.Tuple | cst.List) or len(parts.elements) != 2:
+            continue
+        first, second = (line.code(e.value) for e in parts.elements)
+        if first == second and isinstance(call.func, cst.Attribute):
+            module = line.code(call.func.value)
+            paired = f"{module}.repeat_interleave({first}, 2, dim=-1)"
+            yield line.replaced(call, cst.parse_expression(paired))
+    for call in line.calls("repeat_interleave"):
+        if line.is_function_form(call) and call.args and isinstance(call.func, cst.Attribute):
+            table, module = line.code(call.args[0].value), line.code(call.func.value)
+        elif isinstance(call.func, cst.Attribute):
+            table, module = line.code(call.func.value), "torch"
+        else:
+            continue
+        halves = f"{module}.cat(({table}, {table}), dim=-1)"
+        yield line.replaced(call, cst.parse_expression(halves))
+
+
+def _spread(line: Line, call: cst.Call) -> cst.Arg | None:
+    """An init call's ``std``."""
+    return argument(call, 2 if line.is_function_form(call) else 1, "std")
 
 
 def rope_on_value(line: Line) -> Iterator[str]:
@@ -872,4 +966,6 @@ RECIPES: dict[str, Recipe] = {
     "head_split_view": head_split_view,
     "rope_on_value": rope_on_value,
     "softcap_after_mask": cap_before_mask,
+    "init_unit_variance": drawn_smaller,
+    "rope_pairing_mismatch": repeated_other_way,
 }

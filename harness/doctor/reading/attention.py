@@ -25,6 +25,7 @@ from harness.doctor.reading.axes import (
     einsum_axis,
     map_axis,
     permute_order,
+    pieces,
     product_axes,
     rows_hold,
     softmax_axis,
@@ -59,6 +60,7 @@ from harness.doctor.reading.ops import (
     tensor_args,
     turned,
 )
+from harness.doctor.reading.pairing import mismatch
 from harness.doctor.reading.record import Op, Record, Value
 from harness.doctor.reading.split import positions_cut
 
@@ -104,11 +106,23 @@ class Site:
     split_without_transpose: Op | None = None  # the reshape that cuts an operand's positions up
     rotated: Op | None = None  # where the queries or keys are rotated (q cos + rotate_half(q) sin)
     values_rotated: Op | None = None  # where the values are rotated as well (rope_on_value)
+    # a rotation whose cos table repeats its angles for the other pairing: (turn, table, where)
+    pairing: tuple[str, str, Op] | None = None
     # the parameter each of "queries", "keys", "values" and "output" is projected by, as read
     # back (forward, for the output) from the attention (None: not a parameter)
     projections: dict[str, str | None] = field(default_factory=dict)
     sdpa_mask: Tensor | None = None  # the attn_mask an SDPA call was given
     is_causal: bool = False
+
+    def fill_axes(self, cells: Tensor) -> tuple[int, int] | None:
+        """The queries' and keys' axes of a fill's cells, counted from the end as the scores'
+        are (a mask added before a view that folds the heads into the batch has a rank of its
+        own); None where they are not known."""
+        q, k = self.query_axis, self.key_axis
+        if q is None or k is None or q == k:
+            return None
+        fq, fk = q - self.ndim + cells.dim(), k - self.ndim + cells.dim()
+        return None if min(fq, fk) < 0 else (fq, fk)
 
     def own_fills(self, mixed: bool = False) -> list[Fill]:
         """The fills the module made, whose cells are known; ``mixed``: with those that join
@@ -131,10 +145,10 @@ class Site:
         slices = []
         for fill in self.own_fills(mixed):
             assert fill.cells is not None
-            rank = fill.cells.dim()  # a mask added before a view that folds the heads in
-            fq, fk = q - self.ndim + rank, k - self.ndim + rank  # axes counted from the end
-            if min(fq, fk) < 0:
+            axes = self.fill_axes(fill.cells)
+            if axes is None:
                 continue
+            rank, (fq, fk) = fill.cells.dim(), axes
             others = [a for a in range(rank) if a not in (fq, fk)]
             size = (fill.cells.shape[fq], fill.cells.shape[fk])
             each = fill.cells.permute(*others, fq, fk).reshape(-1, *size)  # (B h, T_q, T_k)
@@ -221,7 +235,7 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
             key, query = (None if a is None else a + out_ndim - ndim for a in (key, query))
         else:
             key = None if key is None else map_axis(step, key, ndim)
-            query = None if query is None else map_axis(step, query, ndim)
+            query = None if query is None else _query_after(step, query, key, ndim)
         ndim = out_ndim
     if site.key_axis is None and key is not None:
         site.key_axis, site.key_axis_from = key, LAST_AXIS
@@ -230,6 +244,18 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
     site.query_axis = key if swapped else query
     site.width = summed_width(op)
     _read_operands(record, site, op, memo, swapped)
+
+
+def _query_after(step: Op, query: int, key: int | None, ndim: int) -> int | None:
+    """Where the queries' axis is after a layout op; where a reshape splits it in two (rows
+    of each position's heads, ``(B, T * h, S) -> (B, T, h, S)``, multi-query's layout), the
+    piece as long as the keys' axis (a self-attention's queries are), when one alone is."""
+    moved = map_axis(step, query, ndim)
+    if moved is not None or key is None or not step.shapes:
+        return moved
+    shape = step.shapes[0]
+    same = [p for p in pieces(step, query) if shape[p] == shape[key]]
+    return same[0] if len(same) == 1 else None
 
 
 def _of_two(record: Record, op: Op, memo: dict[int, bool]) -> bool:
@@ -291,6 +317,7 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
             if source is None:
                 break
             site.rotated = site.rotated or op
+            site.pairing = site.pairing or mismatch(record, op, memo)
             value = source
             continue
         elif not (op.name in SAME or op.name in LAYOUT or op.name in {"neg", "__neg__"}):

@@ -53,6 +53,21 @@ def map_axis(op: Op, axis: int, ndim_in: int) -> int | None:
     return None
 
 
+def pieces(op: Op, axis: int) -> list[int]:
+    """The axes of a reshape's result that axis ``axis`` of its input is split into, outer
+    first (``(B, T * h, S) -> (B, T, h, S)``: axes 1 and 2); none where it is not split alone."""
+    if not op.shapes or not op.args or op.args[0].shape is None:
+        return []
+    shape_in, shape_out = op.args[0].shape, op.shapes[0]
+    b_in = [math.prod(shape_in[:i]) for i in range(len(shape_in) + 1)]
+    b_out = [math.prod(shape_out[:i]) for i in range(len(shape_out) + 1)]
+    start, end = b_in[axis], b_in[axis + 1]
+    if start not in b_out or end not in b_out:
+        return []
+    found = [i for i in range(len(shape_out)) if start <= b_out[i] < end and shape_out[i] > 1]
+    return found if len(found) > 1 else []
+
+
 def einsum_axis(record: Record, op: Op, axis: int, memo: dict[int, bool]) -> int | None:
     """Where axis ``axis`` of an einsum's one data operand is in its result, by its letter
     ("bhij,hg->bgij": i and j stay; h is summed, so no axis)."""
@@ -153,6 +168,21 @@ def rows_hold(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int) 
         outer_out[j] <= start and end <= outer_out[j + 1] and end % outer_out[j] == 0
         for j in range(len(shape_out) - 1)
     )
+
+
+def leads_a_merge(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int) -> bool:
+    """Whether axis ``axis`` of ``shape_in`` is, in ``shape_out``, an axis other than the last
+    kept whole and in front, with the leading part of the next one merged in behind it
+    (``(B, T, h * d) -> (B, T * h, d)``: a row for each position's head, as multi-query
+    attention lays its queries out), so the positions are not mixed with the features."""
+    outer_in = [math.prod(shape_in[:i]) for i in range(len(shape_in) + 1)]
+    outer_out = [math.prod(shape_out[:i]) for i in range(len(shape_out) + 1)]
+    start, end = outer_in[axis], outer_in[axis + 1]
+    return any(
+        outer_out[j] == start and outer_out[j + 1] < end < outer_out[j + 2]
+        and end % outer_out[j + 1] == 0
+        for j in range(len(shape_out) - 1)
+    )  # fmt: skip
 
 
 def clean_axis(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int) -> int | None:

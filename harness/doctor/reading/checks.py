@@ -22,7 +22,10 @@ def read_failures(reading: Reading, findings: list[Finding]) -> list[Finding]:
     """The failures the reading shows by itself: at most one finding, its traps at their
     lines (the first cause explains it and what else fails)."""
     measured = any(f.probe == MEASURED_BY and f.status in (PASS, FAIL) for f in findings)
-    shown = [n for n in reading.named if n.trap in ALWAYS or (n.trap in SCALES and not measured)]
+    shown = [
+        n for n in reading.named
+        if not n.located and (n.trap in ALWAYS or (n.trap in SCALES and not measured))
+    ]  # fmt: skip
     if not shown:
         return []
     said = "; ".join(f"{n.trap}: {n.why} (at {n.line})" for n in shown)

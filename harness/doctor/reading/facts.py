@@ -53,6 +53,7 @@ class Named:
     why: str
     line: str
     also: tuple[str, ...] = ()  # other lines it involves (where its factors are applied or made)
+    located: bool = False  # only where to look: a cause only of the failures that name it
 
 
 @dataclass
@@ -128,6 +129,9 @@ def _made(site: Site, made: Callable[[str], str]) -> tuple[str, str]:
             if line:
                 return f"; self.{str(given.ref).rsplit('.', 1)[-1]} is made at {line}", line
     return "", ""
+
+
+SCALES = ("missing_scale", "scale_d_model", "double_scale", "wrong_scale")  # a probe may fit
 
 
 def _uncancelled(factors: list[Factor]) -> list[Factor]:
@@ -216,6 +220,9 @@ def site_facts(
         facts.append(Fact("scale", "not read: the scores' operands pass through an op it does "
                           f"not follow ({site.stopped_at.name})", COMPUTED,
                           site.stopped_at.where))  # fmt: skip
+        also = tuple(dict.fromkeys(f.op.where for f in applied if f.op.where != scale_line))
+        said = "the scale is applied here (the rest of the scores' factors were not read)"
+        named.extend(Named(trap, said, scale_line, also, located=True) for trap in SCALES)
     for factor in site.after_softmax:
         facts.append(Fact("factor after the softmax", f"{factor.value:.6g}", COMPUTED,
                           factor.op.where))  # fmt: skip
@@ -243,6 +250,12 @@ def site_facts(
         named.append(Named("qk_overflow_half", "the scores are scaled after the product q k^T "
                            "is made: in float16 it can overflow first, where scaling the "
                            "queries first stays finite", scores_scaled[0].op.where))  # fmt: skip
+    if site.pairing is not None and site.rotated is not None:
+        turn, table, made = site.pairing
+        said = f"the rotation turns {turn} together; its cos table repeats each angle for {table}"
+        facts.append(Fact("rotary pairing", said, COMPUTED, made.where))
+        named.append(Named("rope_pairing_mismatch", said, made.where, (site.rotated.where,),
+                           located=True))  # fmt: skip
     for cap in site.caps:
         facts.append(Fact("cap", "tanh on the scores", COMPUTED, cap.where))
         if any(fill.op.index < cap.index for fill in site.fills):
@@ -477,6 +490,9 @@ def fills_kept_cells(
         cells = fill.cells
         if cells is None or cells.dim() < 2 or (fill.value is not None and fill.value > -1e3):
             continue  # a small fill is fill_too_small's; an added mask's cells are its large ones
+        axes = site.fill_axes(cells)
+        if axes is not None:  # queries and keys last, as the keep-mask lays them
+            cells = cells.movedim(axes, (-2, -1))
         how = f"with {fill.value:g}" if fill.value is not None else "adding large negatives"
         for kept in keep_layouts(keep, cells):
             if kept.shape != cells.shape:

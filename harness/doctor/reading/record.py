@@ -374,6 +374,7 @@ def origin(found: Record, index: int) -> Op:
 # Where each tensor a built module holds was made, by name ("scale" -> "attn.py:23 `...`"):
 # the doctor builds the modules it is given by name, watching the constructor run.
 _BUILT_AT: weakref.WeakKeyDictionary[nn.Module, dict[str, str]] = weakref.WeakKeyDictionary()
+_WRITTEN_AT: weakref.WeakKeyDictionary[nn.Module, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
@@ -383,16 +384,30 @@ def watching_construction() -> Iterator[Callable[[nn.Module], None]]:
     recorder = Recorder({}, {})
 
     def keep(module: nn.Module) -> None:
-        lines = {}
+        lines, written = {}, {}
         for tensor_id, (_, name) in known_tensors(module).items():
             if tensor_id in recorder.made:
-                op = origin(recorder.record, recorder.made[tensor_id][0])
+                last = recorder.record.ops[recorder.made[tensor_id][0]]
+                op = origin(recorder.record, last.index)
                 if op.line:
                     lines[name] = op.where
-        _BUILT_AT[module] = lines
+                if last.line and _in_place(last.name):
+                    written[name] = last.where
+        _BUILT_AT[module], _WRITTEN_AT[module] = lines, written
 
     with recorder:
         yield keep
+
+
+def _in_place(name: str) -> bool:
+    """An op that writes into its tensor (``normal_``, ``uniform_``, ``fill_``), not a dunder."""
+    return name.endswith("_") and not name.endswith("__")
+
+
+def written_at(module: nn.Module, name: str) -> str:
+    """Where the values of the tensor ``name`` of ``module`` were last written in place while
+    the doctor built it (an init such as ``nn.init.normal_(w, std=1.0)``; "" when none)."""
+    return _WRITTEN_AT.get(module, {}).get(name, "")
 
 
 def built_at(module: nn.Module, name: str) -> str:

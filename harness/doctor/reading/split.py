@@ -5,7 +5,13 @@ of a (B, T, h d) projection does, has cut the positions up and mixed them with t
 
 from __future__ import annotations
 
-from harness.doctor.reading.axes import clean_axis, map_axis, permute_order, rows_hold
+from harness.doctor.reading.axes import (
+    clean_axis,
+    leads_a_merge,
+    map_axis,
+    permute_order,
+    rows_hold,
+)
 from harness.doctor.reading.operands import is_projection
 from harness.doctor.reading.ops import ADD, DIVIDE, LAYOUT, MULTIPLY, SAME, data_operand
 from harness.doctor.reading.record import Op, Record, Value
@@ -40,6 +46,8 @@ def axis_before(op: Op, item: int, axis: int) -> int | None:
         before = clean_axis(shape_out, shape_in, axis)
         if before == CUT and rows_hold(shape_out, shape_in, axis):
             return None  # held whole in one input axis (positions flattened with the batch)
+        if before == CUT and leads_a_merge(shape_out, shape_in, axis):
+            return None  # one input axis whole, the heads merged in behind it (multi-query)
         return before
     return axis if shape_out == shape_in else None
 

@@ -4,13 +4,14 @@ for the causality the doctor settles on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from torch import Tensor
+from torch import Tensor, nn
 
-from harness.doctor.reading.facts import Reading, interpret
-from harness.doctor.reading.record import Record, built_at, record
+from harness.doctor.reading.facts import Named, Reading, interpret
+from harness.doctor.reading.record import Record, built_at, record, written_at
 
 if TYPE_CHECKING:
     from harness.doctor.subject import Subject
@@ -30,7 +31,7 @@ class Watched:
     def reading(self, causal: bool) -> Reading:
         """The record read for a module held to be ``causal`` (a leak is named only then)."""
         subject = self.subject
-        return interpret(
+        reading = interpret(
             self.found,
             subject.d_model,
             keep=self.keep,
@@ -38,6 +39,14 @@ class Watched:
             made=lambda name: made_where(subject, name),
             causal=causal,
         )
+        read = [reading.projections.get(role) or "" for role in ("queries", "keys")]
+        weights = [n for n, p in subject.module.named_parameters() if p.dim() == 2]
+        drawn = [made_where(subject, name, written_at) for name in (*read, *weights)]
+        lines = list(dict.fromkeys(d for d in drawn if d))  # the projections read first
+        if lines:  # where a probe finds the weights saturated at init, the inits to look at
+            said = "the projections' weights are drawn by the module's own init"
+            reading.named.append(Named("init_unit_variance", said, lines[0], tuple(lines[1:])))
+        return reading
 
 
 def watch(subject: Subject) -> Watched:
@@ -52,12 +61,14 @@ def watch(subject: Subject) -> Watched:
     return Watched(subject, found, keep, finite)
 
 
-def made_where(subject: Subject, name: str) -> str:
-    """Where the module's tensor ``name`` was made, when the doctor built it (a wrapper's
-    name has one more part than the module's)."""
+def made_where(
+    subject: Subject, name: str, where: Callable[[nn.Module, str], str] = built_at
+) -> str:
+    """Where the module's tensor ``name`` was made (``where``: or last written), when the
+    doctor built it (a wrapper's name has one more part than the module's)."""
     for module in (subject.module, subject.original):
         for candidate in (name, name.split(".", 1)[-1]):
-            line = built_at(module, candidate)
+            line = where(module, candidate) if candidate else ""
             if line:
                 return line
     return ""

@@ -1,0 +1,94 @@
+"""Which dimensions a rotary embedding turns together, read from its values: a rotation
+``q cos + r sin`` pairs dimension i with i + d/2 (``rotate_half``: r = (-q2, q1)) or 2i with
+2i + 1 (``rotate_every_two``), and its cos table must repeat each angle the same way
+(``cat((f, f))`` for halves, ``repeat_interleave(f, 2)`` for pairs). A table laid out for the
+other pairing turns each dimension by another dimension's angle: no rotation at all."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from harness.doctor.reading.ops import MULTIPLY, from_input, tensor_args
+from harness.doctor.reading.record import Op, Record, Value
+
+HALVES, PAIRS = "halves (i, i + d/2)", "pairs (2i, 2i + 1)"
+REPEATS = frozenset({"cat", "repeat_interleave", "stack", "repeat", "flatten", "tile"})
+
+
+def _turned(q: Tensor, r: Tensor) -> str | None:
+    """How ``r`` is ``q`` turned a quarter, pair by pair (up to the sign)."""
+    d = q.shape[-1]
+    if d % 2 or r.shape != q.shape:
+        return None
+    halves = torch.cat((-q[..., d // 2 :], q[..., : d // 2]), dim=-1)
+    pairs = torch.stack((-q[..., 1::2], q[..., 0::2]), dim=-1).flatten(-2)
+    for name, turned in ((HALVES, halves), (PAIRS, pairs)):
+        if torch.allclose(r, turned) or torch.allclose(r, -turned):
+            return name
+    return None
+
+
+def _repeated(table: Tensor) -> set[str]:
+    """The pairings a table's angles are repeated for."""
+    d = table.shape[-1]
+    found = set()
+    if d % 2 == 0 and torch.equal(table[..., : d // 2], table[..., d // 2 :]):
+        found.add(HALVES)
+    if d % 2 == 0 and torch.equal(table[..., 0::2], table[..., 1::2]):
+        found.add(PAIRS)
+    return found
+
+
+def _made(record: Record, value: Value) -> Op | None:
+    """The op that repeated a table's angles (a cat, a repeat_interleave), followed back."""
+    for _ in range(16):
+        op = record.producer(value)
+        if op is None:
+            return None
+        if op.name in REPEATS and op.line:
+            return op
+        earlier = [v for v in op.tensors if v.kind == "op"]
+        if not earlier:
+            return None
+        value = earlier[0]
+    return None
+
+
+def mismatch(
+    record: Record, op: Op, memo: dict[int, bool], depth: int = 0
+) -> tuple[str, str, Op] | None:
+    """A rotation ``op`` (a sum of the data and its turn, each times a table; or a cat of it
+    with the dimensions left unturned, as partial rotary makes) whose cos table repeats its
+    angles for the other pairing than the turn's: the turn's pairing, the table's, and where
+    the table's angles were repeated."""
+    if op.name == "cat" and depth < 2:
+        parts = (record.producer(v) for v in op.tensors)
+        found = (mismatch(record, p, memo, depth + 1) for p in parts if p is not None)
+        return next((f for f in found if f is not None), None)
+    products = [record.producer(v) for v in op.tensors]
+    terms = []  # (data, table) of each product
+    for product in products:
+        if product is None or product.name not in MULTIPLY:
+            return None
+        data = [v for v in tensor_args(product) if from_input(record, v, memo)]
+        tables = [v for v in tensor_args(product) if not from_input(record, v, memo)]
+        if len(data) != 1 or len(tables) != 1:
+            return None
+        terms.append((data[0], tables[0]))
+    if len(terms) != 2:
+        return None
+    values = [(record.result(d), record.result(t)) for d, t in terms]
+    if any(d is None or t is None for d, t in values):
+        return None
+    for i in (0, 1):
+        (q, cos), (r, _) = values[i], values[1 - i]
+        turn = _turned(q, r)  # type: ignore[arg-type]
+        if turn is None:
+            continue
+        table = _repeated(cos)  # type: ignore[arg-type]
+        made = _made(record, terms[i][1])
+        if table and turn not in table and made is not None:
+            return turn, table.pop(), made
+        return None
+    return None
