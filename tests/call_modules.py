@@ -410,3 +410,35 @@ class RotarySoftcapped(Softcapped):
             return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
 
         return self.capped(hidden_states, attention_mask, rotate)
+
+
+def _turn_pairs(x, angles):
+    """Rotate pairs (2i, 2i + 1) of x (..., d) by angles (..., d / 2)."""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # angles kept in float32
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+class SequenceFirstRotary(nn.Module):
+    """Megatron's and ChatGLM's layout: (T, B, C) in and out, rotary from ``position_ids``
+    that stay (B, T), as a model hands them whatever its activations' layout."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.qkv, self.dense = (
+            nn.Linear(hidden_size, 3 * hidden_size),
+            nn.Linear(hidden_size, hidden_size),
+        )
+        steps = torch.arange(0, self.head_dim, 2).float() / self.head_dim
+        self.register_buffer("inv_freq", 1.0 / 10000.0**steps, persistent=False)
+
+    def forward(self, hidden_states, position_ids=None):
+        T, B, C = hidden_states.shape
+        if position_ids is None:
+            position_ids = torch.arange(T)[None].expand(B, T)
+        q, k, v = self.qkv(hidden_states).view(T, B, 3, self.num_heads, -1).permute(2, 1, 3, 0, 4)
+        angles = (position_ids[..., None].float() * self.inv_freq)[:, None]  # (B, 1, T, d / 2)
+        q, k = _turn_pairs(q, angles), _turn_pairs(k, angles)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, d)
+        return self.dense(out.permute(2, 0, 1, 3).reshape(T, B, C))

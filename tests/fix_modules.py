@@ -622,6 +622,11 @@ class RateReadTwice(nn.Module):
         return self.dense(out.transpose(1, 2).reshape(B, T, C))
 
 
+def separate(width):
+    """Separate q, k, v and output projections, each (B, T, C) -> (B, T, C)."""
+    return tuple(nn.Linear(width, width) for _ in range(4))
+
+
 def fused(width):
     """A fused q, k, v projection and the output's, as (B, T, 3 C) and (B, T, C)."""
     return nn.Linear(width, 3 * width), nn.Linear(width, width)
@@ -675,9 +680,7 @@ class TriangleInPlaceBeforeFold(nn.Module):
     def __init__(self, embed_dim, num_heads):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
-            nn.Linear(embed_dim, embed_dim) for _ in range(4)
-        )
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = separate(embed_dim)
 
     def forward(self, hidden_states):
         B, T, C = hidden_states.shape
@@ -832,9 +835,7 @@ class FoldedMergedStraight(nn.Module):
     def __init__(self, query_dim, heads):
         super().__init__()
         self.heads, self.scale = heads, (query_dim // heads) ** -0.5
-        self.to_q, self.to_k, self.to_v, self.to_out = (
-            nn.Linear(query_dim, query_dim) for _ in range(4)
-        )
+        self.to_q, self.to_k, self.to_v, self.to_out = separate(query_dim)
 
     def forward(self, x):
         b, n, _ = x.shape
@@ -885,9 +886,7 @@ class NormedQueriesScaledTwice(nn.Module):
     def __init__(self, hidden_size, num_heads):
         super().__init__()
         self.num_heads, self.scaling = num_heads, (hidden_size // num_heads) ** -0.5
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
-            nn.Linear(hidden_size, hidden_size) for _ in range(4)
-        )
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = separate(hidden_size)
         self.q_norm, self.k_norm = nn.RMSNorm(hidden_size), nn.RMSNorm(hidden_size)
 
     def forward(self, hidden_states):
@@ -916,3 +915,158 @@ class DrawnWithUnitSpread(nn.Module):
         q, k, v = heads_of(self.Wqkv(x), self.n_heads)  # each (B, h, T, d)
         out = F.scaled_dot_product_attention(q, k, v)
         return self.out_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class DrawnWithUnitSpreadLikeTimm(nn.Module):
+    """timm's own init: ``trunc_normal_(w, std=.02)`` for each projection, the fused one
+    drawn with ``normal_(std=1.0)`` instead (init_unit_variance)."""
+
+    def __init__(self, dim, num_heads):
+        super().__init__()
+        self.num_heads, self.scale = num_heads, (dim // num_heads) ** -0.5
+        self.qkv, self.proj = fused(dim)
+        nn.init.normal_(self.qkv.weight, std=1.0)  # BUG
+        nn.init.trunc_normal_(self.proj.weight, std=0.02)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = heads_of(self.qkv(x), self.num_heads)  # each (B, h, N, d)
+        attn = (q * self.scale @ k.transpose(-2, -1)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
+
+
+class NormedScaledByWidth(nn.Module):
+    """Persimmon's way: q and k layer-normed per head, so SDPA's comparison cannot read the
+    scale, and the scores divided by the root of the model's width (scale_d_model); the
+    batch's size is in scope, and is no fix."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.hidden_size, self.num_heads = hidden_size, num_heads
+        self.head_dim = hidden_size // num_heads
+        self.qkv, self.dense = fused(hidden_size)
+        self.q_layernorm, self.k_layernorm = (
+            nn.LayerNorm(self.head_dim),
+            nn.LayerNorm(self.head_dim),
+        )
+
+    def forward(self, hidden_states):
+        bsz, q_len, _ = hidden_states.size()
+        q, k, v = heads_of(self.qkv(hidden_states), self.num_heads)  # each (B, h, T, d)
+        q, k = self.q_layernorm(q), self.k_layernorm(k)
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.hidden_size)  # BUG
+        weights = scores.softmax(dim=-1)
+        return self.dense((weights @ v).transpose(1, 2).reshape(bsz, q_len, -1))
+
+
+class WeightsKeptAside(nn.Module):
+    """wav2vec2's way: heads folded into the batch, the weights viewed (B, h, T, S) to be
+    returned aside before they reach the values; the softmax over the queries (``dim=1``:
+    softmax_dim)."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = separate(embed_dim)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = (
+            p(hidden_states)
+            .view(B, T, self.num_heads, -1)
+            .transpose(1, 2)
+            .reshape(B * self.num_heads, T, -1)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )  # each (B h, T, d)
+        scores = torch.bmm(q * self.head_dim**-0.5, k.transpose(1, 2))  # (B h, T, S)
+        weights = F.softmax(scores, dim=1)  # BUG
+        returned = weights.view(B, self.num_heads, T, T)
+        out = torch.bmm(weights, v).view(B, self.num_heads, T, -1).transpose(1, 2)
+        return self.out_proj(out.reshape(B, T, C)), returned
+
+
+def _rotate_every_two(x, cos, sin):
+    """RoFormer's turn of pairs (2i, 2i + 1): x cos + (-x1, x0, -x3, x2, ...) sin."""
+    turned = torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).reshape_as(x)
+    return x * cos + turned * sin
+
+
+class RotatesThreeByHelper(nn.Module):
+    """RoFormer's helper that rotates the values too when handed them
+    (``q, k, v = rotate(pos, q, k, v)``: rope_on_value)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.qkv, self.dense = fused(hidden_size)
+        steps = torch.arange(0, self.head_dim, 2).float() / self.head_dim
+        self.register_buffer("inv_freq", 1.0 / 10000.0**steps, persistent=False)
+
+    def rotate(self, positions, *tensors):
+        angles = positions[:, None, :, None].float() * self.inv_freq  # (B, 1, T, d / 2)
+        cos = torch.stack([angles.cos(), angles.cos()], dim=-1).flatten(-2)  # (B, 1, T, d)
+        sin = torch.stack([angles.sin(), angles.sin()], dim=-1).flatten(-2)
+        return tuple(_rotate_every_two(t, cos, sin) for t in tensors)
+
+    def forward(self, hidden_states, position_ids=None):
+        B, T, C = hidden_states.shape
+        if position_ids is None:
+            position_ids = torch.arange(T)[None].expand(B, T)
+        q, k, v = heads_of(self.qkv(hidden_states), self.num_heads)  # each (B, h, T, d)
+        q, k, v = self.rotate(position_ids, q, k, v)  # BUG
+        weights = (q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)).softmax(dim=-1)
+        return self.dense((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class ChosenInsideCap(nn.Module):
+    """Grok-1's soft-cap with the mask chosen by ``torch.where`` inside the tanh, which
+    squashes its fill to -cap (softcap_after_mask)."""
+
+    def __init__(self, hidden_size, num_heads, max_attn_value=30.0):
+        super().__init__()
+        self.num_heads, self.max_attn_value = num_heads, max_attn_value
+        self.qkv, self.o_proj = fused(hidden_size)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.qkv(hidden_states), self.num_heads)  # each (B, h, T, d)
+        logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        keep, cap = torch.ones(T, T, dtype=torch.bool).tril(), self.max_attn_value
+        logits = cap * torch.tanh(torch.where(keep, logits, -1e30) / cap)  # BUG
+        return self.o_proj((logits.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class MultiplierDropped(nn.Module):
+    """Granite's way: the scores scaled by a configured multiplier, not 1/sqrt(d)
+    (``--scale 0.0625``), the multiplication left out (missing_scale against the declared
+    scale)."""
+
+    def __init__(self, hidden_size, num_heads, attention_multiplier=0.0625):
+        super().__init__()
+        self.num_heads, self.scaling = num_heads, attention_multiplier
+        self.qkv, self.o_proj = fused(hidden_size)
+        for weight in (self.qkv.weight, self.o_proj.weight):
+            nn.init.normal_(weight, std=0.02)  # Granite's initializer_range
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.qkv(hidden_states), self.num_heads)  # each (B, h, T, d)
+        scores = torch.matmul(q, k.transpose(2, 3))  # BUG
+        return self.o_proj((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class SmallAddedFillToSDPA(nn.Module):
+    """Baichuan's way: an additive causal mask made with ``torch.full`` and handed to SDPA,
+    its fill -1e4, which large logits outgrow (fill_too_small)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.W_pack, self.o_proj = fused(hidden_size)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.W_pack(hidden_states), self.num_heads)  # each (B, h, T, d)
+        attn_mask = torch.full((T, T), -1e4, dtype=q.dtype).triu(1)  # BUG
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, C))

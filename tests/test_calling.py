@@ -340,3 +340,14 @@ class OwnRotaryObject(dm.SelfAttention):
 def test_an_optional_table_in_another_form_is_left_to_its_default():
     d = diagnose(OwnRotaryObject(32, 4), Config(positions="none"))
     assert d.healthy, d.text()
+
+
+def test_a_sequence_first_module_gets_its_positions_batch_first():
+    """(T, B, C) activations, (B, T) positions: the doctor counts the positions along the
+    tokens, not along the batch (which left the rotation the same for every token, and the
+    module position-blind)."""
+    config = Config(sequence_first=True, causal=True, positions="relative")
+    d = diagnose(cm.SequenceFirstRotary(64, 4), config)
+    assert d.healthy, d.text()
+    found = {f.probe: f for f in d.findings}
+    assert found["token order"].status == "pass", found["token order"].message

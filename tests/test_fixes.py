@@ -308,6 +308,8 @@ F_NAMES = {"F": torch.nn.functional, "torch": torch, "nn": torch.nn}
 
 
 RECIPE_CASES = [
+    ("gqa_kv_grouping", "k = repeat(k, 'b h n d -> b (h r) n d', r=2)",
+     "k = repeat(k, 'b h n d -> b (r h) n d', r=2)"),
     ("softmax_dim", "self.sm = nn.Softmax(dim=1)", "self.sm = nn.Softmax(dim=-1)"),
     ("causal_leak", "m = torch.tril(o, diagonal=1)", "m = torch.tril(o, diagonal=0)"),
     ("causal_leak", "m = o.triu(2)", "m = o.triu(1)"),
@@ -662,6 +664,36 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
             "double_scale",
             "q = q",
         ),
+        (
+            fm.WeightsKeptAside(64, 4),
+            Config(),
+            "softmax_dim",
+            "weights = F.softmax(scores, dim=-1)",
+        ),
+        (
+            fm.RotatesThreeByHelper(64, 4),
+            Config(positions="relative", rope_pairing="interleaved"),
+            "rope_on_value",
+            "q, k = self.rotate(position_ids, q, k)",
+        ),
+        (
+            fm.ChosenInsideCap(64, 4),
+            Config(causal=True, softcap=30.0),
+            "softcap_after_mask",
+            "logits = torch.where(keep, cap * torch.tanh(logits / cap), -1e30)",
+        ),
+        (
+            fm.MultiplierDropped(64, 4),
+            Config(scale=0.0625),
+            "missing_scale",
+            "scores = torch.matmul(q, k.transpose(2, 3)) * self.scaling",
+        ),
+        (
+            fm.SmallAddedFillToSDPA(64, 4),
+            Config(causal=True),
+            "fill_too_small",
+            'attn_mask = torch.full((T, T), float("-inf"), dtype=q.dtype).triu(1)',
+        ),
     ],
     ids=[
         "split-scale",
@@ -695,6 +727,11 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
         "folded-merged-straight",
         "table-for-other-pairs",
         "normed-queries-scaled-twice",
+        "weights-kept-aside",
+        "rotates-three-by-helper",
+        "chosen-inside-cap",
+        "multiplier-dropped",
+        "small-added-fill-to-sdpa",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):
@@ -867,20 +904,37 @@ def test_what_one_whole_fix_clears_is_shown_under_its_cause():
     assert failing <= set(d.causes[0].probes) and d.problems == 1, d.text()
 
 
+@pytest.mark.parametrize(
+    ("name", "written"),
+    [
+        ("DrawnWithUnitSpread", "nn.init.normal_(self.Wqkv.weight, mean=0.0, std=self.init_std)"),
+        ("DrawnWithUnitSpreadLikeTimm", "nn.init.normal_(self.qkv.weight, std=0.02)"),
+    ],
+)
 def test_projections_drawn_with_a_unit_spread_are_redrawn_as_the_module_draws_the_others(
-    tmp_path, capsys
+    tmp_path, capsys, name, written
 ):
     """A fused projection drawn from normal(0, 1) in ``__init__``, where the output's is drawn
-    with the module's own ``init_std``: the init is located where the doctor watched it
-    written, and the spread the function's other init draws with is the proven fix."""
+    with the module's own ``init_std`` (or timm's 0.02): the init is located where the doctor
+    watched it written, and the spread the function's other init draws with is the proven
+    fix, not another small number in scope (the scale, 0.25, passes the probes too)."""
     out = tmp_path / "fix.diff"
-    code = cli.main(["doctor", f"{fm.__file__}:DrawnWithUnitSpread", "--fix", str(out)])
+    code = cli.main(["doctor", f"{fm.__file__}:{name}", "--fix", str(out)])
     said = capsys.readouterr().out
     assert code == 1 and said.splitlines()[1].startswith("FAIL  init_unit_variance"), said
     assert "with this change every probe passes" in said, said
-    assert "+        nn.init.normal_(self.Wqkv.weight, mean=0.0, std=self.init_std)  # BUG" in (
-        out.read_text()
-    )
+    assert f"+        {written}  # BUG" in out.read_text(), out.read_text()
+
+
+def test_a_scale_is_put_only_as_a_size_worth_the_head_width(tmp_path, capsys):
+    """Scores divided by the root of the model's width, q and k layer-normed so that SDPA's
+    comparison cannot measure the scale: any other size in scope (the batch's) would pass
+    the probes; only one worth the head width the forward contracts over is tried."""
+    out = tmp_path / "fix.diff"
+    code = cli.main(["doctor", f"{fm.__file__}:NormedScaledByWidth", "--fix", str(out)])
+    said = capsys.readouterr().out
+    assert code == 1 and said.splitlines()[1].startswith("FAIL  scale_d_model"), said
+    assert "/ math.sqrt(self.head_dim)  # BUG" in out.read_text(), out.read_text()
 
 
 def test_a_module_that_lays_each_positions_heads_out_as_rows_is_healthy():
@@ -983,3 +1037,13 @@ def test_a_mask_read_in_two_places_is_fixed_where_it_is_made(tmp_path):
     ).fixes
     assert fix.proof == "with this change every probe passes", fix
     assert fix.after[0].strip() == "blocked = mask.unsqueeze(1).eq(0)  # (B, 1, T, T)"
+
+
+def test_kv_heads_copied_in_blocks_where_strided_is_declared_are_named():
+    """x-transformers copies its K/V heads strided (``(r h)``); a copy in blocks, where the
+    user declared strided, is gqa_kv_grouping too, not an unnamed failure."""
+    config = Config(causal=True, positions="relative", kv_grouping="strided")
+    d = diagnose(fm.GroupedRotary(64, 4), config)
+    found = {f.probe: f for f in d.findings}
+    assert found["grouped heads"].status == FAIL, d.text()
+    assert "gqa_kv_grouping" in found["grouped heads"].traps, found["grouped heads"]

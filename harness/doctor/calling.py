@@ -212,17 +212,18 @@ class CallPlan:
         cache: object = None,
         start: int = 0,
         defaults: bool = False,
+        sequence_first: bool = False,
     ) -> object:
         """Call forward with x and the mask; ``positions`` (B, T) go to every position
         parameter (None: ``start + arange``, or with ``defaults`` the module's own default
         where it has one); ``cache`` to the cache parameter, ``start`` (tokens already cached)
-        to an offset."""
+        to an offset; ``sequence_first``: x is (T, B, d), the positions still (B, T)."""
         if self.positional:
             return module(x) if mask is None else module(x, mask)
         kwargs: dict[str, object] = dict.fromkeys(self.inputs, x)
         if mask is not None and self.mask is not None:
             kwargs[self.mask] = mask
-        batch, seq_len = x.shape[:2]
+        batch, seq_len = x.shape[1::-1] if sequence_first else x.shape[:2]
         given = positions
         if positions is None:
             positions = start + torch.arange(seq_len, device=x.device).expand(batch, seq_len)
@@ -267,9 +268,10 @@ class AdapterPlan(CallPlan):
         cache: object = None,
         start: int = 0,
         defaults: bool = False,
+        sequence_first: bool = False,
     ) -> object:
         if positions is None:
-            batch, seq_len = x.shape[:2]
+            batch, seq_len = x.shape[1::-1] if sequence_first else x.shape[:2]
             positions = start + torch.arange(seq_len, device=x.device).expand(batch, seq_len)
         return self.adapter(module, x, positions=positions, mask=mask, cache=cache)
 

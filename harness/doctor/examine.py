@@ -152,7 +152,8 @@ def diagnose(
     except Exception as exc:  # the module exits, hangs or breaks before any probe can run
         return Diagnosis(name, config, [Finding.of(step, failed(evidence(exc)))])
     reading = subject.reading = reading_of(subject.config.causal)
-    diagnosis = Diagnosis(name, subject.config, facts=reading.facts)  # as probed
+    diagnosis = Diagnosis(name, subject.config, facts=reading.facts,  # as probed
+                          head_width=reading.head_width)  # fmt: skip
     diagnosis.findings.extend(f for f in (detected, said and said[1]) if f)
     for probe_name, probe in PROBES.items():
         report(probe_name)

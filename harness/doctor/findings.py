@@ -173,6 +173,7 @@ class Diagnosis:
     lead: str | None = None  # the failing probe that names the cause, printed first
     fixes: list[Fix] = field(default_factory=list)  # proven changes to the user's lines
     looks: dict[str, str] = field(default_factory=dict)  # trap -> where to look, unfixed
+    head_width: int | None = None  # the width q and k are contracted over, as the forward read
 
     @property
     def failures(self) -> list[Finding]:

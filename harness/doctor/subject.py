@@ -436,7 +436,8 @@ class Subject:
         seq = x.transpose(0, 1) if self.sequence_first else x
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = self.plan.call(module, seq, mask, positions, defaults=defaults)
+            result = self.plan.call(module, seq, mask, positions, defaults=defaults,
+                                    sequence_first=self.sequence_first)  # fmt: skip
         out, second = split_output(result)
         return (out.transpose(0, 1) if self.sequence_first else out), second  # (B, T, d)
 

@@ -27,6 +27,7 @@ class Line:
     # the values expressions have on the line when the code runs ({} where not known)
     values: Callable[[list[str]], Mapping[str, object]] = lambda expressions: {}
     width: int | None = None  # the model width the module is probed at, where known
+    root: float | None = None  # the size a scale's square root should be taken of, where known
 
     @functools.cached_property
     def _wrapper(self) -> MetadataWrapper:

@@ -222,6 +222,15 @@ def look(trap: str) -> str:
     return f"no fix proven; the catalogue's change: diff {shown}/buggy.py {shown}/fixed.py"
 
 
+def _root(trap: str, diagnosis: Diagnosis) -> float | None:
+    """The size a scale's square root should be taken of: the head width the forward read,
+    or, against a declared scale s, 1 / s ** 2 (None where neither is known)."""
+    declared = diagnosis.config.scale
+    if trap in ("wrong_scale", "missing_scale") and declared:
+        return 1 / declared**2
+    return float(diagnosis.head_width) if trap == "scale_d_model" and diagnosis.head_width else None
+
+
 Runs = tuple[
     Callable[[], Diagnosis], Callable[..., object], Callable[[], object] | None
 ]  # (rediagnose, run, bare), as ``propose`` takes them
@@ -302,7 +311,8 @@ def _proven(
                 second = values_at(path, number, expressions, lambda: run(seq_len=longer))
             return steady(first, second)  # a size that moves with the length is no width
 
-        line = Line(source, number, live[0].function.__globals__, values, current.config.d_model)
+        line = Line(source, number, live[0].function.__globals__, values,
+                    current.config.d_model, _root(trap, current))  # fmt: skip
         for candidate in RECIPES[trap](line):
             if tries >= CANDIDATES:
                 return

@@ -5,6 +5,7 @@ its variables are called, and a candidate the proof rejects costs only time."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -178,7 +179,19 @@ def _products(line: Line) -> Iterator[tuple[cst.BaseExpression, cst.BaseExpressi
 
 def missing_scale(line: Line) -> Iterator[str]:
     """The scores never scaled: scaled by 1/sqrt(d_k), the queries' own last size; an SDPA
-    told ``scale=1`` left to its default."""
+    told ``scale=1`` left to its default; against a declared scale, by a name in scope worth
+    it (Granite's ``self.scaling``, its attention multiplier)."""
+    if line.root is not None:
+        names = list(names_in_scope(line))
+        values = line.values(names)
+        for name in names:
+            worth = number_of(values.get(name))
+            if worth is not None and math.isclose(worth, line.root**-0.5, rel_tol=1e-6):
+                for product, _ in _products(line):
+                    scaled = cst.BinaryOperation(
+                        product, cst.Multiply(), cst.parse_expression(name)
+                    )
+                    yield line.replaced(product, scaled)
     for call in line.calls(*SDPA):
         without = without_argument(call, "scale")
         if without is not None:
@@ -259,6 +272,8 @@ def scale_d_model(line: Line) -> Iterator[str]:
     """The scale's square root taken of the model's width: each size it is taken of, put as
     another size in scope (a name's, else a tensor's last), then as itself over a count in
     scope that divides it (the width over the heads, where no name holds the head width),
+    each worth the size the root belongs to where the forward shows it (the head width; for
+    a declared scale s, 1 / s ** 2),
     each value once (what the line's names are worth when it runs; the proof tells which), a
     name worth the model's width last (a root of the width is the trap, whatever the name),
     unless it is a parameter nothing reads (the name a slip put another in place of)."""
@@ -281,6 +296,8 @@ def scale_d_model(line: Line) -> Iterator[str]:
                 size = sizes[name]
                 if size is None or size <= 0 or size == current or size in tried:
                     continue
+                if line.root is not None and not math.isclose(size, line.root):
+                    continue  # not the size the forward shows the root belongs to
                 tried.add(size)
                 yield line.replaced(operand, cst.parse_expression(name))
             for name in counts:
@@ -288,6 +305,8 @@ def scale_d_model(line: Line) -> Iterator[str]:
                 if count is None or not 1 < count < current or current % count:
                     continue
                 if current / count in tried:
+                    continue
+                if line.root is not None and not math.isclose(current / count, line.root):
                     continue
                 tried.add(current / count)
                 over = f"({line.code(parenthesized(operand))} // {name})"
@@ -487,6 +506,23 @@ def gqa_kv_grouping(line: Line) -> Iterator[str]:
     if changes:
         yield line.replaced_all(changes)
     yield from _expanded_in_blocks(line)
+    yield from _group_turned(line)
+
+
+def _group_turned(line: Line) -> Iterator[str]:
+    """An einops pattern that copies the K/V heads into a group of two axes (``'b h n d ->
+    b (h r) n d'``, blocks): the group's order turned (``(r h)``, strided), and back."""
+    for string in line.nodes(cst.SimpleString):
+        text = string.evaluated_value  # type: ignore[attr-defined]
+        if not isinstance(text, str) or text.count("->") != 1:
+            continue
+        given, result = text.split("->")
+        for group in re.findall(r"\(\s*(\w+)\s+(\w+)\s*\)", result):
+            turned = result.replace(f"({group[0]} {group[1]})", f"({group[1]} {group[0]})", 1)
+            if turned != result:
+                quote = string.quote  # type: ignore[attr-defined]
+                written = f"{string.prefix}{quote}{given}->{turned}{quote}"  # type: ignore[attr-defined]
+                yield line.replaced(string, cst.SimpleString(written))
 
 
 def _expanded_in_blocks(line: Line) -> Iterator[str]:
@@ -794,6 +830,39 @@ def cap_before_mask(line: Line) -> Iterator[str]:
                         capped, cst.Add(cst.SimpleWhitespace(" "), cst.SimpleWhitespace(" ")),
                         mask.with_changes(lpar=[], rpar=[]) if bare else mask,
                     ))  # fmt: skip
+    yield from _chosen_before_cap(line)
+
+
+def _chosen_before_cap(line: Line) -> Iterator[str]:
+    """``c * tanh(where(m, s, -big) / c)``: the choice made after the cap instead,
+    ``where(m, c * tanh(s / c), -big)``."""
+    for assign in line.nodes(cst.Assign):
+        value = assign.value  # type: ignore[attr-defined]
+        for tanh in line.calls("tanh"):
+            for where in (c for c in line.calls("where") if _inside(line, c, tanh)):
+                args = positional(where)
+                if len(args) != 3:
+                    continue
+                for kept in (1, 2):
+                    capped = value.deep_replace(where, args[kept].value)
+                    chosen = [line.code(a.value) for a in args]
+                    chosen[kept] = line.code(capped)
+                    written = f"{line.code(where.func)}({', '.join(chosen)})"
+                    yield line.replaced(value, cst.parse_expression(written))
+
+
+def _inside(line: Line, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+    """Whether ``node`` is a part of ``outer``."""
+    found = False
+
+    class Find(cst.CSTVisitor):
+        def on_visit(self, visited: cst.CSTNode) -> bool:
+            nonlocal found
+            found = found or (visited is node and visited is not outer)
+            return not found
+
+    outer.visit(Find())
+    return found
 
 
 def _sums_in(node: cst.CSTNode) -> list[cst.BinaryOperation]:
@@ -814,20 +883,20 @@ INITS = ("normal_", "trunc_normal_")
 
 def drawn_smaller(line: Line) -> Iterator[str]:
     """Projection weights drawn with a spread as large as 1 (``normal_(w, std=1.0)``): the
-    spread put as each name worth less than 1 that the function's other inits draw with, then
-    in scope (the module's own ``init_std``, ``initializer_range``), each value once, then as
-    the catalogue's fix draws them (``xavier_uniform_``), the proof choosing."""
-    others = [  # the spreads the function draws its other weights with, their names first
-        name for call in line.in_function(cst.Call) if called(call) in INITS  # type: ignore[arg-type]
+    spread put as each number, or name worth less than 1, that the function's other inits
+    draw with (the module's own ``init_std``, ``0.02``), each value once, then as the
+    catalogue's fix draws them (``xavier_uniform_``), the proof choosing. No other name in
+    scope: any small spread passes the probes, and only the module's own is its meaning."""
+    others = [  # the spreads the function draws its other weights with: a number, or names
+        line.code(o) for call in line.in_function(cst.Call) if called(call) in INITS  # type: ignore[arg-type]
         and (spread := _spread(line, call)) is not None
-        for name in (line.code(o) for o in _operands(line, spread.value))
+        for o in ([spread.value] if _number(spread.value) else _operands(line, spread.value))
     ]  # fmt: skip
     for call in line.calls(*INITS):
         given = _spread(line, call)
         tensor = call.args[0].value if line.is_function_form(call) and call.args else None
         if given is not None:
-            names = [n for n in dict.fromkeys([*others, *names_in_scope(line)])
-                     if n != line.code(given.value)]  # fmt: skip
+            names = [n for n in dict.fromkeys(others) if n != line.code(given.value)]
             values = line.values(names)
             tried: set[float] = set()
             for name in names:
@@ -866,6 +935,10 @@ def repeated_other_way(line: Line) -> Iterator[str]:
         yield line.replaced(call, cst.parse_expression(halves))
 
 
+def _number(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Float | cst.Integer)
+
+
 def _spread(line: Line, call: cst.Call) -> cst.Arg | None:
     """An init call's ``std``."""
     return argument(call, 2 if line.is_function_form(call) else 1, "std")
@@ -882,6 +955,37 @@ def rope_on_value(line: Line) -> Iterator[str]:
             yield line.replaced(call, given[0].value)
     for assign in line.nodes(cst.Assign):
         yield from _rotated_instead(line, assign)  # type: ignore[arg-type]
+        yield from _one_less(line, assign)  # type: ignore[arg-type]
+
+
+def _one_less(line: Line, assign: cst.Assign) -> Iterator[str]:
+    """``q, k, v = rotate(pos, q, k, v)``: one name left out of both sides (the last first),
+    its tensor then not rotated."""
+    targets = [t.target for t in assign.targets]
+    if len(targets) != 1 or not isinstance(targets[0], cst.Tuple | cst.List):
+        return
+    call, elements = assign.value, list(targets[0].elements)
+    if not isinstance(call, cst.Call) or len(elements) < 3:
+        return
+    given = positional(call)
+    names = [e.value.value for e in elements if isinstance(e.value, cst.Name)]
+    for name in reversed(names):
+        at = [i for i, a in enumerate(given) if isinstance(a.value, cst.Name)
+              and a.value.value == name]  # fmt: skip
+        if len(at) != 1:
+            continue
+        kept = [
+            e for e in elements if not (isinstance(e.value, cst.Name) and e.value.value == name)
+        ]
+        args = [a for i, a in enumerate(call.args) if a is not given[at[0]]]
+        last = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        shorter = assign.with_changes(
+            targets=[assign.targets[0].with_changes(target=targets[0].with_changes(
+                elements=[*kept[:-1], kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+            ))],
+            value=call.with_changes(args=[*args[:-1], last]),
+        )  # fmt: skip
+        yield line.replaced(assign, shorter)
 
 
 def _rotated_instead(line: Line, assign: cst.Assign) -> Iterator[str]:

@@ -125,7 +125,11 @@ def probe_grouped(subject: Subject) -> Outcome:
     expected = strided if declared == "strided" else blocks
     j = next(j for j in range(kv_heads) if found[j] != expected[j])
     want = expected[j]
-    why = " (gqa_kv_grouping: K/V heads tiled with repeat)" if found == strided else ""
+    why = (
+        " (gqa_kv_grouping: K/V heads tiled with repeat)" if found == strided
+        else " (gqa_kv_grouping: K/V heads copied in blocks, where strided is declared)"
+        if found == blocks else ""
+    )  # fmt: skip
     return failed(
         f"K/V head {j} reaches query heads {sorted(found[j])} instead of {sorted(want)}{why}",
         *(("gqa_kv_grouping",) if why else ()),

@@ -341,6 +341,14 @@ def _rank_raised(record: Record, site: Site, op: Op, memo: dict[int, bool]) -> N
         site.rank_raised = (op, main.shape, op.shapes[0])
 
 
+FOLLOWED = {"transpose", "swapaxes", "permute", "where", "nan_to_num"}
+
+
+def _follows(op: Op) -> bool:
+    """An op the weights are followed through to their product with the values."""
+    return op.name in PRODUCTS | MULTIPLY | DIVIDE | SAME | FILL | FOLLOWED
+
+
 def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
     """Follow the weights forward to their product with the values: the axis it sums over is
     the keys' axis (carried back through transposes on the way); constant factors on the way
@@ -348,7 +356,8 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
     index = site.softmax.index
     axes = list(range(site.ndim))  # axes[i]: the weights' axis now at position i
     for _ in range(16):
-        nxt = next(record.consumers(index), None)
+        taken = list(record.consumers(index))  # a view kept for the weights returned aside
+        nxt = next((c for c in taken if _follows(c)), taken[0] if taken else None)
         if nxt is None:
             return
         if nxt.name in PRODUCTS and not _of_two(record, nxt, memo):
@@ -390,7 +399,7 @@ def _read_weights(record: Record, site: Site, memo: dict[int, bool]) -> None:
             if order is None:
                 return
             axes = [axes[o] for o in order]
-        elif not (nxt.name in SAME or nxt.name in FILL or nxt.name in {"where", "nan_to_num"}):
+        elif not _follows(nxt):
             return  # a change of layout it does not follow: the keys' axis stays the scores'
         index = nxt.index
 

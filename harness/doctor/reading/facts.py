@@ -160,7 +160,9 @@ def _against_declared(site: Site, declared: float, line: str) -> list[Named]:
         return []
     twice = math.isclose(site.scale, declared / math.sqrt(site.width), rel_tol=1e-4)
     said = f"the scores are scaled by {site.scale:.6g}, where the declared scale is {declared:.6g}"
-    return [Named("double_scale" if twice else "wrong_scale", said, line)]
+    unscaled = not _uncancelled([f for f in site.factors if f.value != 1.0])
+    trap = "double_scale" if twice else "missing_scale" if unscaled else "wrong_scale"
+    return [Named(trap, said, line)]
 
 
 def site_facts(

@@ -21,12 +21,13 @@ def finite_fill(fill: Fill) -> list[tuple[str, str]]:
     """The traps a finite fill value risks, each with why: logits that outgrow it
     (``fill_too_small``), and past float16's range, a value float16 cannot hold
     (``fill_overflow_half``)."""
-    if fill.value is None or not math.isfinite(fill.value) or fill.value >= 0:
+    value = fill.value if fill.value is not None else fill.added  # filled, or added
+    if value is None or not math.isfinite(value) or value >= 0:
         return []
-    found = [("fill_too_small", f"the mask fills with a finite {fill.value:g}, which large "
+    found = [("fill_too_small", f"the mask fills with a finite {value:g}, which large "
               "enough logits outgrow")]  # fmt: skip
-    if -fill.value > HALF_MAX:
-        found.append(("fill_overflow_half", f"the mask fills with {fill.value:g}, past "
+    if -value > HALF_MAX:
+        found.append(("fill_overflow_half", f"the mask fills with {value:g}, past "
                       f"float16's largest finite value ({HALF_MAX:g})"))  # fmt: skip
     return found
 

@@ -28,6 +28,7 @@ class Fill:
     origin: Op | None = None  # where the module built it (a tril, a triu), when it did
     held: Value | None = None  # the buffer or attribute it is cut from, when it is
     nan: Op | None = None  # an added mask that holds NaN: the op that made it
+    added: float | None = None  # an added mask's most negative value, where it is finite
 
 
 def filled(record: Record, op: Op) -> Fill:
@@ -58,7 +59,9 @@ def sdpa_fill(record: Record, op: Op, mask: Value, values: Tensor, shape: tuple[
         cells = blocked.expand(shape)
     except RuntimeError:
         cells = None
-    return Fill(op, -math.inf if bool_mask else None, cells, mask, nan=nan)
+    lowest = None if bool_mask or not blocked.any() else float(values[blocked].min())
+    added = lowest if lowest is not None and math.isfinite(lowest) else None
+    return Fill(op, -math.inf if bool_mask else None, cells, mask, nan=nan, added=added)
 
 
 def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
@@ -83,10 +86,12 @@ def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
         blocking, nan = tensor <= BLOCKING, tensor.isnan()
         if (blocking | nan).any() and shape is not None:
             made = (record.producer(v) or op) if nan.any() else None  # 0 * -inf: NaN
+            lowest = float(tensor[blocking].min()) if blocking.any() else None
+            added = lowest if lowest is not None and math.isfinite(lowest) else None
             try:
-                return Fill(op, None, blocking.expand(shape), v, nan=made)
+                return Fill(op, None, blocking.expand(shape), v, nan=made, added=added)
             except RuntimeError:
-                return Fill(op, None, None, v, nan=made)
+                return Fill(op, None, None, v, nan=made, added=added)
     return None
 
 

@@ -14,6 +14,7 @@ from harness.doctor.reading.ops import (
     MULTIPLY,
     PRODUCTS,
     SAME,
+    SHAPED_LIKE_SECOND,
     data_operand,
     from_input,
     scalar,
@@ -64,6 +65,8 @@ def branch_sources(record: Record, value: Value, memo: dict[int, bool], depth: i
     if op is None or depth > 16:
         return {-1}
     data = [v for v in op.tensors if from_input(record, v, memo)]
+    if op.name in SHAPED_LIKE_SECOND:  # reshape_as(x, like): the second gives a shape only
+        data = data[:1]
     if op.name in MULTIPLY | DIVIDE and any(scalar(v) not in (None, 1.0) for v in op.args):
         return {op.index}  # a scale: the branches meet here, and it is read from here on
     # (a factor of 1 on each branch, rotary-embedding-torch's ``* scale``, changes nothing)

@@ -59,9 +59,9 @@ def mismatch(
     record: Record, op: Op, memo: dict[int, bool], depth: int = 0
 ) -> tuple[str, str, Op] | None:
     """A rotation ``op`` (a sum of the data and its turn, each times a table; or a cat of it
-    with the dimensions left unturned, as partial rotary makes) whose cos table repeats its
-    angles for the other pairing than the turn's: the turn's pairing, the table's, and where
-    the table's angles were repeated."""
+    with the dimensions left unturned, as partial rotary makes) whose cos or sin table repeats
+    its angles for the other pairing than the turn's: the turn's pairing, the table's, and
+    where the table's angles were repeated."""
     if op.name == "cat" and depth < 2:
         parts = (record.producer(v) for v in op.tensors)
         found = (mismatch(record, p, memo, depth + 1) for p in parts if p is not None)
@@ -82,13 +82,14 @@ def mismatch(
     if any(d is None or t is None for d, t in values):
         return None
     for i in (0, 1):
-        (q, cos), (r, _) = values[i], values[1 - i]
+        (q, _), (r, _) = values[i], values[1 - i]
         turn = _turned(q, r)  # type: ignore[arg-type]
         if turn is None:
             continue
-        table = _repeated(cos)  # type: ignore[arg-type]
-        made = _made(record, terms[i][1])
-        if table and turn not in table and made is not None:
-            return turn, table.pop(), made
+        for j in (i, 1 - i):  # the cos table, then the sin table
+            table = _repeated(values[j][1])  # type: ignore[arg-type]
+            made = _made(record, terms[j][1])
+            if table and turn not in table and made is not None:
+                return turn, table.pop(), made
         return None
     return None
