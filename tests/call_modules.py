@@ -421,7 +421,8 @@ def _turn_pairs(x, angles):
 
 class SequenceFirstRotary(nn.Module):
     """Megatron's and ChatGLM's layout: (T, B, C) in and out, rotary from ``position_ids``
-    that stay (B, T), as a model hands them whatever its activations' layout."""
+    that stay (B, T), as a model hands them whatever its activations' layout (required: the
+    caller always passes them)."""
 
     def __init__(self, hidden_size, num_heads):
         super().__init__()
@@ -433,10 +434,8 @@ class SequenceFirstRotary(nn.Module):
         steps = torch.arange(0, self.head_dim, 2).float() / self.head_dim
         self.register_buffer("inv_freq", 1.0 / 10000.0**steps, persistent=False)
 
-    def forward(self, hidden_states, position_ids=None):
+    def forward(self, hidden_states, position_ids):
         T, B, C = hidden_states.shape
-        if position_ids is None:
-            position_ids = torch.arange(T)[None].expand(B, T)
         q, k, v = self.qkv(hidden_states).view(T, B, 3, self.num_heads, -1).permute(2, 1, 3, 0, 4)
         angles = (position_ids[..., None].float() * self.inv_freq)[:, None]  # (B, 1, T, d / 2)
         q, k = _turn_pairs(q, angles), _turn_pairs(k, angles)

@@ -19,8 +19,8 @@ from harness import cli
 from harness.catalogue import registry
 from harness.doctor import Config, diagnose
 from harness.doctor.examine import called_once
-from harness.doctor.findings import FAIL, PASS, Finding
-from harness.doctor.fixes import propose, recipes
+from harness.doctor.findings import FAIL, PASS, Diagnosis, Finding
+from harness.doctor.fixes import propose, prove, recipes
 from harness.doctor.fixes.line import Line
 from harness.doctor.fixes.live import owners, recompiled, swapped
 from harness.doctor.fixes.recipes import RECIPES, mask_bool, softmax_dim
@@ -1047,3 +1047,32 @@ def test_kv_heads_copied_in_blocks_where_strided_is_declared_are_named():
     found = {f.probe: f for f in d.findings}
     assert found["grouped heads"].status == FAIL, d.text()
     assert "gqa_kv_grouping" in found["grouped heads"].traps, found["grouped heads"]
+
+
+ROOTED = """class A:
+    def __init__(self):
+        self.hidden_size, self.head_dim = 64, 16
+
+    def forward(self, q, k, bsz):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.hidden_size)
+"""
+
+
+def test_a_scale_root_is_put_only_as_a_size_worth_the_one_the_forward_shows():
+    """With the size the root belongs to known (the head width, 16), a root of the width is
+    put only as a name worth it: the batch's size (4), which a scale the probes cannot
+    measure would let through, is never proposed."""
+    worth = {"self.hidden_size": 64, "bsz": 4, "self.head_dim": 16}
+    line = Line(ROOTED, 6, F_NAMES, lambda names: {n: worth[n] for n in names if n in worth},
+                width=64, root=16.0)  # fmt: skip
+    candidates = list(recipes.scale_d_model(line))
+    assert candidates and all("math.sqrt(self.head_dim)" in c for c in candidates), candidates
+    anyhow = list(recipes.scale_d_model(dataclasses.replace(line, root=None)))
+    assert any("math.sqrt(bsz)" in c for c in anyhow), anyhow  # what the root rules out
+
+
+def test_the_root_a_scale_belongs_to_is_the_head_width_or_the_declared_scale():
+    d = Diagnosis("m", Config(), head_width=16)
+    assert prove._root("scale_d_model", d) == 16.0
+    assert prove._root("wrong_scale", Diagnosis("m", Config(scale=0.125))) == 64.0
+    assert prove._root("missing_scale", d) is None
