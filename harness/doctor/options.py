@@ -57,7 +57,7 @@ OPTIONS = (
     ),
     Option(
         "causal", group="computes", kind="flag", default=False,
-        help="it masks the future by itself",
+        help="it masks the future by itself (whether or not it also takes a padding mask)",
     ),
     Option(
         "mask_shape", group="mask", kind="choice", default="bqk", choices=MASK_SHAPES,
@@ -77,7 +77,8 @@ OPTIONS = (
     Option(
         "sequence_first", group="computes", kind="flag", default=False,
         help="it takes (T, B, d) tensors, as fairseq and torch's batch_first=False (read off a "
-        "module's batch_first attribute when it has one)",
+        "module's batch_first attribute when it has one); the masks and positions it is "
+        "handed stay batch-first, (B, T) and (B, T, T), as Megatron's and ChatGLM's are",
     ),
     Option(
         "positions", group="positions", kind="choice", default="auto", choices=POSITIONS,
