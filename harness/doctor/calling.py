@@ -176,6 +176,13 @@ def _complex(dtype: torch.dtype) -> torch.dtype:
     return torch.complex128 if dtype == torch.float64 else torch.complex64
 
 
+def counted(x: Tensor, start: int = 0, sequence_first: bool = False) -> Tensor:
+    """(B, T) positions ``start + 0 .. T-1`` for the tokens of ``x``, (B, T, d), or (T, B, d)
+    with ``sequence_first`` (the positions stay (B, T) whatever the activations' layout)."""
+    batch, seq_len = x.shape[1::-1] if sequence_first else x.shape[:2]
+    return start + torch.arange(seq_len, device=x.device).expand(batch, seq_len)
+
+
 @dataclass(frozen=True)
 class CallPlan:
     """Which of forward's parameters get the input, the mask, positions and the cache, and how."""
@@ -223,10 +230,9 @@ class CallPlan:
         kwargs: dict[str, object] = dict.fromkeys(self.inputs, x)
         if mask is not None and self.mask is not None:
             kwargs[self.mask] = mask
-        batch, seq_len = x.shape[1::-1] if sequence_first else x.shape[:2]
         given = positions
         if positions is None:
-            positions = start + torch.arange(seq_len, device=x.device).expand(batch, seq_len)
+            positions = counted(x, start, sequence_first)
         for name in self.positions:
             if name in self.optional_offsets and cache is None:
                 continue  # no cache in play: the module's own default (no cached prefix)
@@ -271,8 +277,7 @@ class AdapterPlan(CallPlan):
         sequence_first: bool = False,
     ) -> object:
         if positions is None:
-            batch, seq_len = x.shape[1::-1] if sequence_first else x.shape[:2]
-            positions = start + torch.arange(seq_len, device=x.device).expand(batch, seq_len)
+            positions = counted(x, start, sequence_first)
         return self.adapter(module, x, positions=positions, mask=mask, cache=cache)
 
 

@@ -271,12 +271,12 @@ def _operands(line: Line, node: cst.BaseExpression) -> list[cst.BaseExpression]:
 def scale_d_model(line: Line) -> Iterator[str]:
     """The scale's square root taken of the model's width: each size it is taken of, put as
     another size in scope (a name's, else a tensor's last), then as itself over a count in
-    scope that divides it (the width over the heads, where no name holds the head width),
-    each worth the size the root belongs to where the forward shows it (the head width; for
-    a declared scale s, 1 / s ** 2),
-    each value once (what the line's names are worth when it runs; the proof tells which), a
-    name worth the model's width last (a root of the width is the trap, whatever the name),
-    unless it is a parameter nothing reads (the name a slip put another in place of)."""
+    scope that divides it (the width over the heads, where no name holds the head width).
+    Each value once (what the line's names are worth when it runs; the proof tells which),
+    only the size the root belongs to where the forward shows it (the head width; for a
+    declared scale s, 1 / s ** 2), and a name worth the model's width last (a root of the
+    width is the trap, whatever the name) unless it is a parameter nothing reads (the name a
+    slip put another in place of)."""
     unread = unread_parameters(line)
     names = list(names_in_scope(line))
     scope = [*names, *(f"{name}.size(-1)" for name in names)]  # a tensor's width too
@@ -512,17 +512,11 @@ def gqa_kv_grouping(line: Line) -> Iterator[str]:
 def _group_turned(line: Line) -> Iterator[str]:
     """An einops pattern that copies the K/V heads into a group of two axes (``'b h n d ->
     b (h r) n d'``, blocks): the group's order turned (``(r h)``, strided), and back."""
-    for string in line.nodes(cst.SimpleString):
-        text = string.evaluated_value  # type: ignore[attr-defined]
-        if not isinstance(text, str) or text.count("->") != 1:
-            continue
-        given, result = text.split("->")
+    for string, given, result in _patterns(line):
         for group in re.findall(r"\(\s*(\w+)\s+(\w+)\s*\)", result):
             turned = result.replace(f"({group[0]} {group[1]})", f"({group[1]} {group[0]})", 1)
             if turned != result:
-                quote = string.quote  # type: ignore[attr-defined]
-                written = f"{string.prefix}{quote}{given}->{turned}{quote}"  # type: ignore[attr-defined]
-                yield line.replaced(string, cst.SimpleString(written))
+                yield _repatterned(line, string, f"{given}->{turned}")
 
 
 def _expanded_in_blocks(line: Line) -> Iterator[str]:
@@ -658,14 +652,27 @@ def _commas(elements: list[cst.SubscriptElement]) -> list[cst.SubscriptElement]:
 NEW_AXIS = ("()", "1")  # an axis of size one in an einops pattern
 
 
+def _patterns(line: Line) -> Iterator[tuple[cst.SimpleString, str, str]]:
+    """Each einops pattern on the line (a string with one ``->``): the string, and the text
+    before and after the arrow."""
+    for string in line.nodes(cst.SimpleString):
+        text = string.evaluated_value  # type: ignore[attr-defined]
+        if isinstance(text, str) and text.count("->") == 1:
+            given, result = text.split("->")
+            yield string, given, result  # type: ignore[misc]
+
+
+def _repatterned(line: Line, string: cst.SimpleString, pattern: str) -> str:
+    """The whole source with the einops pattern ``string`` written as ``pattern``, in the
+    string's own quotes and prefix."""
+    quote = string.quote
+    return line.replaced(string, cst.SimpleString(f"{string.prefix}{quote}{pattern}{quote}"))
+
+
 def _pattern_axis_moved(line: Line) -> Iterator[str]:
     """An einops pattern whose result has one new axis (``'b j -> (b h) j ()'``): that axis
     moved to each other place of the result, nearest first (``'b j -> (b h) () j'``)."""
-    for string in line.nodes(cst.SimpleString):
-        text = string.evaluated_value  # type: ignore[attr-defined]
-        if not isinstance(text, str) or text.count("->") != 1:
-            continue
-        given, result = text.split("->")
+    for string, given, result in _patterns(line):
         axes = re.findall(r"\([^()]*\)|\S+", result)
         new = [i for i, a in enumerate(axes) if a.replace(" ", "") in NEW_AXIS]
         if not new or len(axes) < 3:
@@ -679,9 +686,7 @@ def _pattern_axis_moved(line: Line) -> Iterator[str]:
             beside = [p for p in (at - 1, at + 1) if 0 <= p < len(axes) and p not in new]
             orders = [_swapped(axes, at, p) for p in beside]
         for moved in orders:
-            quote = string.quote  # type: ignore[attr-defined]
-            written = f"{string.prefix}{quote}{given.rstrip()} -> {' '.join(moved)}{quote}"  # type: ignore[attr-defined]
-            yield line.replaced(string, cst.SimpleString(written))
+            yield _repatterned(line, string, f"{given.rstrip()} -> {' '.join(moved)}")
 
 
 def _shape_one_off(line: Line) -> Iterator[str]:
@@ -821,7 +826,12 @@ def cap_before_mask(line: Line) -> Iterator[str]:
     for assign in line.nodes(cst.Assign):
         value = assign.value  # type: ignore[attr-defined]
         for call in line.calls("tanh"):
-            for total in _sums_in(call):
+            sums = [
+                n
+                for n in line.nodes(cst.BinaryOperation)
+                if isinstance(n.operator, cst.Add) and _inside(n, call)
+            ]  # type: ignore[attr-defined]
+            for total in sums:
                 for kept, mask in ((total.left, total.right), (total.right, total.left)):
                     bare = isinstance(kept, cst.Name | cst.Attribute)
                     inner = kept if bare else kept.with_changes(lpar=total.lpar, rpar=total.rpar)
@@ -839,7 +849,7 @@ def _chosen_before_cap(line: Line) -> Iterator[str]:
     for assign in line.nodes(cst.Assign):
         value = assign.value  # type: ignore[attr-defined]
         for tanh in line.calls("tanh"):
-            for where in (c for c in line.calls("where") if _inside(line, c, tanh)):
+            for where in (c for c in line.calls("where") if _inside(c, tanh)):
                 args = positional(where)
                 if len(args) != 3:
                     continue
@@ -851,7 +861,7 @@ def _chosen_before_cap(line: Line) -> Iterator[str]:
                     yield line.replaced(value, cst.parse_expression(written))
 
 
-def _inside(line: Line, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+def _inside(node: cst.CSTNode, outer: cst.CSTNode) -> bool:
     """Whether ``node`` is a part of ``outer``."""
     found = False
 
@@ -862,19 +872,6 @@ def _inside(line: Line, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
             return not found
 
     outer.visit(Find())
-    return found
-
-
-def _sums_in(node: cst.CSTNode) -> list[cst.BinaryOperation]:
-    """The sums (``a + b``) inside ``node``."""
-    found: list[cst.BinaryOperation] = []
-
-    class Sums(cst.CSTVisitor):
-        def visit_BinaryOperation(self, operation: cst.BinaryOperation) -> None:
-            if isinstance(operation.operator, cst.Add):
-                found.append(operation)
-
-    node.visit(Sums())
     return found
 
 
@@ -974,10 +971,8 @@ def _one_less(line: Line, assign: cst.Assign) -> Iterator[str]:
               and a.value.value == name]  # fmt: skip
         if len(at) != 1:
             continue
-        kept = [
-            e for e in elements if not (isinstance(e.value, cst.Name) and e.value.value == name)
-        ]
-        args = [a for i, a in enumerate(call.args) if a is not given[at[0]]]
+        kept = [e for e in elements if line.code(e.value) != name]
+        args = [a for a in call.args if a is not given[at[0]]]
         last = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         shorter = assign.with_changes(
             targets=[assign.targets[0].with_changes(target=targets[0].with_changes(

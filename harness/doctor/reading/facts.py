@@ -151,7 +151,7 @@ def _uncancelled(factors: list[Factor]) -> list[Factor]:
     return left
 
 
-def _against_declared(site: Site, declared: float, line: str) -> list[Named]:
+def _against_declared(site: Site, declared: float, line: str, applied: list[Factor]) -> list[Named]:
     """The scale the forward applies, where the user declared another (T5's 1): the declared
     one times 1/sqrt(head width) is the scale applied on top of it (double_scale)."""
     if not (site.complete and site.width) or site.after_softmax:
@@ -160,8 +160,7 @@ def _against_declared(site: Site, declared: float, line: str) -> list[Named]:
         return []
     twice = math.isclose(site.scale, declared / math.sqrt(site.width), rel_tol=1e-4)
     said = f"the scores are scaled by {site.scale:.6g}, where the declared scale is {declared:.6g}"
-    unscaled = not _uncancelled([f for f in site.factors if f.value != 1.0])
-    trap = "double_scale" if twice else "missing_scale" if unscaled else "wrong_scale"
+    trap = "double_scale" if twice else "wrong_scale" if applied else "missing_scale"
     return [Named(trap, said, line)]
 
 
@@ -199,7 +198,7 @@ def site_facts(
     scale_line = applied[0].op.where if applied else product_line  # nearest the softmax
     if declared_scale is not None:
         facts.append(Fact("scale", f"{declared_scale:.6g}", DECLARED))
-        named.extend(_against_declared(site, declared_scale, scale_line))
+        named.extend(_against_declared(site, declared_scale, scale_line, applied))
     elif site.complete and site.width:
         where = ", ".join(sorted({f.where for f in applied}))
         said = f"{site.scale:.6g}" + (f" (on the {where})" if where else " (none applied)")
@@ -286,15 +285,15 @@ def site_facts(
             facts.append(Fact(fact, f"{op.name} to {'x'.join(map(str, op.shapes[0]))} cuts up "
                               f"the {axis} axis", COMPUTED, op.where))  # fmt: skip
             named.append(Named(trap, why, op.where))
-    _window(site, reading, mixable)
-    _future(site, reading, causal, made, mixable)
+    blocked = site.blocked(mixed=mixable)  # (T_q, T_k), the module's own masks' cells
+    _window(site, reading, blocked, mixable)
+    _future(site, reading, causal, made, blocked, mixable)
     return reading
 
 
-def _window(site: Site, reading: Reading, mixable: bool) -> None:
+def _window(site: Site, reading: Reading, blocked: torch.Tensor | None, mixable: bool) -> None:
     """A window of past keys the module's masks keep (alone, or joined to the caller's mask):
     where its bound is, if a probe finds it a key off."""
-    blocked = site.blocked(mixed=mixable)
     if blocked is None or blocked.shape[0] != blocked.shape[1]:
         return
     T = blocked.shape[0]
@@ -307,7 +306,12 @@ def _window(site: Site, reading: Reading, mixable: bool) -> None:
 
 
 def _future(
-    site: Site, reading: Reading, causal: bool, made: Callable[[str], str], mixable: bool
+    site: Site,
+    reading: Reading,
+    causal: bool,
+    made: Callable[[str], str],
+    blocked: torch.Tensor | None,
+    mixable: bool,
 ) -> None:
     """Whether the module's own masks block the future (keys after their query), as a causal
     module's must: the first open key ahead of a query, when one is. A leak is named only for a
@@ -320,7 +324,6 @@ def _future(
         reading.named.append(Named("causal_leak", "no mask on the scores blocks keys after "
                                    "their query", site.softmax.where))  # fmt: skip
         return
-    blocked = site.blocked(mixed=mixable)
     if blocked is None or blocked.shape[0] != blocked.shape[1] or not blocked.any():
         return  # no triangle of its own: the caller's mask is all there is
     T = blocked.shape[0]

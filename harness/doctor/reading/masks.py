@@ -59,9 +59,15 @@ def sdpa_fill(record: Record, op: Op, mask: Value, values: Tensor, shape: tuple[
         cells = blocked.expand(shape)
     except RuntimeError:
         cells = None
-    lowest = None if bool_mask or not blocked.any() else float(values[blocked].min())
-    added = lowest if lowest is not None and math.isfinite(lowest) else None
+    added = None if bool_mask else _finite_lowest(values, blocked)
     return Fill(op, -math.inf if bool_mask else None, cells, mask, nan=nan, added=added)
+
+
+def _finite_lowest(values: Tensor, blocked: Tensor) -> float | None:
+    """The most negative value an added mask blocks with, where it is finite (a fill that
+    large logits can outgrow); None where it blocks nothing, or with -inf."""
+    lowest = float(values[blocked].min()) if blocked.any() else None
+    return lowest if lowest is not None and math.isfinite(lowest) else None
 
 
 def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
@@ -86,8 +92,7 @@ def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
         blocking, nan = tensor <= BLOCKING, tensor.isnan()
         if (blocking | nan).any() and shape is not None:
             made = (record.producer(v) or op) if nan.any() else None  # 0 * -inf: NaN
-            lowest = float(tensor[blocking].min()) if blocking.any() else None
-            added = lowest if lowest is not None and math.isfinite(lowest) else None
+            added = _finite_lowest(tensor, blocking)
             try:
                 return Fill(op, None, blocking.expand(shape), v, nan=made, added=added)
             except RuntimeError:
