@@ -1070,3 +1070,441 @@ class SmallAddedFillToSDPA(nn.Module):
         attn_mask = torch.full((T, T), -1e4, dtype=q.dtype).triu(1)  # BUG
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class SmallInitSmallFill(nn.Module):
+    """Megatron's way: q, k, v drawn with std 0.02 (so ordinary and even 300x activations give
+    small logits), the blocked-is-True (B, 1, T, T) mask filled with -1e4, which logits the
+    doctor scales up to outgrow it reach (fill_too_small)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.query_key_value, self.dense = fused(hidden_size)
+        nn.init.normal_(self.query_key_value.weight, mean=0.0, std=0.02)
+
+    def forward(self, hidden_states, attention_mask):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.query_key_value(hidden_states), self.num_heads)  # (B, h, T, d)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        scores = scores.masked_fill(attention_mask, -10000.0)  # BUG
+        out = torch.softmax(scores, dim=-1) @ v  # (B, h, T, d)
+        return self.dense(out.transpose(1, 2).reshape(B, T, C))
+
+
+class TriangleJoinedToCallersMask(nn.Module):
+    """Megatron's causal layer: its own future triangle (True = blocked), alone when the caller
+    passes no mask and OR'd into the caller's blocked-is-True mask when it does, so a caller's
+    causal mask hides a triangle built a diagonal off (causal_leak)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.query_key_value, self.dense = fused(hidden_size)
+
+    def forward(self, hidden_states, attention_mask=None):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.query_key_value(hidden_states), self.num_heads)  # (B, h, T, d)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=2)  # BUG
+        blocked = future if attention_mask is None else attention_mask | future
+        scores = scores.masked_fill(blocked, torch.finfo(scores.dtype).min)
+        out = torch.softmax(scores, dim=-1) @ v  # (B, h, T, d)
+        return self.dense(out.transpose(1, 2).reshape(B, T, C))
+
+
+class MultiQueryGroupsTiled(nn.Module):
+    """ChatGLM's way: one fused projection for the queries and ``groups`` K/V heads, each K/V
+    head copied for its queries by a new axis expanded and viewed into the heads; the new axis
+    put before the groups', so the copies are tiled (gqa_kv_grouping)."""
+
+    def __init__(self, hidden_size, num_heads, groups=2):
+        super().__init__()
+        self.num_heads, self.groups = num_heads, groups
+        self.head_dim = hidden_size // num_heads
+        kv_width = groups * self.head_dim
+        self.query_key_value = nn.Linear(hidden_size, hidden_size + 2 * kv_width)
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        kv_width = self.groups * self.head_dim
+        q, k, v = self.query_key_value(hidden_states).split([C, kv_width, kv_width], dim=-1)
+        q = q.view(B, T, self.num_heads, self.head_dim)  # (B, T, h, d)
+        k, v = (t.view(B, T, self.groups, self.head_dim) for t in (k, v))  # (B, T, g, d)
+        n_rep = self.num_heads // self.groups
+        k, v = (t.unsqueeze(-3).expand(-1, -1, n_rep, -1, -1) for t in (k, v))  # BUG
+        k, v = (t.reshape(B, T, self.num_heads, self.head_dim) for t in (k, v))  # (B, T, h, d)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, T, d)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.dense(out.transpose(1, 2).reshape(B, T, C))
+
+
+class BlockedMaskToSDPA(nn.Module):
+    """A causal layer that builds its own triangle, joins the caller's padding (1 = keep) to it
+    in a mask True where blocked, and hands that to SDPA, which attends where True: the mask
+    given the wrong way round (sdpa_mask_inverted)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.query_key_value, self.dense = fused(hidden_size)
+
+    def forward(self, hidden_states, attention_mask):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.query_key_value(hidden_states), self.num_heads)  # (B, h, T, d)
+        keep = torch.ones(T, T).tril() * attention_mask[:, None, None, :]  # (B, 1, T, T)
+        blocked = keep < 0.5
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=blocked)  # BUG
+        return self.dense(out.transpose(1, 2).reshape(B, T, C))
+
+
+class GroupedQueriesPaddedAlongQueries(nn.Module):
+    """Grok-1's way: query heads grouped per K/V head in a 5-D einsum (no K/V copies), the key
+    padding (1 = keep) laid on the 5-D scores (B, g, h/g, T, S) along the queries' axis
+    (padding_on_queries)."""
+
+    def __init__(self, hidden_size, num_heads, kv_heads=2):
+        super().__init__()
+        self.num_heads, self.kv_heads = num_heads, kv_heads
+        self.head_dim = hidden_size // num_heads
+        self.q_proj = nn.Linear(hidden_size, hidden_size)
+        self.k_proj = nn.Linear(hidden_size, kv_heads * self.head_dim)
+        self.v_proj = nn.Linear(hidden_size, kv_heads * self.head_dim)
+        self.o_proj = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden_states, mask):
+        b, t, _ = hidden_states.shape
+        g, r, d = self.kv_heads, self.num_heads // self.kv_heads, self.head_dim
+        q = self.q_proj(hidden_states).view(b, t, g, r, d)  # (B, T, g, r, d)
+        k = self.k_proj(hidden_states).view(b, t, g, d)  # (B, S, g, d)
+        v = self.v_proj(hidden_states).view(b, t, g, d)  # (B, S, g, d)
+        logits = torch.einsum("btgrd,bsgd->bgrts", q, k) / math.sqrt(d)  # (B, g, r, T, S)
+        keep = mask[:, None, None, :, None].bool()  # BUG
+        logits = torch.where(keep, logits, torch.finfo(logits.dtype).min)
+        weights = torch.softmax(logits, dim=-1)
+        out = torch.einsum("bgrts,bsgd->btgrd", weights, v)  # (B, T, g, r, d)
+        return self.o_proj(out.reshape(b, t, -1))
+
+
+def rotated(x, cos, sin, interleaved=False):
+    """flash-attn's apply_rotary_emb: x (B, T, h, d) turned in halves (i, i + d/2), or with
+    ``interleaved`` in pairs (2i, 2i + 1); cos, sin (B, T, d/2)."""
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # (B, T, 1, d/2)
+    if interleaved:
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class RotaryFlagDiffers(nn.Module):
+    """Grok-1's port: q and k rotated by one helper whose flag picks the pairing, the keys'
+    call given the other flag (rope_pairing_mismatch)."""
+
+    def __init__(self, hidden_size, num_heads, base=10000.0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = separate(hidden_size)
+        d = hidden_size // num_heads
+        self.register_buffer("inv_freq", base ** (-torch.arange(0, d, 2).double() / d))
+
+    def forward(self, hidden_states, position_ids=None):
+        B, T, C = hidden_states.shape
+        q, k, v = (p(hidden_states).view(B, T, self.num_heads, -1)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        if position_ids is None:
+            position_ids = torch.arange(T).expand(B, T)
+        angles = position_ids[..., None].to(self.inv_freq.dtype) * self.inv_freq  # (B, T, d/2)
+        cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+        q = rotated(q, cos, sin, interleaved=False)
+        k = rotated(k, cos, sin, interleaved=True)  # BUG
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, T, d)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class DrawnThroughData(nn.Module):
+    """Granite's way: projections built by nn.Linear, then redrawn by ``self.apply`` through
+    ``weight.data``, with std=1.0 (init_unit_variance): the last write is the one to name."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = separate(hidden_size)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            module.weight.data.normal_(mean=0.0, std=1.0)  # BUG
+            module.bias.data.zero_()
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = (p(hidden_states).view(B, T, self.num_heads, -1).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        out = F.scaled_dot_product_attention(q, k, v)  # (B, h, T, d)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class HeadsPermutedIntoPositions(nn.Module):
+    """timm's ViT attention: the fused projection reshaped (B, N, 3, h, d) and permuted, the
+    permute putting the heads where the tokens belong (head_split_view): each token attends
+    across heads."""
+
+    def __init__(self, dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.qkv, self.proj = fused(dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        h, d = self.num_heads, self.head_dim
+        qkv = self.qkv(x).reshape(B, N, 3, h, d).permute(2, 0, 1, 3, 4)  # BUG
+        q, k, v = qkv.unbind(0)  # each (B, h, N, d)
+        attn = (q @ k.transpose(-2, -1)) * self.head_dim**-0.5
+        out = attn.softmax(dim=-1) @ v
+        return self.proj(out.transpose(1, 2).reshape(B, N, C))
+
+
+class QwenNorm(nn.Module):
+    """Qwen3's RMSNorm: x * rsqrt(mean(x^2) + eps), then a learned weight."""
+
+    def __init__(self, width, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(width)), eps
+
+    def forward(self, x):
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.eps))
+
+
+class HeadNormedScaledTwice(nn.Module):
+    """Qwen3's way: each head's q and k RMS-normed by a norm written out, and the scale put on
+    q inside the product and on the product again (double_scale): the norm undoes what comes
+    before it, so the factors after it are the whole scale."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = separate(hidden_size)
+        self.q_norm, self.k_norm = QwenNorm(self.head_dim), QwenNorm(self.head_dim)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q = self.q_norm(self.q_proj(hidden_states).view(B, T, self.num_heads, -1)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(hidden_states).view(B, T, self.num_heads, -1)).transpose(1, 2)
+        v = self.v_proj(hidden_states).view(B, T, self.num_heads, -1).transpose(1, 2)
+        scores = torch.matmul(q * self.scaling, k.transpose(2, 3)) * self.scaling  # BUG
+        out = torch.softmax(scores, dim=-1) @ v  # (B, h, T, d)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class AnglesInHalf(nn.Module):
+    """A rotary layer whose angles, positions times inverse frequencies, are made in bfloat16
+    (rope_low_precision): far positions' angles lose the digits that tell neighbours apart."""
+
+    def __init__(self, hidden_size, num_heads, base=10000.0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = separate(hidden_size)
+        d = hidden_size // num_heads
+        self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, d, 2).float() / d))
+
+    def forward(self, hidden_states, position_ids=None):
+        B, T, C = hidden_states.shape
+        q, k, v = (p(hidden_states).view(B, T, self.num_heads, -1).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        if position_ids is None:
+            position_ids = torch.arange(T).expand(B, T)
+        inv, pos = self.inv_freq[None, :, None], position_ids[:, None, :].float()
+        with torch.autocast("cpu", enabled=False):
+            freqs = (inv.to(torch.bfloat16) @ pos.to(torch.bfloat16)).transpose(1, 2)  # BUG
+        angles = torch.cat((freqs, freqs), dim=-1).float()[:, None]  # (B, 1, T, d)
+        q, k = apply_rotary(q, k, angles.cos().to(q.dtype), angles.sin().to(q.dtype))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class PiecesScaledByWidth(nn.Module):
+    """DeepSeek's latent attention, cut down: each head's q and k assembled in place from a
+    part without positions and a part with them (``q[..., :n] = ...``), the scores scaled by
+    the model's width, not the assembled head's (scale_d_model)."""
+
+    def __init__(self, hidden_size, num_heads, rope_dim=8):
+        super().__init__()
+        self.hidden_size, self.num_heads, self.rope_dim = hidden_size, num_heads, rope_dim
+        self.head_dim = hidden_size // num_heads + rope_dim  # 16 + 8: q k heads 24 wide
+        self.q_proj = nn.Linear(hidden_size, num_heads * self.head_dim)
+        self.k_proj = nn.Linear(hidden_size, num_heads * self.head_dim)
+        self.v_proj, self.o_proj = (
+            nn.Linear(hidden_size, hidden_size),
+            nn.Linear(hidden_size, hidden_size),
+        )
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        h, n = self.num_heads, self.head_dim - self.rope_dim
+        q = self.q_proj(hidden_states).view(B, T, h, -1).transpose(1, 2)  # (B, h, T, 24)
+        k = self.k_proj(hidden_states).view(B, T, h, -1).transpose(1, 2)
+        v = self.v_proj(hidden_states).view(B, T, h, -1).transpose(1, 2)  # (B, h, T, 16)
+        query, key = q.new_empty(B, h, T, self.head_dim), k.new_empty(B, h, T, self.head_dim)
+        query[..., :n], query[..., n:] = q[..., :n], q[..., n:]
+        key[..., :n], key[..., n:] = k[..., :n], k[..., n:]
+        softmax_scale = self.hidden_size**-0.5  # BUG
+        scores = torch.matmul(query, key.transpose(2, 3)) * softmax_scale
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        return self.o_proj((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class SplitThenViewedHeadsFirst(nn.Module):
+    """DBRX's way: q, k, v split off one fused projection, q viewed (B, h, T, d) at once,
+    which a split tensor's strides refuse (head_split_view: the heads before the positions)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.Wqkv, self.out_proj = fused(hidden_size)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q, k, v = self.Wqkv(hidden_states).split([C, C, C], dim=2)
+        q = q.view(B, self.num_heads, T, self.head_dim)  # BUG
+        k = k.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class KeysTiledValuesInBlocks(nn.Module):
+    """litgpt's way: grouped K/V heads from a fused projection, the values repeated in blocks
+    and the keys tiled with ``repeat`` (gqa_kv_grouping): each query head reads one K/V head's
+    values and another's keys."""
+
+    def __init__(self, hidden_size, num_heads, groups=2):
+        super().__init__()
+        self.num_heads, self.groups, self.head_dim = num_heads, groups, hidden_size // num_heads
+        self.attn = nn.Linear(hidden_size, hidden_size + 2 * groups * self.head_dim)
+        self.proj = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        kv = self.groups * self.head_dim
+        q, k, v = self.attn(x).split([C, kv, kv], dim=-1)
+        q = q.view(B, T, self.num_heads, -1).transpose(1, 2)  # (B, h, T, d)
+        k, v = (t.view(B, T, self.groups, -1).transpose(1, 2) for t in (k, v))  # (B, g, T, d)
+        q_per_kv = self.num_heads // self.groups
+        k = k.repeat(1, q_per_kv, 1, 1)  # BUG
+        v = v.repeat_interleave(q_per_kv, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class WindowedPaddingOnQueries(nn.Module):
+    """ModernBERT's local layer: a bidirectional window of two keys each side joined to the
+    caller's padding (1 = keep) in one bool mask, made additive for SDPA; the padding laid
+    along the queries' axis (padding_on_queries)."""
+
+    def __init__(self, hidden_size, num_heads, reach=2):
+        super().__init__()
+        self.num_heads, self.reach = num_heads, reach
+        self.Wqkv, self.Wo = fused(hidden_size)
+
+    def forward(self, hidden_states, attention_mask):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.Wqkv(hidden_states), self.num_heads)  # (B, h, T, d)
+        allowed = attention_mask.bool()[:, None, :, None]  # BUG
+        rows = torch.arange(T)
+        allowed = allowed & ((rows[None, :] - rows[:, None]).abs() <= self.reach)
+        attn_mask = torch.zeros(allowed.shape, dtype=q.dtype)
+        attn_mask = attn_mask.masked_fill(~allowed, torch.finfo(q.dtype).min)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.Wo(out.transpose(1, 2).reshape(B, T, C))
+
+
+class GivenMaskTransposed(nn.Module):
+    """InternLM2's way: the additive (B, 1, T, T) mask its model builds (causal and padding)
+    added to the scores transposed, keys for queries (causal_leak): each query reads the row
+    of another."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.wqkv, self.wo = fused(hidden_size)
+
+    def forward(self, hidden_states, attention_mask):
+        B, T, C = hidden_states.shape
+        q, k, v = heads_of(self.wqkv(hidden_states), self.num_heads)  # (B, h, T, d)
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(q.size(-1))
+        scores = scores + attention_mask.transpose(-1, -2)  # BUG
+        out = torch.softmax(scores, dim=-1) @ v  # (B, h, T, d)
+        return self.wo(out.transpose(1, 2).reshape(B, T, C))
+
+
+class SoftmaxWrittenOut(nn.Module):
+    """Meta's reference Llama, cut down: the softmax written out as exp / sum of exp, with no
+    row maximum subtracted (naive_exp_softmax): large scores overflow to inf / inf."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.wq, self.wk, self.wv, self.wo = separate(hidden_size)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (w(x).view(B, T, self.num_heads, -1).transpose(1, 2)
+                   for w in (self.wq, self.wk, self.wv))  # fmt: skip
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(q.size(-1))
+        scores = scores + torch.full((T, T), float("-inf")).triu(1)
+        s = scores.float()
+        weights = (s.exp() / s.exp().sum(dim=-1, keepdim=True)).type_as(q)  # BUG
+        return self.wo((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class WindowTimesInfinity(nn.Module):
+    """Gemma 2's sliding layer: the window made additive as a bool mask times -inf (0 * -inf is
+    NaN where it keeps: mask_to_additive_nan), added to the causal mask its model builds, which
+    is then sliced and added to the scores."""
+
+    def __init__(self, hidden_size, num_heads, window=4):
+        super().__init__()
+        self.num_heads, self.window = num_heads, window
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = separate(hidden_size)
+
+    def forward(self, hidden_states, attention_mask):
+        B, T, C = hidden_states.shape
+        q, k, v = (p(hidden_states).view(B, T, self.num_heads, -1).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        far = torch.tril(torch.ones_like(attention_mask, dtype=torch.bool), diagonal=-self.window)
+        attention_mask = attention_mask + far * float("-inf")  # BUG
+        causal_mask = attention_mask[:, :, :, : k.shape[-2]]
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(q.size(-1)) + causal_mask
+        out = torch.softmax(scores, dim=-1) @ v  # (B, h, T, d)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class InitConfig:
+    """A config with the width, the heads and the spread the module draws its weights with."""
+
+    def __init__(self, d_model=64, n_heads=4, initializer_range=0.02):
+        self.d_model, self.n_heads, self.initializer_range = d_model, n_heads, initializer_range
+
+
+class DrawnWithUnitSpreadFromConfig(nn.Module):
+    """DBRX's way: built from a config, the output projection drawn with the config's
+    ``initializer_range``, the fused one with std=1.0 instead (init_unit_variance)."""
+
+    def __init__(self, config: InitConfig):
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.Wqkv, self.out_proj = fused(config.d_model)
+        nn.init.normal_(self.Wqkv.weight, mean=0.0, std=1.0)  # BUG
+        nn.init.normal_(self.out_proj.weight, mean=0.0, std=config.initializer_range)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = heads_of(self.Wqkv(x), self.n_heads)  # each (B, h, T, d)
+        out = F.scaled_dot_product_attention(q, k, v)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, C))

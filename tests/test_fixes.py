@@ -694,6 +694,102 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
             "fill_too_small",
             'attn_mask = torch.full((T, T), float("-inf"), dtype=q.dtype).triu(1)',
         ),
+        (
+            fm.SmallInitSmallFill(64, 4),
+            Config(causal=True, mask="drop", mask_shape="b1qk"),
+            "fill_too_small",
+            "scores = scores.masked_fill(attention_mask, torch.finfo(scores.dtype).min)",
+        ),
+        (
+            fm.TriangleJoinedToCallersMask(64, 4),
+            Config(causal=True, mask="drop", mask_shape="b1qk"),
+            "causal_leak",
+            "future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)",
+        ),
+        (
+            fm.MultiQueryGroupsTiled(64, 4),
+            Config(causal=True, kv_heads=2, kv_grouping="blocks"),
+            "gqa_kv_grouping",
+            "k, v = (t.unsqueeze(-2).expand(-1, -1, -1, n_rep, -1) for t in (k, v))",
+        ),
+        (
+            fm.BlockedMaskToSDPA(64, 4),
+            Config(causal=True, mask="keep", mask_shape="bk"),
+            "sdpa_mask_inverted",
+            "out = F.scaled_dot_product_attention(q, k, v, attn_mask=~blocked)",
+        ),
+        (
+            fm.GroupedQueriesPaddedAlongQueries(64, 4),
+            Config(mask="keep", mask_shape="bk", kv_heads=2),
+            "padding_on_queries",
+            "keep = mask[:, None, None, None, :].bool()",
+        ),
+        (
+            fm.RotaryFlagDiffers(64, 4),
+            Config(causal=True, positions="relative", rope_pairing="half"),
+            "rope_pairing_mismatch",
+            "k = rotated(k, cos, sin, interleaved=False)",
+        ),
+        (
+            fm.HeadsPermutedIntoPositions(64, 4),
+            Config(),
+            "head_split_view",
+            "qkv = self.qkv(x).reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4)",
+        ),
+        (
+            fm.HeadNormedScaledTwice(64, 4),
+            Config(),
+            "double_scale",
+            "scores = torch.matmul(q * self.scaling, k.transpose(2, 3))",
+        ),
+        (
+            fm.AnglesInHalf(64, 4),
+            Config(causal=True, positions="relative", rope_pairing="half"),
+            "rope_low_precision",
+            "freqs = (inv.float() @ pos.float()).transpose(1, 2)",
+        ),
+        (
+            fm.PiecesScaledByWidth(64, 4),
+            Config(causal=True, scale=24**-0.5),
+            "scale_d_model",
+            "softmax_scale = self.head_dim**-0.5",
+        ),
+        (
+            fm.SplitThenViewedHeadsFirst(64, 4),
+            Config(causal=True),
+            "head_split_view",
+            "q = q.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)",
+        ),
+        (
+            fm.KeysTiledValuesInBlocks(64, 4),
+            Config(causal=True, kv_heads=2, kv_grouping="blocks"),
+            "gqa_kv_grouping",
+            "k = k.repeat_interleave(q_per_kv, dim=1)",
+        ),
+        (
+            fm.WindowedPaddingOnQueries(64, 4),
+            Config(mask="keep", mask_shape="bk", positions="relative"),
+            "padding_on_queries",
+            "allowed = attention_mask.bool()[:, None, None, :]",
+        ),
+        (
+            fm.GivenMaskTransposed(64, 4),
+            Config(causal=True, mask="additive", mask_shape="b1qk"),
+            "causal_leak",
+            "scores = scores + attention_mask",
+        ),
+        (
+            fm.SoftmaxWrittenOut(64, 4),
+            Config(causal=True),
+            "naive_exp_softmax",
+            "weights = s.softmax(dim=-1).type_as(q)",
+        ),
+        (
+            fm.WindowTimesInfinity(64, 4),
+            Config(causal=True, mask="additive", mask_shape="b1qk", window=4),
+            "mask_to_additive_nan",
+            'attention_mask = attention_mask + far.float().masked_fill(far != 0, float("-inf"))',
+        ),
     ],
     ids=[
         "split-scale",
@@ -732,6 +828,22 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
         "chosen-inside-cap",
         "multiplier-dropped",
         "small-added-fill-to-sdpa",
+        "small-init-small-fill",
+        "triangle-joined-to-callers-mask",
+        "multi-query-groups-tiled",
+        "blocked-mask-to-sdpa",
+        "grouped-queries-padded-along-queries",
+        "rotary-flag-differs",
+        "heads-permuted-into-positions",
+        "head-normed-scaled-twice",
+        "angles-in-half",
+        "pieces-scaled-by-width",
+        "split-then-viewed-heads-first",
+        "keys-tiled-values-in-blocks",
+        "windowed-padding-on-queries",
+        "given-mask-transposed",
+        "softmax-written-out",
+        "window-times-infinity",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):
@@ -909,6 +1021,10 @@ def test_what_one_whole_fix_clears_is_shown_under_its_cause():
     [
         ("DrawnWithUnitSpread", "nn.init.normal_(self.Wqkv.weight, mean=0.0, std=self.init_std)"),
         ("DrawnWithUnitSpreadLikeTimm", "nn.init.normal_(self.qkv.weight, std=0.02)"),
+        (
+            "DrawnWithUnitSpreadFromConfig",
+            "nn.init.normal_(self.Wqkv.weight, mean=0.0, std=config.initializer_range)",
+        ),
     ],
 )
 def test_projections_drawn_with_a_unit_spread_are_redrawn_as_the_module_draws_the_others(
@@ -924,6 +1040,19 @@ def test_projections_drawn_with_a_unit_spread_are_redrawn_as_the_module_draws_th
     assert code == 1 and said.splitlines()[1].startswith("FAIL  init_unit_variance"), said
     assert "with this change every probe passes" in said, said
     assert f"+        {written}  # BUG" in out.read_text(), out.read_text()
+
+
+def test_an_init_written_through_data_is_located_where_it_was_last_written(capsys):
+    """Projections made by nn.Linear (its own init, at the line that builds them), then redrawn
+    through ``weight.data`` by ``self.apply``: the doctor names the redraw, the last write to
+    the weights' memory, and, with no other spread the module draws with, proves no fix."""
+    code = cli.main(["doctor", f"{fm.__file__}:DrawnThroughData"])
+    said = capsys.readouterr().out
+    lines = Path(fm.__file__).read_text().splitlines()
+    number = next(i for i, t in enumerate(lines, 1) if "weight.data.normal_(" in t)
+    assert code == 1 and said.splitlines()[1].startswith("FAIL  init_unit_variance"), said
+    assert f"fix_modules.py:{number} " in said.splitlines()[1], said
+    assert "no fix proven" in said, said
 
 
 def test_a_scale_is_put_only_as_a_size_worth_the_head_width(tmp_path, capsys):

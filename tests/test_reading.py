@@ -359,6 +359,23 @@ def test_a_named_trap_without_a_failure_is_no_cause():
     assert (cause.trap, cause.probes, cause.at) == ("softmax_dim", ("causal no-leak",), "m.py:3")
 
 
+def test_a_failure_that_names_a_located_trap_is_that_traps_before_a_broad_ones():
+    """A mask read the wrong way explains whatever fails, but not a failure that names a trap
+    the forward locates (imprecise rotary angles): that one is the located trap's, and the
+    causes are still printed in the order the forward named them."""
+    reading = Reading(named=[
+        Named("sdpa_mask_inverted", "read", "m.py:9"),
+        Named("rope_low_precision", "located", "m.py:3", located=True),
+    ])  # fmt: skip
+    failing = [
+        Finding("causal no-leak", FAIL, "leaks"),
+        Finding("position shift", FAIL, "far angles", ("rope_low_precision",)),
+    ]
+    mask, angles = read_causes(failing, reading)
+    assert (mask.trap, mask.probes) == ("sdpa_mask_inverted", ("causal no-leak",))
+    assert (angles.trap, angles.probes) == ("rope_low_precision", ("position shift",))
+
+
 def test_a_fact_alone_fails_nothing():
     """A module that scales by 1 on purpose (declared) is healthy; the fact is still read."""
     d = diagnose(Heads(16), Config(scale=0.5), "Heads")

@@ -167,3 +167,29 @@ def test_a_plain_config_class_derives_what_it_does_not_take():
 
     config = _typed_config(LitConfig, Sizes())
     assert (config.n_embd, config.n_head, config.head_size) == (64, 4, 16)
+
+
+class _LatentConfig:
+    """A latent attention's config, sized at the doctor's width and head count by default,
+    with heads 24 wide of its own (16 without positions, 8 with) and K/V heads of its own."""
+
+    def __init__(self, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                 qk_nope_head_dim=16, qk_rope_head_dim=8, query_pre_attn_scalar=24):  # fmt: skip
+        self.hidden_size, self.num_attention_heads = hidden_size, num_attention_heads
+        self.num_key_value_heads = num_key_value_heads
+        self.qk_nope_head_dim, self.qk_rope_head_dim = qk_nope_head_dim, qk_rope_head_dim
+        self.query_pre_attn_scalar = query_pre_attn_scalar
+
+
+def test_a_config_sized_as_the_doctor_builds_keeps_its_own_attention_sizes():
+    """Where a config's defaults already give the doctor's width and head count, its own head
+    widths, K/V heads and scale stand (a user reading them declares their scale); where they do
+    not, or the user says otherwise (--kv-heads, --scale), the doctor's sizes are put."""
+    kept = _typed_config(_LatentConfig, Sizes(64, 4))
+    assert (kept.qk_nope_head_dim, kept.qk_rope_head_dim, kept.num_key_value_heads) == (16, 8, 4)
+    assert kept.query_pre_attn_scalar == 24
+    told = _typed_config(_LatentConfig, Sizes(64, 4, kv_heads=2, scale=32**-0.5))
+    assert (told.num_key_value_heads, told.query_pre_attn_scalar) == (2, 32)
+    resized = _typed_config(_LatentConfig, Sizes(32, 4))
+    assert (resized.hidden_size, resized.qk_nope_head_dim, resized.qk_rope_head_dim) == (32, 4, 4)
+    assert resized.query_pre_attn_scalar == 8  # the head width's, with no scale declared

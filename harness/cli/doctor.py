@@ -62,7 +62,7 @@ def cmd_doctor(args: argparse.Namespace) -> tuple[str, int]:
     declared_facts = with_declared(args)
     device = resolve_device(args.device)
     sizes = Sizes(args.d_model, args.heads, init=parse_init(args.init), kv_heads=args.kv_heads,
-                  layers=args.layers)  # fmt: skip
+                  layers=args.layers, scale=args.scale)  # fmt: skip
     for option in ("report", "fix"):  # before any probe runs
         if getattr(args, option) is not None:
             check_file_destination(getattr(args, option), f"--{option}")

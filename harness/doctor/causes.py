@@ -26,6 +26,17 @@ SHARED = 2  # failures with one error that make it a cause of its own
 # The failing probes a trap read from the forward explains (None: any failure). A scale only
 # moves the outputs (SDPA's reference) and, after the softmax, the weights' sums.
 SCALE_PROBES = frozenset({"agrees with SDPA", "attention weights", "read from the forward"})
+# A padding mask laid along the wrong axis shows where the mask is read, and in NaN or leaks.
+MASK_PROBES = frozenset({
+    "padding no-leak", "causal no-leak", "all-masked rows", "left padding", "packed documents",
+    "agrees with SDPA", "cached decoding", "cache reuse", "float16 robustness",
+    "bfloat16 robustness", "sliding window", "batch independence",
+})  # fmt: skip
+# Rotations that disagree make the scores depend on where the tokens are, not how far apart.
+POSITION_PROBES = frozenset({
+    "position shift", "token order", "left padding", "packed documents", "cached decoding",
+    "cache reuse", "agrees with SDPA",
+})  # fmt: skip
 EXPLAINS: dict[str, frozenset[str] | None] = {
     "softmax_dim": None,
     "mask_bool": None,
@@ -40,7 +51,8 @@ EXPLAINS: dict[str, frozenset[str] | None] = {
     "head_merge_no_transpose": None,
     "head_split_view": None,
     "rope_on_value": None,
-    "padding_on_queries": None,
+    "rope_pairing_mismatch": POSITION_PROBES,
+    "padding_on_queries": MASK_PROBES,
     "sdpa_mask_inverted": None,
     "dropout_in_eval": None,  # random outputs fail whatever compares them
     "mask_to_additive_nan": None,  # NaN fails whatever reads the outputs
@@ -121,18 +133,29 @@ def read_causes(findings: list[Finding], reading: Reading) -> list[Cause]:
     """The traps the forward shows, each with the failing probes it explains (a trap that
     explains no failure is no cause: a fact alone never fails a module)."""
     failing = [f for f in findings if f.status == FAIL]
-    causes, taken = [], set()
+    scopes = []
     for named in reading.named:
         scope = EXPLAINS.get(named.trap, frozenset())
         if named.trap in LOCATED or named.located:
             scope = frozenset(f.probe for f in failing if named.trap in f.traps)
+        scopes.append(scope)
+    # a failure that names a trap located in the forward is that trap's before any trap's
+    # that explains whatever fails (a mask read the wrong way does not make angles imprecise)
+    order = sorted(range(len(scopes)), key=lambda i: scopes[i] is None)
+    claimed: dict[int, tuple[str, ...]] = {}
+    taken: set[str] = set()
+    for i in order:
+        scope = scopes[i]
         probes = tuple(
             f.probe for f in failing if f.probe not in taken and (scope is None or f.probe in scope)
         )
         if probes:
-            causes.append(Cause("", probes, named.trap, named.why, named.line, named.also))
+            claimed[i] = probes
             taken |= set(probes)
-    return causes
+    return [
+        Cause("", claimed[i], named.trap, named.why, named.line, named.also)
+        for i, named in enumerate(reading.named) if i in claimed
+    ]  # fmt: skip
 
 
 def explain(findings: list[Finding], config: Config, reading: Reading | None = None) -> list[Cause]:

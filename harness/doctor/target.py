@@ -21,7 +21,7 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -123,6 +123,16 @@ def _is_file(path: Path) -> bool:
         return False
 
 
+def _scaled_by(sizes: Sizes) -> float | int:
+    """The size whose inverse square root scales the scores (Gemma's query_pre_attn_scalar):
+    the head width, or where a scale is declared, the size that gives it (a whole number where
+    it is one)."""
+    if not sizes.scale:
+        return sizes.d_model // sizes.heads
+    size = 1 / sizes.scale**2
+    return round(size) if abs(size - round(size)) <= 1e-6 * size else size
+
+
 @dataclass(frozen=True)
 class Sizes:
     """What the doctor builds a module with; ``init`` (from ``--init``) overrides any name."""
@@ -134,6 +144,7 @@ class Sizes:
     kv_heads: int | None = None  # grouped K/V heads (None: half the heads, or 1 with one head)
     layers: int = 2  # a whole model's depth: two layers, so that a layer sees another's output
     vocab: int = 256  # a whole model's vocabulary
+    scale: float | None = None  # the declared scale (--scale), which a config's size must give
 
     def __post_init__(self) -> None:
         if self.d_model < 1 or self.heads < 1 or self.d_model % self.heads:
@@ -195,8 +206,7 @@ NAMES: dict[str, Callable[[Sizes], object]] = {
     **dict.fromkeys(("qk_nope_head_dim", "qk_rope_head_dim"), lambda s: s.d_model // s.heads // 2),
     "v_head_dim": lambda s: s.d_model // s.heads,
     **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), lambda s: s.d_model // 2),
-    # Gemma scales scores by query_pre_attn_scalar ** -0.5, by default the head width's
-    "query_pre_attn_scalar": lambda s: s.d_model // s.heads,
+    "query_pre_attn_scalar": lambda s: _scaled_by(s),
     **dict.fromkeys(
         ("d_out", "dim_out", "out_dim", "output_dim", "out_features"), lambda s: s.d_model
     ),
@@ -333,7 +343,12 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
             with contextlib.suppress(Exception):  # classes taking **kwargs declare fields on
                 names += [n for n in vars(cls()) if n not in names]  # instances; others derive
                 # theirs (head_size = n_embd // n_head) from what they take
-    known = {n: value_for(n, sizes) for n in names if n in NAMES or n in sizes.init}
+    alike = _sized_alike(lambda n: _default(cls, n), names, sizes)
+    known = {
+        n: value_for(n, sizes) for n in names
+        if n in sizes.init
+        or (n in NAMES and not (alike and _own_default_kept(n, sizes) and _default(cls, n)))
+    }  # fmt: skip
     if (
         "sliding_window" in known
         and "sliding_window" not in sizes.init
@@ -427,12 +442,15 @@ def constructor_kwargs(
         return {}
     kwargs: dict[str, object] = {}
     missing = []
+    alike = _sized_alike(lambda n: params[n].default, params, sizes)
     for name, p in params.items():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         required = p.default is inspect.Parameter.empty
         if name in sizes.init:
             kwargs[name] = sizes.init[name]
+        elif alike and not required and _own_default_kept(name, sizes):
+            continue
         elif name in CONFIG_NAMES and (required or _unset_config(p, factory)):
             classes = _config_classes(p, factory)
             cls = classes[min(choice, len(classes) - 1)] if classes else None
@@ -448,6 +466,31 @@ def constructor_kwargs(
             "name: d_model/n_embd/hidden_size, heads/n_head/num_attention_heads, head_dim, ...)"
         )
     return kwargs
+
+
+# The attention's own sizes a module's defaults keep where its width and head count are already
+# the doctor's: its head width, K/V heads (unless --kv-heads), partial rotary, latent ranks and
+# scale (unless --scale): built as its author sized them, and as a user reading its defaults
+# declares them.
+OWN_SIZES = frozenset((*HEAD_DIM_NAMES, *KV_HEADS_NAMES, *ROTARY_DIM_NAMES, *LATENT_NAMES,
+                       "query_pre_attn_scalar"))  # fmt: skip
+
+
+def _sized_alike(default: Callable[[str], object], names: Iterable[str], sizes: Sizes) -> bool:
+    """The defaults (``default(name)``) give the width and the head count the doctor builds
+    with."""
+    names = list(names)
+    width = [default(n) for n in names if n in D_MODEL_NAMES]
+    heads = [default(n) for n in names if n in HEADS_NAMES]
+    return bool(width and heads) and set(width) == {sizes.d_model} and set(heads) == {sizes.heads}
+
+
+def _own_default_kept(name: str, sizes: Sizes) -> bool:
+    """Whether the module's default for ``name`` stands (one of its own sizes the user did not
+    declare otherwise)."""
+    if name in KV_HEADS_NAMES and sizes.kv_heads is not None:
+        return False
+    return name in OWN_SIZES and not (name == "query_pre_attn_scalar" and sizes.scale)
 
 
 def _config_reads(factory: Callable[..., object], sizes: Sizes) -> list[str]:

@@ -78,14 +78,31 @@ def _readers(module: nn.Module, out_proj: nn.Linear, width: int) -> list[nn.Modu
 
 @probe("grouped heads", compares=True)
 def probe_grouped(subject: Subject) -> Outcome:
-    """Each K/V head reaches exactly its own block of query heads."""
+    """Each K/V head reaches exactly its own block of query heads: followed through the
+    module's own projections, or where they are fused, read from the values the recorded
+    forward's attention reads (which query heads share one copy)."""
+    shared, keys = subject.reading.shared_values, subject.reading.shared_keys
+    if shared is not None and keys is not None and keys != shared:
+        return failed(
+            f"the keys' copies are shared by query heads {_groups(keys)}, the values' by "
+            f"{_groups(shared)} (as recorded): each query head must read one K/V head's keys "
+            "and values (gqa_kv_grouping: the keys and values copied differently)",
+            "gqa_kv_grouping",
+        )
     module = subject.copy()
     found = _projections(module)
     if found is None:
-        return skipped("no separate query, value and output projections to follow heads through")
+        if shared is None:
+            return skipped("no separate query, value and output projections to follow heads "
+                           "through, and no K/V head copied in the recorded forward")  # fmt: skip
+        reach = [set(s) for s in shared]
+        return _judged(reach, sum(len(s) for s in reach), subject.kv_grouping, " (as recorded)")
     q_proj, v_proj, out_proj = found
     heads = head_count(module)
     d_head = q_proj.out_features // heads
+    if v_proj.out_features % max(1, d_head):  # latent attention: values of their own width
+        return skipped(f"the values ({v_proj.out_features} wide) are not whole heads of the "
+                       f"queries' width ({d_head}): their heads are not followed")  # fmt: skip
     kv_heads = subject.config.kv_heads or v_proj.out_features // max(1, d_head)
     if kv_heads >= heads or heads % kv_heads:
         return skipped(f"{heads} query heads, {kv_heads} K/V heads: nothing is grouped")
@@ -97,22 +114,33 @@ def probe_grouped(subject: Subject) -> Outcome:
         with torch.no_grad():
             subject.call(module, x, keep)
 
-    n_rep = heads // kv_heads
-    found = [
+    reach = [
         next((r for reader in _readers(module, out_proj, out_proj.in_features)
               if (r := reached(module, call, v_proj, reader, heads, j, d_head,
                                out_proj.in_features))), set())
         for j in range(kv_heads)
     ]  # fmt: skip
+    return _judged(reach, heads, subject.kv_grouping)
+
+
+def _groups(shared: list[frozenset[int]]) -> str:
+    return "; ".join(", ".join(map(str, sorted(s))) for s in shared)
+
+
+def _judged(found: list[set[int]], heads: int, declared: str, how: str = "") -> Outcome:
+    """The verdict on the query heads each K/V head reaches (``found``, one set per K/V head),
+    against the grouping declared (``blocks``, ``strided`` or ``auto``)."""
+    kv_heads = len(found)
+    n_rep = heads // kv_heads
     blocks = [set(range(j * n_rep, (j + 1) * n_rep)) for j in range(kv_heads)]
     strided = [set(range(j, heads, kv_heads)) for j in range(kv_heads)]
-    declared = subject.kv_grouping
     if found == blocks and declared != "strided":
-        return passed(f"each of {kv_heads} K/V heads reaches its own block of {n_rep} query heads")
+        return passed(f"each of {kv_heads} K/V heads reaches its own block of {n_rep} query "
+                      f"heads{how}")  # fmt: skip
     if found == strided and declared != "blocks":
         words = (
             f"K/V head j reaches query heads j, j + {kv_heads}, ... (strided: repeat, not "
-            "repeat_interleave)"
+            f"repeat_interleave){how}"
         )
         if declared == "strided":
             return passed(words)
@@ -131,6 +159,6 @@ def probe_grouped(subject: Subject) -> Outcome:
         if found == blocks else ""
     )  # fmt: skip
     return failed(
-        f"K/V head {j} reaches query heads {sorted(found[j])} instead of {sorted(want)}{why}",
+        f"K/V head {j} reaches query heads {sorted(found[j])} instead of {sorted(want)}{how}{why}",
         *(("gqa_kv_grouping",) if why else ()),
     )

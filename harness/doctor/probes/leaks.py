@@ -66,6 +66,14 @@ def _large(scale: float, nan: bool, cap: float | None = None) -> Said:
     return f" with activations scaled by {scale:g}" + (OVERFLOW if nan else fill)
 
 
+def large_scales(subject: Subject) -> tuple[float, ...]:
+    """The activation scales a leak is looked for at: ordinary, large, and where the reading
+    found a finite fill, the scale at which its scores outgrow it, if larger (the module's
+    own init may keep its logits small at ``LARGE``)."""
+    at = subject.reading.outgrown_at
+    return (1.0, LARGE) + ((round(at, -1),) if at is not None and at > LARGE else ())
+
+
 def _future_leak(subject: Subject, scale: float) -> Leak | None:
     cfg = subject.config
     keep = subject.keep("causal", cfg.batch, cfg.seq_len, 0) if subject.takes_mask else None
@@ -75,7 +83,7 @@ def _future_leak(subject: Subject, scale: float) -> Leak | None:
 
 def _causal_leak(subject: Subject) -> Said | None:
     """Evidence of a future leak (also with large logits), or None."""
-    for scale in (1.0, LARGE):
+    for scale in large_scales(subject):
         leak = _future_leak(subject, scale)
         if leak:
             return str(leak) + _large(scale, math.isnan(leak.change), subject.softcap)
@@ -90,11 +98,12 @@ def _left_padded(subject: Subject) -> tuple[Tensor, Tensor]:
     return keep, keep.any(dim=1)  # (B, T)
 
 
-def _padding_leak(subject: Subject, scales: tuple[float, ...] = (1.0, LARGE)) -> Said | None:
-    """Evidence that real outputs depend on padded inputs (also with large logits), or None."""
+def _padding_leak(subject: Subject, scales: tuple[float, ...] | None = None) -> Said | None:
+    """Evidence that real outputs depend on padded inputs (at ``scales``: by default also with
+    large logits), or None."""
     cfg = subject.config
     keep, real = _left_padded(subject)
-    for scale in scales:
+    for scale in large_scales(subject) if scales is None else scales:
         x = subject.x(cfg.batch, cfg.seq_len, 4, scale)
         redraws = Redraws(as_call(subject.bound(keep), None), x)
         change = redraws.change(~real)  # (B, T)
@@ -239,7 +248,8 @@ def probe_causal(subject: Subject) -> Outcome:
                 "causal mask is built wrong, e.g. tril(diagonal=1))",
                 "causal_leak",
             )
-    return passed(f"no output depends on a later input (also at x {LARGE:g})")
+    larger = ", x ".join(f"{scale:g}" for scale in large_scales(subject)[1:])
+    return passed(f"no output depends on a later input (also at x {larger})")
 
 
 @probe("padding no-leak")

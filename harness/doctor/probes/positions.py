@@ -110,6 +110,7 @@ def probe_shift(subject: Subject) -> Outcome:
                     "(rope_low_precision) "
                     f"[{subject.position_source}]",
                     "rope_pairing_mismatch",
+                    *(("rope_low_precision",) if subject.reading.angles_half else ()),
                 )
             reading = subject.reading
             if reading.rotary and not any(n.trap == "rope_on_value" for n in reading.named):

@@ -24,6 +24,7 @@ from harness.doctor.reading.axes import (
     clean_axis,
     einsum_axis,
     map_axis,
+    operand_axis,
     permute_order,
     pieces,
     product_axes,
@@ -33,7 +34,14 @@ from harness.doctor.reading.axes import (
     swapped_axes,
     weights_summed_axis,
 )
-from harness.doctor.reading.masks import Fill, added_mask, filled, provenance, sdpa_fill
+from harness.doctor.reading.masks import (
+    Fill,
+    added_mask,
+    filled,
+    provenance,
+    sdpa_fill,
+    spread,
+)
 from harness.doctor.reading.operands import (
     is_projection,
     output_projection,
@@ -60,7 +68,7 @@ from harness.doctor.reading.ops import (
     tensor_args,
     turned,
 )
-from harness.doctor.reading.pairing import mismatch
+from harness.doctor.reading.pairing import mismatch, turned_in
 from harness.doctor.reading.record import Op, Record, Value
 from harness.doctor.reading.split import positions_cut
 
@@ -104,6 +112,7 @@ class Site:
     rank_raised: tuple[Op, tuple[int, ...], tuple[int, ...]] | None = None  # a mask's, and how
     merged_without_transpose: Op | None = None  # the reshape that cuts the queries' axis up
     split_without_transpose: Op | None = None  # the reshape that cuts an operand's positions up
+    heads_for_positions: bool = False  # that op puts a piece of the features there instead
     rotated: Op | None = None  # where the queries or keys are rotated (q cos + rotate_half(q) sin)
     values_rotated: Op | None = None  # where the values are rotated as well (rope_on_value)
     # a rotation whose cos table repeats its angles for the other pairing: (turn, table, where)
@@ -113,6 +122,11 @@ class Site:
     projections: dict[str, str | None] = field(default_factory=dict)
     sdpa_mask: Tensor | None = None  # the attn_mask an SDPA call was given
     is_causal: bool = False
+    values: Tensor | None = None  # the values the weights multiply, as recorded
+    keys: Tensor | None = None  # the keys the queries multiply, as recorded (SDPA's, or k^T)
+    normed: bool = False  # the queries or keys are normalized (the scale is read after it)
+    # where "queries" and "keys" are rotated, and the pairing the turn keeps lengths in
+    turns: dict[str, tuple[Op, str | None]] = field(default_factory=dict)
 
     def fill_axes(self, cells: Tensor) -> tuple[int, int] | None:
         """The queries' and keys' axes of a fill's cells, counted from the end as the scores'
@@ -190,6 +204,7 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
             site.stopped_at = op
             return
         path.append(op)
+        before = len(site.fills)
         if op.name in MULTIPLY | DIVIDE:
             others = [v for v in tensor_args(op) + [v for v in op.args if not v.is_tensor]
                       if not from_input(record, v, memo)]  # fmt: skip
@@ -212,6 +227,8 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
         if main is None:
             site.stopped_at = op
             return
+        for fill in site.fills[before:]:
+            fill.spread = spread(record.result(main), fill.cells)
         value = main
     site.product = op
     if op is None:
@@ -222,6 +239,7 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
     adds = op.name == "baddbmm" and op.const(3, "beta", 1) != 0  # beta=0: the term is ignored
     added = added_mask(record, op, memo) if adds else None
     if added is not None:  # baddbmm(mask, q, k): the mask added to the product
+        added.spread = spread(record.results[op.index][0], added.cells)
         site.fills.append(added)
     # the product's axes, carried through the path to the softmax's input
     ndim = len(op.shapes[0]) if op.shapes else 0
@@ -272,6 +290,8 @@ def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool
     op or the input); rotary (a sum of the operand times two tables) is followed through.
     ``swapped``: the product is k q^T."""
     tensors = multiplied(product)
+    if len(tensors) > 1 and product.name != "einsum":  # q @ k^T: heads on the same axis
+        site.keys = record.result(tensors[1])
     complete = True
     roles = ("keys", "queries") if swapped else ("queries", "keys")
     for value, where in zip(tensors[:2], roles, strict=False):
@@ -279,6 +299,12 @@ def _read_operands(record: Record, site: Site, product: Op, memo: dict[int, bool
     if product.name != "einsum":  # a @ b: a's positions on its axis -2, b's on its last
         for value, from_end in zip(tensors[:2], (2, 1), strict=False):
             _split(record, site, value, from_end, memo)
+    else:  # by letter: the queries' in the first operand, the keys' in the second
+        key, query = product_axes(product)
+        for i, (value, axis) in enumerate(zip(tensors[:2], (query, key), strict=False)):
+            at = operand_axis(product, i, axis) if axis is not None else None
+            if at is not None and value.shape is not None:
+                _split(record, site, value, len(value.shape) - at, memo)
     site.complete = complete and site.stopped_at is None
 
 
@@ -287,18 +313,63 @@ def _split(record: Record, site: Site, value: Value, from_end: int, memo: dict) 
     split by a reshape that cut its positions up: the first such reshape is kept."""
     if value.shape is not None and len(value.shape) >= from_end:
         axis = len(value.shape) - from_end
-        site.split_without_transpose = site.split_without_transpose or positions_cut(
-            record, value, axis, memo
-        )
+        found = positions_cut(record, value, axis, memo)
+        if found is not None and site.split_without_transpose is None:
+            site.split_without_transpose, site.heads_for_positions = found
+
+
+NORMS = {"layer_norm", "rms_norm", "group_norm", "normalize"}  # their output's scale is set
+# a statistic of the data a normalization divides it by (or multiplies by the inverse of)
+STATISTICS = {"rsqrt", "reciprocal", "norm", "linalg_vector_norm", "sqrt", "std"}
+
+
+def _normalizes(record: Record, op: Op, memo: dict, depth: int = 0) -> bool:
+    """``op`` is a normalization's last step (a norm op, x * rsqrt(mean(x^2)), x / ||x||, or
+    a learned per-channel weight times one): whatever scaled the data before it is undone, so
+    the scale is read from here on."""
+    if op.name in NORMS:
+        return True
+    if depth > 2 or op.name not in MULTIPLY | DIVIDE:
+        return False
+    tensors = tensor_args(op)
+    divisor = tensors[1:] if op.name in DIVIDE else tensors
+    for v in divisor:
+        step = record.producer(v)
+        for _ in range(3):  # through an epsilon added, a clamp, a cast
+            if step is None or step.name in STATISTICS:
+                break
+            if step.name not in ADD | SAME | {"clamp", "clamp_min", "clamp_"}:
+                step = None
+                break
+            step = record.producer(step.tensors[0]) if step.tensors else None
+        if step is not None and step.name in STATISTICS:
+            return True
+    if op.name in MULTIPLY and any(v.kind == "parameter" for v in op.args):  # the norm's weight
+        data = data_operand(record, op, memo)
+        first = record.producer(data) if data is not None else None
+        while first is not None and first.name in SAME:
+            first = record.producer(first.tensors[0]) if first.tensors else None
+        return first is not None and _normalizes(record, first, memo, depth + 1)
+    return False
 
 
 def _read_operand(record: Record, site: Site, value: Value, where: str, memo: dict) -> bool:
-    steps = 0
+    """Follow one operand of the scores back to its projection: its constant factors, and the
+    rotation on the way. Past a normalization (qk-norm) the factors met are undone by it, so
+    only the rotation is still looked for, and the operand counts as read whole."""
+    steps, normed = 0, False
     while (op := record.producer(value)) is not None and steps < 64:
         steps += 1
         if is_projection(record, op, memo):
             site.projections[where] = weight_name(record, op, memo)
             return True  # a projection: the operand starts here
+        if not normed and _normalizes(record, op, memo):
+            site.normed = normed = True  # the factors after it are the whole scale
+            main = data_operand(record, op, memo) if op.name not in NORMS else op.args[0]
+            if main is None or not main.is_tensor:
+                return True
+            value = main
+            continue
         if turned(record, op, memo):
             site.rotated = site.rotated or op
         elif op.name in MULTIPLY | DIVIDE:
@@ -306,8 +377,9 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
                           and scalar(v) is not None), None)  # fmt: skip
             number = scalar(given) if given is not None else None
             if number is not None and number != 0:
-                factor = 1 / number if op.name in DIVIDE else number
-                site.factors.append(Factor(factor, where, op, given))
+                if not normed:
+                    factor = 1 / number if op.name in DIVIDE else number
+                    site.factors.append(Factor(factor, where, op, given))
             elif any(v.kind == "parameter" for v in op.args):
                 break  # a learned factor: its value is the training's, not read here
             elif not any(v.is_tensor and not from_input(record, v, memo) for v in op.args):
@@ -318,7 +390,14 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
                 break
             site.rotated = site.rotated or op
             site.pairing = site.pairing or mismatch(record, op, memo)
+            site.turns.setdefault(where, (op, turned_in(record, op, source)))
             value = source
+            continue
+        elif op.name == "__setitem__":  # q[..., :d] = q_nope; q[..., d:] = q_pe: a piece
+            written = op.args[2] if len(op.args) > 2 else None
+            if written is None or not written.is_tensor or not from_input(record, written, memo):
+                break
+            value = written  # the last piece written, read as the whole's
             continue
         elif not (op.name in SAME or op.name in LAYOUT or op.name in {"neg", "__neg__"}):
             break
@@ -327,7 +406,9 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
             break
         value = main
     else:
-        return value.kind == "input"  # the operand is the input itself
+        return normed or value.kind == "input"  # the operand is the input itself
+    if normed:
+        return True
     site.stopped_at = site.stopped_at or op
     return False
 
@@ -429,8 +510,15 @@ def sites(record: Record) -> list[Site]:
             values = [v for v in tensor_args(site.consumer)
                       if not (v.kind == "op" and v.ref == site.weights_ref)]  # fmt: skip
             if len(values) == 1 and from_input(record, values[0], memo):
+                site.values = record.result(values[0])
                 weights_first = tensor_args(site.consumer)[0].ref == site.weights_ref
-                _split(record, site, values[0], 2 if weights_first else 1, memo)  # V's positions
+                from_end = 2 if weights_first else 1  # V's positions, (..., S, d) for a matmul
+                if site.consumer.name == "einsum":  # the letter the weights sum over
+                    at = operand_axis(site.consumer, 1 if weights_first else 0)
+                    shape = values[0].shape
+                    from_end = len(shape) - at if at is not None and shape is not None else 0
+                if from_end:
+                    _split(record, site, values[0], from_end, memo)
                 site.values_rotated = rotation(record, values[0], memo)
                 site.projections["values"] = value_projection(record, values[0], memo)
             site.projections["output"] = output_projection(record, site.consumer.index, memo)
@@ -480,6 +568,18 @@ def _merged(record: Record, site: Site, start: Op, query: int | None) -> None:
         index = nxt.index
 
 
+def _sdpa_spread(record: Record, op: Op, blocked: Tensor | None) -> float | None:
+    """The spread of an SDPA call's scores, q k^T times its scale, over the cells its mask
+    keeps; None where q and k do not multiply as they are (K/V heads SDPA itself repeats)."""
+    query, key = (record.result(v) if v is not None else None
+                  for v in (op.arg(0, "query"), op.arg(1, "key")))  # fmt: skip
+    if query is None or key is None or query.shape[:-2] != key.shape[:-2]:
+        return None
+    scale = op.const(6, "scale")
+    scale = scale if isinstance(scale, int | float) else 1 / math.sqrt(query.shape[-1])
+    return spread(query.double() @ key.double().transpose(-2, -1) * scale, blocked)
+
+
 def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
     """An SDPA call: its keys are on the last axis by contract; its scale is its ``scale``
     argument (else 1/sqrt of the queries' width) times the factors on q and k."""
@@ -492,10 +592,14 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
     _merged(record, site, op, ndim - 2)
     mask = op.arg(3, "attn_mask")
     site.sdpa_mask = record.result(mask) if mask is not None and mask.is_tensor else None
+    value = op.arg(2, "value")
+    site.values = record.result(value) if value is not None and value.is_tensor else None
     key = op.arg(1, "key")
+    site.keys = record.result(key) if key is not None and key.is_tensor else None
     if site.sdpa_mask is not None and query is not None and query.shape and key and key.shape:
         scores = (*query.shape[:-1], key.shape[-2])  # (B, h, T, S)
         site.fills.append(sdpa_fill(record, op, mask, site.sdpa_mask, scores))
+        site.fills[-1].spread = _sdpa_spread(record, op, site.fills[-1].cells)
         provenance(record, site.fills[-1])
     site.is_causal = bool(op.const(5, "is_causal", False))
     scale = op.const(6, "scale")

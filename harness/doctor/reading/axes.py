@@ -107,6 +107,25 @@ def product_axes(op: Op) -> tuple[int | None, int | None]:
     return key, query
 
 
+def operand_axis(op: Op, operand: int, output_axis: int | None = None) -> int | None:
+    """Where an einsum's ``operand`` holds a letter: that of its result's axis ``output_axis``,
+    or where None, the one letter the two operands sum over (the keys, for weights times
+    values); None where the equation does not say."""
+    spec = op.const(0, "equation")
+    if not isinstance(spec, str) or "->" not in spec or "." in spec:
+        return None
+    inputs, output = spec.replace(" ", "").split("->")
+    parts = inputs.split(",")
+    if len(parts) != 2 or operand > 1:
+        return None
+    if output_axis is not None:
+        letters = [output[output_axis]] if output_axis < len(output) else []
+    else:
+        letters = [c for c in parts[0] if c in parts[1] and c not in output]
+    found = [c for c in letters if c in parts[operand]]
+    return parts[operand].index(found[0]) if len(found) == 1 else None
+
+
 def letter_size(op: Op, letter: str) -> int | None:
     """The size of an einsum's result along ``letter`` (self-attention's queries are as many
     as its keys: of the letters q alone carries, heads and queries, that tells them apart

@@ -17,9 +17,18 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.doctor.reading.attention import LAST_AXIS, Factor, Site, sites
-from harness.doctor.reading.located import dropout_left_on, finite_fill, tilings
+from harness.doctor.reading.groups import grouping, shared_heads
+from harness.doctor.reading.located import (
+    angles_made,
+    dropout_left_on,
+    finite_fill,
+    naive_softmax,
+    outgrown_at,
+    tilings,
+)
 from harness.doctor.reading.masks import BLOCKING, Fill
-from harness.doctor.reading.raised import keys_transposed
+from harness.doctor.reading.pairing import DECLARED as PAIRINGS
+from harness.doctor.reading.raised import heads_before_positions, keys_transposed
 from harness.doctor.reading.record import Op, Record
 
 # How a value is known, strongest first (the issue's order): what the user declared, what the
@@ -74,6 +83,15 @@ class Reading:
     # the record shows them ({} where it does not show all of q, k and v)
     projections: dict[str, str | None] = field(default_factory=dict)
     head_width: int | None = None  # the width each head's q and k are contracted over
+    # the activation scale at which the scores outgrow a finite fill (None: none they can)
+    outgrown_at: float | None = None
+    # the module joins a triangle or band it built to the caller's mask, which hides it
+    joins_own: bool = False
+    angles_half: bool = False  # rotary's angles are made in half precision even in float32
+    # the query heads that read copies of one K/V head's values, and keys (None: no head
+    # copies another)
+    shared_values: list[frozenset[int]] | None = None
+    shared_keys: list[frozenset[int]] | None = None
 
 
 def _axis_word(site: Site, axis: int) -> str:
@@ -151,17 +169,41 @@ def _uncancelled(factors: list[Factor]) -> list[Factor]:
     return left
 
 
-def _against_declared(site: Site, declared: float, line: str, applied: list[Factor]) -> list[Named]:
+def _against_declared(
+    site: Site, declared: float, line: str, applied: list[Factor], d_model: int
+) -> list[Named]:
     """The scale the forward applies, where the user declared another (T5's 1): the declared
-    one times 1/sqrt(head width) is the scale applied on top of it (double_scale)."""
+    one times 1/sqrt(head width) is the scale applied on top of it (double_scale), and
+    1/sqrt(model width) where that is not the head's, the model's (scale_d_model)."""
     if not (site.complete and site.width) or site.after_softmax:
         return []
     if math.isclose(site.scale, declared, rel_tol=1e-4):
         return []
     twice = math.isclose(site.scale, declared / math.sqrt(site.width), rel_tol=1e-4)
+    model = d_model != site.width and math.isclose(site.scale, d_model**-0.5, rel_tol=1e-4)
     said = f"the scores are scaled by {site.scale:.6g}, where the declared scale is {declared:.6g}"
-    trap = "double_scale" if twice else "wrong_scale" if applied else "missing_scale"
+    trap = (
+        "double_scale" if twice else "scale_d_model" if model
+        else "wrong_scale" if applied else "missing_scale"
+    )  # fmt: skip
     return [Named(trap, said, line)]
+
+
+def _turned_apart(site: Site, declared: str) -> list[Named]:
+    """The queries and keys rotated in different pairings, named at the rotation of the one
+    that is not in the declared pairing (``--rope-pairing``; where none is declared, which of
+    the two the weights were trained for is not the record's to say)."""
+    turns = {role: turn for role, (_, turn) in site.turns.items() if turn is not None}
+    if len(turns) != 2 or len(set(turns.values())) != 2 or declared not in PAIRINGS:
+        return []
+    wrong = next((role for role, turn in turns.items() if turn != PAIRINGS[declared]), None)
+    if wrong is None:
+        return []
+    right = "keys" if wrong == "queries" else "queries"
+    op, other = site.turns[wrong][0], site.turns[right][0]
+    said = (f"the {wrong} are turned in {turns[wrong]}, the {right} in {turns[right]}, as "
+            f"declared: q k^T then mixes angles of different dimensions")  # fmt: skip
+    return [Named("rope_pairing_mismatch", said, op.called_where, (other.called_where,))]
 
 
 def site_facts(
@@ -171,11 +213,12 @@ def site_facts(
     made: Callable[[str], str],
     causal: bool = False,
     mixable: bool = False,
+    declared_pairing: str = "auto",
 ) -> Reading:
     """The facts of one attention site, and the traps they name; ``made(name)``: where the
     module's tensor ``name`` was made ("" when not known); ``mixable``: the caller's mask
     blocked nothing in the first sequence, so a mask joined to it is read as the module's
-    there."""
+    there; ``declared_pairing``: the rotary pairing the user declared."""
     reading = Reading(attention_found=True)
     facts, named = reading.facts, reading.named
     line = site.softmax.where
@@ -198,7 +241,7 @@ def site_facts(
     scale_line = applied[0].op.where if applied else product_line  # nearest the softmax
     if declared_scale is not None:
         facts.append(Fact("scale", f"{declared_scale:.6g}", DECLARED))
-        named.extend(_against_declared(site, declared_scale, scale_line, applied))
+        named.extend(_against_declared(site, declared_scale, scale_line, applied, d_model))
     elif site.complete and site.width:
         where = ", ".join(sorted({f.where for f in applied}))
         said = f"{site.scale:.6g}" + (f" (on the {where})" if where else " (none applied)")
@@ -242,6 +285,9 @@ def site_facts(
         value = "added" if fill.value is None else f"filled with {fill.value:g}"
         facts.append(Fact("mask", value, COMPUTED, fill.op.where))
         named.extend(Named(trap, why, fill.op.where) for trap, why in finite_fill(fill))
+        at = outgrown_at(fill)
+        if at is not None:
+            reading.outgrown_at = min(at, reading.outgrown_at or at)
         if fill.nan is not None:
             named.append(Named("mask_to_additive_nan", "the mask added to the scores holds "
                                "NaN (0 * -inf is NaN), and NaN spreads to every weight of its "
@@ -251,6 +297,7 @@ def site_facts(
         named.append(Named("qk_overflow_half", "the scores are scaled after the product q k^T "
                            "is made: in float16 it can overflow first, where scaling the "
                            "queries first stays finite", scores_scaled[0].op.where))  # fmt: skip
+    named.extend(_turned_apart(site, declared_pairing))
     if site.pairing is not None and site.rotated is not None:
         turn, table, made = site.pairing
         said = f"the rotation turns {turn} together; its cos table repeats each angle for {table}"
@@ -281,13 +328,24 @@ def site_facts(
          "the heads are split by a reshape that cuts up the positions' axis, so each head's rows "
          "mix positions with features: reshape to (B, T, h, d) first, then transpose(1, 2)"),
     ):  # fmt: skip
-        if op is not None:
+        if op is not None and trap == "head_split_view" and site.heads_for_positions:
+            facts.append(Fact(fact, f"{op.name} to {'x'.join(map(str, op.shapes[0]))} puts a "
+                              "piece of the projection's features (the heads) on the positions' "
+                              "axis", COMPUTED, op.where))  # fmt: skip
+            said = ("the heads are laid where the positions belong, so the attention runs "
+                    "across heads, not tokens: split the features into (h, d) and move h "
+                    "before the positions")  # fmt: skip
+            named.append(Named(trap, said, op.where))
+        elif op is not None:
             facts.append(Fact(fact, f"{op.name} to {'x'.join(map(str, op.shapes[0]))} cuts up "
                               f"the {axis} axis", COMPUTED, op.where))  # fmt: skip
             named.append(Named(trap, why, op.where))
     blocked = site.blocked(mixed=mixable)  # (T_q, T_k), the module's own masks' cells
     _window(site, reading, blocked, mixable)
     _future(site, reading, causal, made, blocked, mixable)
+    reading.joins_own = not mixable and any(
+        (f.origin or f.band) is not None and not f.own for f in site.fills
+    )
     return reading
 
 
@@ -417,7 +475,11 @@ def sdpa_mask(site: Site, keep: torch.Tensor | None, causal: bool = False) -> Na
     if keep is None or keep.all():
         return None
     for kept in keep_layouts(keep, mask):
-        if agrees_where_real(mask.expand(kept.shape), ~kept, kept):
+        cells = mask.expand(kept.shape)
+        past = _up_to_each_query(cells) if causal else None  # where its own triangle keeps
+        if agrees_where_real(cells, ~kept, kept) or (
+            past is not None and agrees_where_real(cells & past, ~kept & past, kept)
+        ):
             return Named("sdpa_mask_inverted", "the bool mask SDPA is given is True where the "
                          "keep-mask blocks: SDPA attends where True", line)  # fmt: skip
     return None
@@ -434,12 +496,13 @@ def agrees_where_real(cells: torch.Tensor, expected: torch.Tensor, kept: torch.T
 
 
 def keep_layouts(keep: torch.Tensor, cells: torch.Tensor) -> list[torch.Tensor]:
-    """The declared (B, T, T) keep-mask laid out as ``cells`` (a head axis added for 4-D
-    scores), each way it may be (3-D scores that fold the heads into the batch, (B * h, T, T),
-    hold a sequence's heads together, ``(b h)``, or each head's sequences, ``(h b)``); none
-    when it does not broadcast to them."""
+    """The declared (B, T, T) keep-mask laid out as ``cells`` (head axes added after the
+    batch for 4-D scores, or 5-D ones of grouped heads), each way it may be (3-D scores that
+    fold the heads into the batch, (B * h, T, T), hold a sequence's heads together, ``(b h)``,
+    or each head's sequences, ``(h b)``); none when it does not broadcast to them."""
     kept = keep.to(cells.device)
-    kept = kept[:, None] if cells.dim() == 4 and kept.dim() == 3 else kept
+    if cells.dim() > kept.dim() == 3:  # (B, 1, ..., T, T)
+        kept = kept.reshape(kept.shape[0], *[1] * (cells.dim() - 3), *kept.shape[1:])
     layouts = [kept]
     batch, folded = kept.shape[0], cells.shape[0]
     if cells.dim() == kept.dim() and folded > batch > 0 and folded % batch == 0:
@@ -457,6 +520,16 @@ def keep_layouts(keep: torch.Tensor, cells: torch.Tensor) -> list[torch.Tensor]:
     return found
 
 
+def _left_open(cells: torch.Tensor, keep: torch.Tensor) -> torch.Tensor | None:
+    """The cells a fill leaves open in the first sequence, which the caller's mask does not
+    pad: where the module's own part of a joined mask (a window) keeps, laid as ``cells``, for
+    the caller's part to decide (None: the first sequence is padded, or all of it blocked)."""
+    if not bool(keep[0].all()) or cells.shape[0] != keep.shape[0]:
+        return None
+    room = ~cells[:1].expand(cells.shape)
+    return room if bool(room.any()) and not bool(room.all()) else None
+
+
 def _up_to_each_query(cells: torch.Tensor) -> torch.Tensor | None:
     """The cells of each query's own and earlier keys, laid as ``cells`` (None: not square)."""
     if cells.shape[-1] != cells.shape[-2]:
@@ -472,12 +545,55 @@ def _laid_out(found: Record | None, fill: Fill) -> tuple[str, ...]:
     """Where the mask a fill reads got the axes it has (the last view, index or unsqueeze
     before the fill, by the line that called it): where a mask laid along the wrong axis is
     fixed, when it is not the fill's own line."""
-    value = fill.mask
-    while found is not None and (op := found.producer(value)) is not None and op.line:
-        if op.name in PLACES:
+    todo, seen = [fill.mask], set()
+    while found is not None and todo:  # nearest first, along what carries the caller's mask
+        op = found.producer(todo.pop(0))
+        if op is None or not op.line or op.index in seen:
+            continue
+        seen.add(op.index)
+        if op.name in PLACES and _from_caller(found, op):
             return (op.where,) if op.where != fill.op.where else ()
-        value = op.args[0] if op.args and op.args[0].is_tensor else None
+        todo += [v for v in op.tensors if v.kind == "op"]
     return ()
+
+
+def turned_given(found: Record, fill: Fill) -> Op | None:
+    """A transpose of the last two axes on the way from the caller's mask to a fill: the
+    mask it was given, laid (queries, keys), turned to (keys, queries) before it is applied."""
+    todo, seen = [fill.mask], set()
+    while todo:
+        op = found.producer(todo.pop(0))
+        if op is None or not op.line or op.index in seen:
+            continue
+        seen.add(op.index)
+        if op.name in {"transpose", "swapaxes"} and op.args and op.args[0].shape:
+            rank = len(op.args[0].shape)
+            axes = {op.const(1, "dim0"), op.const(2, "dim1")}
+            if all(isinstance(a, int) for a in axes) and {a % rank for a in axes} == {
+                rank - 2, rank - 1,
+            } and _from_caller(found, op):  # fmt: skip
+                return op
+        todo += [v for v in op.tensors if v.kind == "op"]
+    return None
+
+
+def _from_caller(found: Record, op: Op) -> bool:
+    """``op`` reads, at some remove, a tensor the caller handed in (the mask it was given)."""
+    todo, seen = list(op.tensors), set()
+    while todo:
+        value = todo.pop()
+        made = found.producer(value)
+        if made is None:
+            if value.kind == "tensor":  # handed in by the caller (the input data is "input")
+                return True
+            continue
+        if made.index in seen:
+            continue
+        seen.add(made.index)
+        if not made.line:  # made by the harness for the call
+            return True
+        todo += made.tensors
+    return False
 
 
 def fills_kept_cells(
@@ -502,7 +618,7 @@ def fills_kept_cells(
         for kept in keep_layouts(keep, cells):
             if kept.shape != cells.shape:
                 continue
-            past = _up_to_each_query(cells) if causal else None
+            past = _up_to_each_query(cells) if causal else _left_open(cells, keep)
             if agrees_where_real(cells, kept, kept) or (
                 past is not None and agrees_where_real(cells & past, kept & past, kept)
             ):
@@ -527,15 +643,22 @@ def interpret(
     declared_scale: float | None = None,
     made: Callable[[str], str] = lambda name: "",
     causal: bool = False,
+    declared_pairing: str = "auto",
 ) -> Reading:
     """One recorded call (``record``), read: facts and named traps, for a module held to be
     ``causal`` or not (read again, not recorded again, once the doctor knows which). ``keep``
-    is the keep-mask the call was given (True: attend), to read a fill's direction against."""
+    is the keep-mask the call was given (True: attend), to read a fill's direction against;
+    ``declared_pairing``, the rotary pairing the user declared."""
     reading = Reading()
     raised = [op for op in found.ops if op.raised]
     if raised:
         reading.raised = raised[-1]
         reading.facts.append(Fact("raises", raised[-1].raised, COMPUTED, raised[-1].where))
+        if heads_before_positions(raised[-1]):
+            reading.named.append(Named("head_split_view", "the heads are split by a view to "
+                                       "(B, h, T, d) of a (B, T, h d) projection, the heads "
+                                       "before the positions: view to (B, T, h, d), then "
+                                       "transpose(1, 2)", raised[-1].where))  # fmt: skip
         swapped = keys_transposed(found, raised[-1])
         if swapped is not None:
             op, (a, b) = swapped
@@ -544,7 +667,16 @@ def interpret(
                                        "needs their last two swapped", op.where))  # fmt: skip
     for site in sites(found):
         mixable = keep is not None and bool(keep[0].all())
-        one = site_facts(site, d_model, declared_scale, made, causal, mixable)
+        one = site_facts(site, d_model, declared_scale, made, causal, mixable, declared_pairing)
+        for fill in site.fills if keep is not None else ():
+            turned = turned_given(found, fill) if not fill.own and fill.mask else None
+            if turned is not None:  # in a causal module, both the future and the padding
+                said = (
+                    "the mask the module is given, laid (queries, keys), is transposed "
+                    "before it is applied: each query reads another's row of it"
+                )
+                traps = ("causal_leak", "padding_on_queries") if causal else ("padding_on_queries",)
+                one.named += [Named(trap, said, turned.where) for trap in traps]
         for misread in (fills_kept_cells(site, keep, causal, found), sdpa_mask(site, keep, causal)):
             if misread is not None:
                 one.named.append(misread)
@@ -558,6 +690,15 @@ def interpret(
         if site.rotated is not None:
             reading.rotary = reading.rotary or site.rotated.where
         reading.head_width = reading.head_width or site.width or None
+        reading.joins_own = reading.joins_own or one.joins_own
+        shared = shared_heads(site.values)
+        if shared is not None and reading.shared_values is None:
+            reading.shared_values, reading.shared_keys = shared, shared_heads(site.keys)
+            said = "; ".join(f"heads {', '.join(map(str, sorted(s)))}" for s in shared)
+            said = f"one copy of the values each for {said} ({grouping(shared)})"
+            reading.facts.append(Fact("K/V heads", said, COMPUTED, site.softmax.where))
+        if one.outgrown_at is not None:
+            reading.outgrown_at = min(one.outgrown_at, reading.outgrown_at or one.outgrown_at)
         read = site.projections
         if not reading.projections and all(read.get(r) for r in ("queries", "keys", "values")):
             reading.projections = dict(read)
@@ -579,6 +720,17 @@ def interpret(
     elif not reading.attention_found and not raised:
         reading.facts.append(Fact("attention", "no softmax of a product, nor an SDPA call, in "
                                   "the recorded forward", COMPUTED))  # fmt: skip
+    angles = angles_made(found) if reading.rotary else None
+    if angles is not None:  # where a probe finds far positions' angles imprecise, look here
+        reading.angles_half = bool(angles.dtypes) and angles.dtypes[0].itemsize < 4
+        reading.named.append(Named("rope_low_precision", "rotary's angles are made here, "
+                                   "positions times inverse frequencies", angles.where,
+                                   located=True))  # fmt: skip
+    naive = naive_softmax(found)
+    if naive is not None:  # where a probe finds NaN at large scores, this is why
+        reading.named.append(Named("naive_exp_softmax", "the softmax is written out as exp / "
+                                   "sum of exp with no row maximum subtracted first",
+                                   naive.where, located=True))  # fmt: skip
     tiled = tilings(found)
     if tiled:
         also = tuple(dict.fromkeys(op.where for op in tiled[1:] if op.where != tiled[0].where))

@@ -11,7 +11,7 @@ import math
 import torch
 
 from harness.doctor.reading.masks import Fill
-from harness.doctor.reading.ops import DROPOUT, SDPA, TILES
+from harness.doctor.reading.ops import DROPOUT, LAYOUT, MULTIPLY, SAME, SDPA, TILES
 from harness.doctor.reading.record import Op, Record
 
 HALF_MAX = float(torch.finfo(torch.float16).max)
@@ -30,6 +30,20 @@ def finite_fill(fill: Fill) -> list[tuple[str, str]]:
         found.append(("fill_overflow_half", f"the mask fills with {value:g}, past "
                       f"float16's largest finite value ({HALF_MAX:g})"))  # fmt: skip
     return found
+
+
+OUTGROW = 4.0  # scores spread this many times a fill's size outgrow it in many rows
+
+
+def outgrown_at(fill: Fill) -> float | None:
+    """The activation scale at which the scores outgrow a finite fill that float16 can hold
+    (logits any dtype reaches): where their spread is ``OUTGROW`` times the fill's size, the
+    scores growing with the square of the activations. None for a fill past float16's range
+    (``-1e9``: no logits reach it), -inf, or scores whose spread was not read."""
+    value = fill.value if fill.value is not None else fill.added
+    if value is None or not -HALF_MAX <= value < 0 or not fill.spread:
+        return None
+    return math.sqrt(OUTGROW * -value / fill.spread)
 
 
 def tilings(found: Record) -> list[Op]:
@@ -64,4 +78,57 @@ def dropout_left_on(found: Record) -> tuple[str, Op] | None:
             p = op.const(4, "dropout_p", 0.0)
             if isinstance(p, int | float) and p > 0:
                 return f"SDPA given dropout_p={p:g}, which it applies in any mode", op
+    return None
+
+
+TURNS = {"cos", "sin", "polar"}  # what makes rotary's tables out of its angles
+SPREADS = {"cat", "stack", "repeat", "repeat_interleave", "expand", "tile"}
+PRODUCTS = MULTIPLY | {"matmul", "__matmul__", "outer", "einsum", "bmm"}
+
+
+def angles_made(found: Record) -> Op | None:
+    """Where rotary's angles are made, positions times inverse frequencies (the product that
+    a cos, sin or polar takes, through casts and layout): in a low precision, far positions'
+    angles lose the digits that tell neighbours apart (rope_low_precision)."""
+    for op in found.ops:
+        if op.name not in TURNS or not op.tensors:
+            continue
+        value = op.tensors[-1] if op.name == "polar" else op.tensors[0]  # polar(abs, angle)
+        for _ in range(8):
+            step = found.producer(value)
+            if step is None:
+                break
+            if step.name in PRODUCTS and step.line:
+                return step
+            if step.name not in SAME | LAYOUT | SPREADS or not step.tensors:
+                break
+            value = step.tensors[0]
+    return None
+
+
+MAXES = {"max", "amax", "logsumexp"}  # what a stable softmax subtracts first
+
+
+def naive_softmax(found: Record) -> Op | None:
+    """A softmax written out as exp(s) / sum(exp(s)) with no row maximum subtracted from s
+    first: large scores overflow exp to inf, and inf / inf is NaN (naive_exp_softmax)."""
+    for op in found.ops:
+        if op.name not in {"div", "__truediv__", "true_divide", "divide"} or len(op.tensors) < 2:
+            continue
+        top, bottom = (found.producer(v) for v in op.tensors[:2])
+        if top is None or bottom is None or top.name != "exp" or bottom.name != "sum":
+            continue
+        shifted = found.producer(top.tensors[0]) if top.tensors else None
+        while shifted is not None and shifted.name in SAME:
+            shifted = found.producer(shifted.tensors[0]) if shifted.tensors else None
+        subtracts_max = (
+            shifted is not None
+            and shifted.name in {"sub", "__sub__"}
+            and any(
+                (made := found.producer(v)) is not None and made.name in MAXES
+                for v in shifted.tensors[1:]
+            )
+        )
+        if not subtracts_max:
+            return op
     return None

@@ -29,6 +29,7 @@ class Fill:
     held: Value | None = None  # the buffer or attribute it is cut from, when it is
     nan: Op | None = None  # an added mask that holds NaN: the op that made it
     added: float | None = None  # an added mask's most negative value, where it is finite
+    spread: float | None = None  # the scores' spread over the cells it keeps, in the recorded call
 
 
 def filled(record: Record, op: Op) -> Fill:
@@ -54,13 +55,43 @@ def sdpa_fill(record: Record, op: Op, mask: Value, values: Tensor, shape: tuple[
     -inf) is marked with the op that made it, as ``added_mask`` marks one added by hand."""
     bool_mask = values.dtype == torch.bool
     blocked = ~values if bool_mask else values <= BLOCKING
-    nan = None if bool_mask or not values.isnan().any() else (record.producer(mask) or op)
+    nan = None if bool_mask or not values.isnan().any() else nan_made(record, mask, op)
     try:
         cells = blocked.expand(shape)
     except RuntimeError:
         cells = None
     added = None if bool_mask else _finite_lowest(values, blocked)
     return Fill(op, -math.inf if bool_mask else None, cells, mask, nan=nan, added=added)
+
+
+def spread(scores: Tensor | None, blocked: Tensor | None) -> float | None:
+    """The standard deviation of the finite scores a mask meets, over the cells it keeps (all of
+    them where its cells are not known); None where there are too few."""
+    if scores is None or not scores.is_floating_point():
+        return None
+    values = scores.detach().double()
+    if blocked is not None and blocked.shape == values.shape:
+        values = values[~blocked]
+    values = values[values.isfinite()]
+    return float(values.std()) if values.numel() > 1 else None
+
+
+def nan_made(record: Record, value: Value, otherwise: Op) -> Op:
+    """The op that first made NaN in ``value`` (one whose inputs hold none: ``m * -inf``, 0
+    times -inf), followed back through the ops that carried it (a slice, an add)."""
+    op = record.producer(value)
+    found = op or otherwise
+    for _ in range(32):
+        if op is None:
+            break
+        found = op
+        carried = [v for v in op.tensors
+                   if (t := record.result(v)) is not None and t.is_floating_point()
+                   and bool(t.isnan().any())]  # fmt: skip
+        if not carried:
+            break
+        op = record.producer(carried[0])
+    return found
 
 
 def _finite_lowest(values: Tensor, blocked: Tensor) -> float | None:
@@ -91,7 +122,7 @@ def added_mask(record: Record, op: Op, memo: dict[int, bool]) -> Fill | None:
             continue
         blocking, nan = tensor <= BLOCKING, tensor.isnan()
         if (blocking | nan).any() and shape is not None:
-            made = (record.producer(v) or op) if nan.any() else None  # 0 * -inf: NaN
+            made = nan_made(record, v, op) if nan.any() else None  # 0 * -inf: NaN
             added = _finite_lowest(tensor, blocking)
             try:
                 return Fill(op, None, blocking.expand(shape), v, nan=made, added=added)

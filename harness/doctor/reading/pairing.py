@@ -93,3 +93,49 @@ def mismatch(
                 return turn, table.pop(), made
         return None
     return None
+
+
+DECLARED = {"half": HALVES, "interleaved": PAIRS}  # --rope-pairing's words for each
+
+
+def turned_in(record: Record, op: Op, source: Value) -> str | None:
+    """The pairing a rotation ``op`` of ``source`` turns the dimensions in, read from its values:
+    a turn keeps each pair's length (x_i^2 + x_j^2 = y_i^2 + y_j^2, whatever the angle), which
+    the other pairing does not. Only the dimensions it changes are read (partial rotary); the
+    rotation's result is taken where it lays the source's cells out again (a stack of the
+    turned pairs, flattened). None where neither pairing, or both, keep the lengths."""
+    x = record.result(source)
+    y = _laid_back(record, op, x.numel()) if x is not None else None
+    if x is None or y is None or not x.is_floating_point():
+        return None
+    x, y = x.detach().double().reshape(y.shape), y.detach().double()  # heads split by a view
+    changed = ((x - y).abs() > 1e-9 * (1 + x.abs())).flatten(0, -2).any(0).nonzero().flatten()
+    if changed.numel() < 2:
+        return None
+    start, stop = int(changed[0]), int(changed[-1]) + 1
+    width = stop - start + (stop - start) % 2
+    x, y = x[..., start : start + width], y[..., start : start + width]
+    if x.shape[-1] != width:
+        return None
+    i = torch.arange(width)
+    found = [
+        name
+        for name, partner in ((HALVES, (i + width // 2) % width), (PAIRS, i ^ 1))
+        if torch.allclose(x**2 + x[..., partner] ** 2, y**2 + y[..., partner] ** 2, rtol=1e-6)
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _laid_back(record: Record, op: Op, size: int) -> Tensor | None:
+    """The rotation's result, or where a consumer or two lays it out again as its source's
+    ``size`` cells along a last axis of dimensions (not a stack's (..., d/2, 2) of pairs)."""
+    index = op.index
+    for _ in range(3):
+        result = record.results[index][0] if record.results[index] else None
+        if result is not None and result.numel() == size and result.shape[-1] > 2:
+            return result
+        nxt = next(record.consumers(index), None)
+        if nxt is None:
+            return None
+        index = nxt.index
+    return None

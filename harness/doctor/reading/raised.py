@@ -26,3 +26,31 @@ def keys_transposed(found: Record, raised: Op) -> tuple[Op, tuple[int, int]] | N
     if rank - 1 in axes or queries.shape[-1] != keys.shape[-1]:
         return None
     return swap, (axes[0], axes[1])
+
+
+RESHAPES = frozenset({"view", "reshape"})
+
+
+def _sizes(op: Op) -> list[int] | None:
+    """A view's or reshape's sizes, given one by one or as one tuple (None: not all known)."""
+    given = [a.constant for a in op.args[1:]]
+    if len(given) == 1 and isinstance(given[0], tuple | list):
+        given = list(given[0])
+    return [int(s) for s in given] if all(isinstance(s, int) for s in given) else None
+
+
+def heads_before_positions(raised: Op) -> bool:
+    """A view (or reshape) that raised splitting a (B, T, h d) projection as (B, h, T, d): the
+    heads asked for before the positions (which a split tensor's strides refuse; a contiguous
+    one would have cut the positions up silently)."""
+    if raised.name not in RESHAPES or not raised.args or not raised.args[0].shape:
+        return False
+    shape, sizes = raised.args[0].shape, _sizes(raised)
+    if len(shape) != 3 or sizes is None or len(sizes) != 4:
+        return False
+    batch, positions, width = shape
+    if sizes.count(-1) == 1:  # the one size left for the view to infer
+        known = -1 * sizes[0] * sizes[1] * sizes[2] * sizes[3]
+        sizes = [batch * positions * width // known if s == -1 else s for s in sizes]
+    b, h, t, d = sizes
+    return b == batch and t == positions and h * d == width and h != positions

@@ -297,6 +297,8 @@ class Recorder(TorchFunctionMode):
             self.record.results.append(())
             raise
         results = tuple(_flat(out))
+        if name == "__setitem__" and args and isinstance(args[0], Tensor):
+            results = (args[0],)  # t[i] = v: t, written, is what later ops read
         if results:  # an op that returns no tensor (size(), dim()) is not kept
             op.shapes = tuple(tuple(t.shape) for t in results)
             op.dtypes = tuple(t.dtype for t in results)
@@ -393,10 +395,26 @@ def watching_construction() -> Iterator[Callable[[nn.Module], None]]:
                     lines[name] = op.where
                 if last.line and _in_place(last.name):
                     written[name] = last.where
+        for name, tensor in module.named_parameters():  # also through an alias (.data)
+            last = _last_written(recorder.record, tensor)
+            if last is not None:
+                written[name] = last.where
         _BUILT_AT[module], _WRITTEN_AT[module] = lines, written
 
     with recorder:
         yield keep
+
+
+def _last_written(found: Record, tensor: Tensor) -> Op | None:
+    """The last in-place op the constructor ran on another tensor over ``tensor``'s memory
+    (``w.data.normal_()``: ``.data`` is a new tensor object with the parameter's storage)."""
+    where = tensor.untyped_storage().data_ptr()
+    for op, results in zip(reversed(found.ops), reversed(found.results), strict=True):
+        over = any(r.shape == tensor.shape and r.untyped_storage().data_ptr() == where
+                   for r in results)  # fmt: skip
+        if over and op.line and _in_place(op.name):
+            return op
+    return None
 
 
 def _in_place(name: str) -> bool:

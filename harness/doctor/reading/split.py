@@ -5,6 +5,8 @@ of a (B, T, h d) projection does, has cut the positions up and mixed them with t
 
 from __future__ import annotations
 
+import math
+
 from harness.doctor.reading.axes import (
     clean_axis,
     leads_a_merge,
@@ -23,6 +25,7 @@ KEEPS_AXES = {"split", "chunk", "narrow", "tensor_split", "split_with_sizes"}
 ELEMENTWISE = ADD | MULTIPLY | DIVIDE | {"sub", "__sub__", "neg", "__neg__"}
 
 CUT = -1  # clean_axis's answer for an axis made of pieces of several
+MOVES = {"transpose", "swapaxes", "permute"}  # ops that move an axis to another place
 
 
 def axis_before(op: Op, item: int, axis: int) -> int | None:
@@ -52,19 +55,46 @@ def axis_before(op: Op, item: int, axis: int) -> int | None:
     return axis if shape_out == shape_in else None
 
 
-def positions_cut(record: Record, value: Value, axis: int, memo: dict[int, bool]) -> Op | None:
-    """The reshape that cut the positions' axis ``axis`` of ``value`` (an operand of the
-    attention) out of several axes of the projection before it; None when the axis comes
-    whole from the projection, or cannot be followed back to it."""
+def piece_of(op: Op, item: int, axis: int) -> int | None:
+    """The one input axis a reshape split into several, axis ``axis`` of its result among them
+    (``(B, T, 3 C)`` viewed as ``(B, T, 3, h, d)``: the heads are a piece of the features);
+    None where it is not such a piece."""
+    if op.name not in RESHAPES or not op.args or op.args[0].shape is None:
+        return None
+    shape_in, shape_out = op.args[0].shape, op.shapes[item]
+    bounds_in = [math.prod(shape_in[:i]) for i in range(len(shape_in) + 1)]
+    bounds_out = [math.prod(shape_out[:i]) for i in range(len(shape_out) + 1)]
+    low, high = bounds_out[axis], bounds_out[axis + 1]
+    holding = [i for i in range(len(shape_in)) if bounds_in[i] <= low and high <= bounds_in[i + 1]]
+    return holding[0] if len(holding) == 1 and shape_in[holding[0]] > shape_out[axis] else None
+
+
+def positions_cut(
+    record: Record, value: Value, axis: int, memo: dict[int, bool]
+) -> tuple[Op, bool] | None:
+    """Where the positions' axis ``axis`` of ``value`` (an operand of the attention), followed
+    back to the projection that made it, is not the projection's positions: the reshape that
+    cut it out of several axes (False), or the op that put there a piece of the projection's
+    features, heads where positions belong (True: a permute that swapped them). None when the
+    axis comes whole from the projection's positions, or cannot be followed back to it."""
+    placed: Op | None = None  # the nearest axis-moving op, walking back, after a piece split
+    piece: Op | None = None
     for _ in range(64):
         op = record.producer(value)
-        if op is None or is_projection(record, op, memo):
+        if op is None:
             return None
+        if is_projection(record, op, memo):
+            features = value.shape is not None and axis == len(value.shape) - 1 > 0
+            return ((placed or piece), True) if piece is not None and features else None
         if op.name not in LAYOUT | SAME | ELEMENTWISE:
             return None
         before = axis_before(op, value.item, axis)
         if before == CUT:
-            return op
+            return op, False
+        if before is None and (before := piece_of(op, value.item, axis)) is not None:
+            piece = op
+        elif op.name in MOVES and piece is None and before != axis:
+            placed = op
         main = data_operand(record, op, memo)
         if before is None or main is None or main.shape is None:
             return None

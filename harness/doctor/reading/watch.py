@@ -5,7 +5,7 @@ for the causality the doctor settles on."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 SEED = 11  # the recorded call's inputs: any seed; not one a probe uses
 
 
+# what the module's own masks, read from a call without the caller's, may name
+OWN_MASKS = ("causal_leak", "sliding_window_off_by_one", "mask_bool")
+
+
 @dataclass
 class Watched:
     """One recorded call of a copy of the subject, and the keep-mask it was given."""
@@ -27,25 +31,52 @@ class Watched:
     found: Record
     keep: Tensor | None
     finite: bool = True  # the call's output holds no NaN or infinity
+    alone: Record | None = None  # the same call without a mask, where one was recorded
+
+    def _read(self, found: Record, keep: Tensor | None, causal: bool) -> Reading:
+        subject = self.subject
+        return interpret(
+            found,
+            subject.d_model,
+            keep=keep,
+            declared_scale=subject.config.scale,
+            made=lambda name: made_where(subject, name),
+            causal=causal,
+            declared_pairing=subject.config.rope_pairing,
+        )
+
+    def _own_masks(self, reading: Reading, causal: bool) -> None:
+        """Where the module joins a triangle or band it built to the caller's mask, which
+        hides it, what the same call without a mask shows of it: the traps its own masks name,
+        added to ``reading`` (one more recorded call, only then)."""
+        if not reading.joins_own or self.keep is None:
+            return
+        if self.alone is None:
+            subject, module = self.subject, self.subject.copy()
+            x = subject.x(subject.config.batch, subject.config.seq_len, SEED)
+            try:
+                self.alone = record(module, lambda: subject.call(module, x, None), {"x": x})
+            except Exception:  # it needs its mask: what it joins stays hidden
+                return
+        alone = self._read(self.alone, None, causal)
+        had = {n.trap for n in reading.named}
+        reading.named += [n for n in alone.named if n.trap in OWN_MASKS and n.trap not in had]
+        reading.facts += [replace(f, name=f"{f.name} (called without a mask)")
+                          for f in alone.facts if f.name == "future"]  # fmt: skip
 
     def reading(self, causal: bool) -> Reading:
         """The record read for a module held to be ``causal`` (a leak is named only then)."""
         subject = self.subject
-        reading = interpret(
-            self.found,
-            subject.d_model,
-            keep=self.keep,
-            declared_scale=subject.config.scale,
-            made=lambda name: made_where(subject, name),
-            causal=causal,
-        )
+        reading = self._read(self.found, self.keep, causal)
+        self._own_masks(reading, causal)
         read = [reading.projections.get(role) or "" for role in ("queries", "keys")]
         weights = [n for n, p in subject.module.named_parameters() if p.dim() == 2]
         drawn = [made_where(subject, name, written_at) for name in (*read, *weights)]
         lines = list(dict.fromkeys(d for d in drawn if d))  # the projections read first
         if lines:  # where a probe finds the weights saturated at init, the inits to look at
             said = "the projections' weights are drawn by the module's own init"
-            reading.named.append(Named("init_unit_variance", said, lines[0], tuple(lines[1:])))
+            # first: weights drawn too large make every other error larger too
+            reading.named.insert(0, Named("init_unit_variance", said, lines[0], tuple(lines[1:])))
         return reading
 
 

@@ -1,0 +1,79 @@
+"""Recipes for the traps of training mode and weights: dropout left on in eval, and projections
+drawn with unit spread."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from harness.doctor.fixes.line import Line, argument, called, with_argument
+from harness.doctor.fixes.recipes.terms import SDPA, variables_in
+from harness.doctor.fixes.values import number_of
+
+DROPOUT = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d")
+
+
+def dropout_in_eval(line: Line) -> Iterator[str]:
+    """A dropout that drops in eval mode, in a method, told to drop only while its module
+    trains: a dropout function given ``training=self.training``, SDPA's ``dropout_p`` given
+    only then (a plain function has no module to ask)."""
+    function, klass = line.enclosing()
+    params = function.params.params if function is not None else ()
+    if klass is None or not params:
+        return  # not a method: no instance whose ``training`` to read
+    training = f"{params[0].name.value}.training"
+    for call in line.calls(*DROPOUT):
+        if line.is_function_form(call):
+            yield line.replaced(call, with_argument(call, 2, "training", training))
+    for call in line.calls(*SDPA):
+        given = argument(call, 4, "dropout_p")
+        if given is not None:
+            gated = f"{line.code(given.value)} if {training} else 0.0"
+            yield line.replaced(given.value, cst.parse_expression(gated))
+    if not list(line.calls(*DROPOUT, *SDPA)):  # where a rate read by a dropout is made
+        for assign in line.nodes(cst.Assign):
+            gated = f"{line.code(assign.value)} if {training} else 0.0"  # type: ignore[attr-defined]
+            yield line.replaced(assign.value, cst.parse_expression(gated))  # type: ignore[attr-defined]
+
+
+INITS = ("normal_", "trunc_normal_")
+
+
+def drawn_smaller(line: Line) -> Iterator[str]:
+    """Projection weights drawn with a spread as large as 1 (``normal_(w, std=1.0)``): the
+    spread put as each number, or name worth less than 1, that the function's other inits
+    draw with (the module's own ``init_std``, ``0.02``), each value once, then as the
+    catalogue's fix draws them (``xavier_uniform_``), the proof choosing. No other name in
+    scope: any small spread passes the probes, and only the module's own is its meaning."""
+    others = [  # the spreads the function draws its other weights with: a number, or names
+        line.code(o) for call in line.in_function(cst.Call) if called(call) in INITS  # type: ignore[arg-type]
+        and (spread := _spread(line, call)) is not None
+        for o in ([spread.value] if _number(spread.value) else variables_in(line, spread.value))
+    ]  # fmt: skip
+    for call in line.calls(*INITS):
+        given = _spread(line, call)
+        tensor = call.args[0].value if line.is_function_form(call) and call.args else None
+        if given is not None:
+            names = [n for n in dict.fromkeys(others) if n != line.code(given.value)]
+            values = line.values(names)
+            tried: set[float] = set()
+            for name in names:
+                spread = number_of(values.get(name))
+                if spread is None or not 0 < spread < 1 or spread in tried:
+                    continue
+                tried.add(spread)
+                yield line.replaced(given.value, cst.parse_expression(name))
+        if tensor is not None and isinstance(call.func, cst.Attribute):
+            module = line.code(call.func.value)
+            fixed = f"{module}.xavier_uniform_({line.code(tensor)})"
+            yield line.replaced(call, cst.parse_expression(fixed))
+
+
+def _number(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Float | cst.Integer)
+
+
+def _spread(line: Line, call: cst.Call) -> cst.Arg | None:
+    """An init call's ``std``."""
+    return argument(call, 2 if line.is_function_form(call) else 1, "std")
