@@ -1275,7 +1275,7 @@ class QwenNorm(nn.Module):
         self.weight, self.eps = nn.Parameter(torch.ones(width)), eps
 
     def forward(self, x):
-        variance = x.float().pow(2).mean(-1, keepdim=True)
+        variance = x.pow(2).mean(-1, keepdim=True)
         return self.weight * (x * torch.rsqrt(variance + self.eps))
 
 
@@ -1297,6 +1297,27 @@ class HeadNormedScaledTwice(nn.Module):
         k = self.k_norm(self.k_proj(hidden_states).view(B, T, self.num_heads, -1)).transpose(1, 2)
         v = self.v_proj(hidden_states).view(B, T, self.num_heads, -1).transpose(1, 2)
         scores = torch.matmul(q * self.scaling, k.transpose(2, 3)) * self.scaling  # BUG
+        out = torch.softmax(scores, dim=-1) @ v  # (B, h, T, d)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class NormedAfterScaled(nn.Module):
+    """A layer that scales its queries before their RMS norm (which, with no epsilon, undoes it
+    exactly) and the scores once after: the scores carry 1/sqrt(head width), healthy."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = separate(hidden_size)
+        self.q_norm, self.k_norm = QwenNorm(self.head_dim, eps=0.0), QwenNorm(self.head_dim)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        q = self.q_proj(hidden_states).view(B, T, self.num_heads, -1) / math.sqrt(self.head_dim)
+        q = self.q_norm(q).transpose(1, 2)  # (B, h, T, d), the factor before it undone
+        k = self.k_norm(self.k_proj(hidden_states).view(B, T, self.num_heads, -1)).transpose(1, 2)
+        v = self.v_proj(hidden_states).view(B, T, self.num_heads, -1).transpose(1, 2)
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
         out = torch.softmax(scores, dim=-1) @ v  # (B, h, T, d)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
 
@@ -1417,7 +1438,8 @@ class WindowedPaddingOnQueries(nn.Module):
         q, k, v = heads_of(self.Wqkv(hidden_states), self.num_heads)  # (B, h, T, d)
         allowed = attention_mask.bool()[:, None, :, None]  # BUG
         rows = torch.arange(T)
-        allowed = allowed & ((rows[None, :] - rows[:, None]).abs() <= self.reach)
+        window = ((rows[None, :] - rows[:, None]).abs() <= self.reach)[None, None]
+        allowed = window & allowed
         attn_mask = torch.zeros(allowed.shape, dtype=q.dtype)
         attn_mask = attn_mask.masked_fill(~allowed, torch.finfo(q.dtype).min)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)

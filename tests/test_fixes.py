@@ -858,6 +858,48 @@ def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config,
     assert fix.proof == "with this change every probe passes", fix
 
 
+def _bug_line(name: str) -> int:
+    """The line of ``fix_modules``' class ``name`` marked ``# BUG``."""
+    source = Path(fm.__file__).read_text().splitlines()
+    start = next(i for i, text in enumerate(source) if text.startswith(f"class {name}("))
+    return next(i for i, text in enumerate(source[start:], start + 1) if text.endswith("# BUG"))
+
+
+def test_of_two_rotations_the_one_not_in_the_declared_pairing_is_named():
+    """q turned in halves as declared, k in pairs: the cause is at k's call, not q's."""
+    d = diagnose(fm.RotaryFlagDiffers(64, 4),
+                 Config(causal=True, positions="relative", rope_pairing="half"))  # fmt: skip
+    [cause] = [c for c in d.causes if c.trap == "rope_pairing_mismatch"]
+    assert f"fix_modules.py:{_bug_line('RotaryFlagDiffers')} " in cause.at, d.text()
+
+
+def test_nan_in_an_added_mask_is_named_where_it_is_made_not_where_it_is_sliced():
+    """A bool window times -inf (0 * -inf: NaN) added to its model's mask, which is sliced
+    before it meets the scores: the cause is at the product that made the NaN."""
+    config = Config(causal=True, mask="additive", mask_shape="b1qk", window=4)
+    d = diagnose(fm.WindowTimesInfinity(64, 4), config)
+    assert d.causes[0].trap == "mask_to_additive_nan", d.text()
+    assert f"fix_modules.py:{_bug_line('WindowTimesInfinity')} " in d.causes[0].at, d.text()
+
+
+def test_a_factor_a_normalization_undoes_is_no_part_of_the_scale():
+    """q scaled before its RMS norm and the scores scaled once after it: the factor before the
+    norm is undone by it, so the scale read is 1/sqrt(head width) and the layer is healthy."""
+    d = diagnose(fm.NormedAfterScaled(64, 4), Config())
+    assert d.healthy, d.text()
+    assert any(f.name == "scale" and f.value.startswith("0.25 ") for f in d.facts), d.text()
+
+
+def test_grouped_heads_behind_a_fused_projection_are_followed_in_the_recorded_forward():
+    """No separate K/V projections to hook: which query heads share one copy of the values is
+    read from the recorded forward, and a tiled copy fails against declared blocks."""
+    config = Config(causal=True, kv_heads=2, kv_grouping="blocks")
+    d = diagnose(fm.MultiQueryGroupsTiled(64, 4), config)
+    [grouped] = [f for f in d.findings if f.probe == "grouped heads"]
+    assert grouped.status == FAIL and "(as recorded)" in grouped.message, d.text()
+    assert "gqa_kv_grouping" in grouped.traps
+
+
 FIXABLE = [
     "softmax_dim", "mask_bool", "causal_leak", "scale_after_softmax", "fill_too_small",
     "qk_overflow_half", "gqa_kv_grouping", "dropout_in_eval", "missing_scale", "scale_d_model",

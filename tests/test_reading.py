@@ -19,6 +19,7 @@ from harness.doctor.model.diagnosis import first_trap
 from harness.doctor.reading.attention import sites
 from harness.doctor.reading.checks import read_failures
 from harness.doctor.reading.facts import Named, Reading
+from harness.doctor.reading.groups import grouping, shared_heads
 from harness.doctor.reading.record import record
 from harness.doctor.reading.split import axis_before
 from harness.validation import build, config_for
@@ -374,6 +375,17 @@ def test_a_failure_that_names_a_located_trap_is_that_traps_before_a_broad_ones()
     mask, angles = read_causes(failing, reading)
     assert (mask.trap, mask.probes) == ("sdpa_mask_inverted", ("causal no-leak",))
     assert (angles.trap, angles.probes) == ("rope_low_precision", ("position shift",))
+
+
+def test_heads_that_share_copies_of_the_values_are_read_as_blocks_or_strided():
+    """K/V heads copied for grouped queries: equal cell for cell across the heads' axis, in
+    blocks (repeat_interleave) or strided (repeat); heads of their own share nothing."""
+    kv = torch.randn(2, 2, 5, 3)  # (B, kv heads, S, d)
+    blocks = shared_heads(kv.repeat_interleave(2, dim=1))
+    strided = shared_heads(kv.repeat(1, 2, 1, 1))
+    assert blocks == [frozenset({0, 1}), frozenset({2, 3})] and grouping(blocks) == "blocks"
+    assert strided == [frozenset({0, 2}), frozenset({1, 3})] and grouping(strided) == "strided"
+    assert shared_heads(torch.randn(2, 4, 5, 3)) is None
 
 
 def test_a_fact_alone_fails_nothing():

@@ -363,7 +363,7 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
         if is_projection(record, op, memo):
             site.projections[where] = weight_name(record, op, memo)
             return True  # a projection: the operand starts here
-        if not normed and _normalizes(record, op, memo):
+        if _normalizes(record, op, memo):  # each of its steps: a weight, x * rsqrt(...)
             site.normed = normed = True  # the factors after it are the whole scale
             main = data_operand(record, op, memo) if op.name not in NORMS else op.args[0]
             if main is None or not main.is_tensor:
