@@ -11,7 +11,7 @@ cause of a failure a probe measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -541,31 +541,33 @@ def _up_to_each_query(cells: torch.Tensor) -> torch.Tensor | None:
 PLACES = frozenset({"view", "reshape", "unsqueeze", "__getitem__", "permute", "transpose"})
 
 
-def _laid_out(found: Record | None, fill: Fill) -> tuple[str, ...]:
-    """Where the mask a fill reads got the axes it has (the last view, index or unsqueeze
-    before the fill, by the line that called it): where a mask laid along the wrong axis is
-    fixed, when it is not the fill's own line."""
-    todo, seen = [fill.mask], set()
-    while found is not None and todo:  # nearest first, along what carries the caller's mask
-        op = found.producer(todo.pop(0))
-        if op is None or not op.line or op.index in seen:
-            continue
-        seen.add(op.index)
-        if op.name in PLACES and _from_caller(found, op):
-            return (op.where,) if op.where != fill.op.where else ()
-        todo += [v for v in op.tensors if v.kind == "op"]
-    return ()
-
-
-def turned_given(found: Record, fill: Fill) -> Op | None:
-    """A transpose of the last two axes on the way from the caller's mask to a fill: the
-    mask it was given, laid (queries, keys), turned to (keys, queries) before it is applied."""
+def _mask_ops(found: Record, fill: Fill) -> Iterator[Op]:
+    """The ops of the module's own code that made a fill's mask, nearest the fill first, each
+    once."""
     todo, seen = [fill.mask], set()
     while todo:
         op = found.producer(todo.pop(0))
         if op is None or not op.line or op.index in seen:
             continue
         seen.add(op.index)
+        yield op
+        todo += [v for v in op.tensors if v.kind == "op"]
+
+
+def _laid_out(found: Record | None, fill: Fill) -> tuple[str, ...]:
+    """Where the mask a fill reads got the axes it has (the last view, index or unsqueeze
+    before the fill, by the line that called it): where a mask laid along the wrong axis is
+    fixed, when it is not the fill's own line."""
+    for op in _mask_ops(found, fill) if found is not None else ():
+        if op.name in PLACES and _from_caller(found, op):  # along the caller's mask
+            return (op.where,) if op.where != fill.op.where else ()
+    return ()
+
+
+def turned_given(found: Record, fill: Fill) -> Op | None:
+    """A transpose of the last two axes on the way from the caller's mask to a fill: the
+    mask it was given, laid (queries, keys), turned to (keys, queries) before it is applied."""
+    for op in _mask_ops(found, fill):
         if op.name in {"transpose", "swapaxes"} and op.args and op.args[0].shape:
             rank = len(op.args[0].shape)
             axes = {op.const(1, "dim0"), op.const(2, "dim1")}
@@ -573,7 +575,6 @@ def turned_given(found: Record, fill: Fill) -> Op | None:
                 rank - 2, rank - 1,
             } and _from_caller(found, op):  # fmt: skip
                 return op
-        todo += [v for v in op.tensors if v.kind == "op"]
     return None
 
 
