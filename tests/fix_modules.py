@@ -1530,3 +1530,27 @@ class DrawnWithUnitSpreadFromConfig(nn.Module):
         q, k, v = heads_of(self.Wqkv(x), self.n_heads)  # each (B, h, T, d)
         out = F.scaled_dot_product_attention(q, k, v)
         return self.out_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class MaskCastBeforeTheCall(nn.Module):
+    """litgpt's way: the padding mask cast to the queries' dtype in ``forward`` (the model
+    may hand 0/1 integers), then given to SDPA by a helper method, which adds a float mask:
+    the cast is where it went wrong, not the call (sdpa_float_mask)."""
+
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.attn, self.proj = fused(n_embd)
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        q, k, v = heads_of(self.attn(x), self.n_head)  # each (B, h, T, d)
+        if mask is not None:
+            mask = mask.to(q.dtype)  # BUG
+            mask = mask[:, None, None, :]  # (B, 1, 1, T)
+        y = self.attend(q, k, v, mask)  # (B, h, T, d)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def attend(self, q, k, v, mask=None):
+        scale = 1.0 / math.sqrt(q.size(-1))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)

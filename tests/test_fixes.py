@@ -505,6 +505,15 @@ def test_nan_in_an_added_mask_is_named_where_it_is_made_not_where_it_is_sliced()
     assert f"fix_modules.py:{_bug_line('WindowTimesInfinity')} " in d.causes[0].at, d.text()
 
 
+def test_a_float_mask_given_to_sdpa_is_named_with_the_line_that_cast_it():
+    """A bool padding mask cast to floats in ``forward``, sliced after, and given to SDPA by a
+    helper: the cause is at the call, and the line it involves is the cast, not the slice."""
+    d = diagnose(fm.MaskCastBeforeTheCall(64, 4), Config(mask="keep", mask_shape="bk"))
+    assert d.causes[0].trap == "sdpa_float_mask", d.text()
+    [cast] = d.causes[0].also
+    assert f"fix_modules.py:{_bug_line('MaskCastBeforeTheCall')} " in cast, d.causes[0]
+
+
 def test_a_factor_a_normalization_undoes_is_no_part_of_the_scale():
     """q scaled before its RMS norm and the scores scaled once after it: the factor before the
     norm is undone by it, so the scale read is 1/sqrt(head width) and the layer is healthy."""

@@ -320,6 +320,12 @@ from tests.test_fixes import _fixes
             "mask_to_additive_nan",
             'attention_mask = attention_mask + far.float().masked_fill(far != 0, float("-inf"))',
         ),
+        (
+            fm.MaskCastBeforeTheCall(64, 4),
+            Config(mask="keep", mask_shape="bk"),
+            "sdpa_float_mask",
+            "mask = mask.bool()",
+        ),
     ],
     ids=[
         "split-scale",
@@ -374,6 +380,7 @@ from tests.test_fixes import _fixes
         "given-mask-transposed",
         "softmax-written-out",
         "window-times-infinity",
+        "mask-cast-before-the-call",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):

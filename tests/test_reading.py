@@ -18,8 +18,8 @@ from harness.doctor.findings import FAIL, PASS, Finding
 from harness.doctor.model.diagnosis import first_trap
 from harness.doctor.reading.attention import sites
 from harness.doctor.reading.checks import read_failures
-from harness.doctor.reading.facts import Named, Reading
 from harness.doctor.reading.groups import grouping, shared_heads
+from harness.doctor.reading.known import Named, Reading
 from harness.doctor.reading.record import record
 from harness.doctor.reading.split import axis_before
 from harness.validation import build, config_for

@@ -22,7 +22,7 @@ from harness.doctor.findings import Diagnosis
 from harness.doctor.model.call import takes_token_ids
 from harness.doctor.model.diagnosis import ModelDiagnosis
 from harness.doctor.model.examine import diagnose_model
-from harness.doctor.reading.facts import Fact
+from harness.doctor.reading.known import Fact
 from harness.doctor.settings import declared
 from harness.doctor.target import Sizes, load_object, parse_init
 from harness.doctor.target import build as build_target

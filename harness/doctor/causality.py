@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from harness.doctor.config import Config
 from harness.doctor.findings import PASS, Finding
-from harness.doctor.reading.facts import Reading
+from harness.doctor.reading.known import Reading
 from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from harness.masks import KEY_LAYOUTS

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from harness.doctor.config import Config
 from harness.doctor.findings import FAIL, NUMBER, Finding, raised
-from harness.doctor.reading.facts import Reading
+from harness.doctor.reading.known import Reading
 
 SHARED = 2  # failures with one error that make it a cause of its own
 

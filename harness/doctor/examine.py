@@ -26,7 +26,7 @@ from harness.doctor.named import leading
 from harness.doctor.probes import PROBES, Probe
 from harness.doctor.probes.numerics import HALF_FILL, HALF_FILL_NAMED
 from harness.doctor.reading.checks import read_failures
-from harness.doctor.reading.facts import COMPUTED, Fact, Reading
+from harness.doctor.reading.known import COMPUTED, Fact, Reading
 from harness.doctor.reading.watch import Watched, watch
 from harness.doctor.subject import Subject
 from harness.errors import UsageError

@@ -14,7 +14,7 @@ from harness.doctor.config import Config
 if TYPE_CHECKING:
     from harness.doctor.causes import Cause
     from harness.doctor.fixes import Fix
-    from harness.doctor.reading.facts import Fact
+    from harness.doctor.reading.known import Fact
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 # The error a failing probe reports: "raises: E: text", "raises on ordinary (B=4 T=8): E: ...",

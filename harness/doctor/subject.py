@@ -24,7 +24,7 @@ from harness.doctor.calling import (
 )
 from harness.doctor.config import Config, float32_rounding
 from harness.doctor.protocol import Adapter
-from harness.doctor.reading.facts import Reading
+from harness.doctor.reading.known import Reading
 from harness.doctor.reading.watch import watch
 from harness.doctor.stated import (
     SOFTCAP_NAMES,

@@ -16,6 +16,14 @@ NO_SPACE = cst.AssignEqual(
 )
 
 
+@functools.lru_cache(maxsize=8)
+def _parsed(source: str) -> tuple[MetadataWrapper, Mapping[cst.CSTNode, CodeRange]]:
+    """``source`` parsed, and where each node of it is: once per text, for every line of it
+    the doctor reads (a tree is never changed in place, so the lines may share it)."""
+    wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+    return wrapper, wrapper.resolve(PositionProvider)
+
+
 @dataclass(frozen=True)
 class Line:
     """Line ``number`` of ``source``; ``names``: the globals of the code there (what its names
@@ -29,13 +37,13 @@ class Line:
     width: int | None = None  # the model width the module is probed at, where known
     root: float | None = None  # the size a scale's square root should be taken of, where known
 
-    @functools.cached_property
+    @property
     def _wrapper(self) -> MetadataWrapper:
-        return MetadataWrapper(cst.parse_module(self.source))
+        return _parsed(self.source)[0]
 
-    @functools.cached_property
+    @property
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        return self._wrapper.resolve(PositionProvider)
+        return _parsed(self.source)[1]
 
     @functools.cached_property
     def _statement(self) -> tuple[int, int]:

@@ -10,7 +10,7 @@ only measurement, and the scale the module means can be declared (--scale).
 from __future__ import annotations
 
 from harness.doctor.findings import FAIL, PASS, Finding
-from harness.doctor.reading.facts import Reading
+from harness.doctor.reading.known import Reading
 
 NAME = "read from the forward"
 MEASURED_BY = "agrees with SDPA"  # the probe that measures a scale

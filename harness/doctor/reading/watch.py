@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
 
-from harness.doctor.reading.facts import Named, Reading, interpret
+from harness.doctor.reading.facts import interpret
+from harness.doctor.reading.known import Named, Reading
 from harness.doctor.reading.record import Record, built_at, record, written_at
 
 if TYPE_CHECKING:

@@ -125,11 +125,22 @@ def sdpa_mask_inverted(line: Line) -> Iterator[str]:
         yield line.replaced(mask, _inverted(mask))
 
 
+CASTS = ("to", "float", "half", "double", "bfloat16", "type", "type_as")  # methods that cast
+
+
+def _as_bool(line: Line, node: cst.BaseExpression) -> cst.BaseExpression:
+    return cst.parse_expression(f"{line.code(parenthesized(node))}.bool()")
+
+
 def sdpa_float_mask(line: Line) -> Iterator[str]:
     """A 0/1 float mask given to SDPA, which adds a float mask to the scores: given as bool,
-    where it is given or where it is made."""
+    where it is given or where it is made; on a line that casts the mask to floats on its way
+    there (``mask = mask.to(q.dtype)``), the cast made ``.bool()``."""
     for mask in _sdpa_masks(line):
-        yield line.replaced(mask, cst.parse_expression(f"{line.code(parenthesized(mask))}.bool()"))
+        yield line.replaced(mask, _as_bool(line, mask))
+    for cast in line.calls(*CASTS):
+        if isinstance(cast.func, cst.Attribute):
+            yield line.replaced(cast, _as_bool(line, cast.func.value))
 
 
 def causal_leak(line: Line) -> Iterator[str]:
