@@ -1554,3 +1554,40 @@ class MaskCastBeforeTheCall(nn.Module):
     def attend(self, q, k, v, mask=None):
         scale = 1.0 / math.sqrt(q.size(-1))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def as_halves(t):
+    """(B, h, T, d) laid out in pairs (2i, 2i + 1) -> the same dimensions in halves (i, i + d/2)."""
+    B, h, T, d = t.shape
+    return t.view(B, h, T, d // 2, 2).transpose(4, 3).reshape(B, h, T, d)
+
+
+class PairsTurnedAsHalves(nn.Module):
+    """DeepSeek's way: the rotary dimensions are projected in pairs (2i, 2i + 1) and laid out
+    as halves before both q and k are turned in halves (rotate_half): pairs, as projected."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv, self.out = fused(d_model)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = heads_of(self.qkv(x), self.n_heads)  # each (B, h, T, d)
+        cos, sin = _tables(torch.arange(T), q.shape[-1])  # each (T, d)
+        q, k = self.queries_as_halves(q), as_halves(k)
+        q, k = apply_rotary(q, k, cos, sin)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, d)
+        return self.out(out.transpose(1, 2).reshape(B, T, C))
+
+    def queries_as_halves(self, q):
+        return as_halves(q)
+
+
+class QueriesLeftInPairs(PairsTurnedAsHalves):
+    """The queries' reordering written without its transpose: q turned in halves of its
+    dimensions as projected, k in pairs (rope_pairing_mismatch)."""
+
+    def queries_as_halves(self, q):
+        B, h, T, d = q.shape
+        return q.view(B, h, T, d // 2, 2).reshape(B, h, T, d)  # BUG

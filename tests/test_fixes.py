@@ -496,6 +496,17 @@ def test_of_two_rotations_the_one_not_in_the_declared_pairing_is_named():
     assert f"fix_modules.py:{_bug_line('RotaryFlagDiffers')} " in cause.at, d.text()
 
 
+def test_a_pairing_is_read_of_the_dimensions_as_projected_not_as_turned():
+    """q and k each reordered from pairs to halves, then turned in halves: pairs, as declared,
+    and healthy; the queries' reordering left out: they are turned in halves of their
+    dimensions as projected, which no probe can see, and the reading fails it by itself."""
+    config = Config(causal=True, positions="relative", rope_pairing="interleaved")
+    assert diagnose(fm.PairsTurnedAsHalves(64, 4), config).healthy
+    d = diagnose(fm.QueriesLeftInPairs(64, 4), config)
+    assert d.causes[0].trap == "rope_pairing_mismatch", d.text()
+    assert "the queries are turned in halves" in d.causes[0].fit, d.causes[0]
+
+
 def test_nan_in_an_added_mask_is_named_where_it_is_made_not_where_it_is_sliced():
     """A bool window times -inf (0 * -inf: NaN) added to its model's mask, which is sliced
     before it meets the scores: the cause is at the product that made the NaN."""

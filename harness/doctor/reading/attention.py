@@ -390,7 +390,7 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
                 break
             site.rotated = site.rotated or op
             site.pairing = site.pairing or mismatch(record, op, memo)
-            site.turns.setdefault(where, (op, turned_in(record, op, source)))
+            site.turns.setdefault(where, (op, turned_in(record, op, source, memo)))
             value = source
             continue
         elif op.name == "__setitem__":  # q[..., :d] = q_nope; q[..., d:] = q_pe: a piece

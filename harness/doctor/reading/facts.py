@@ -149,8 +149,9 @@ def _turned_apart(site: Site, declared: str) -> list[Named]:
         return []
     right = "keys" if wrong == "queries" else "queries"
     op, other = site.turns[wrong][0], site.turns[right][0]
-    said = (f"the {wrong} are turned in {turns[wrong]}, the {right} in {turns[right]}, as "
-            f"declared: q k^T then mixes angles of different dimensions")  # fmt: skip
+    said = (f"the {wrong} are turned in {turns[wrong]} of their dimensions as projected, the "
+            f"{right} in {turns[right]}, as declared: the {wrong}' weights are read in a "
+            "layout made for the other pairing")  # fmt: skip
     return [Named("rope_pairing_mismatch", said, op.called_where, (other.called_where,))]
 
 

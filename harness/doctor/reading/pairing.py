@@ -98,32 +98,120 @@ def mismatch(
 DECLARED = {"half": HALVES, "interleaved": PAIRS}  # --rope-pairing's words for each
 
 
-def turned_in(record: Record, op: Op, source: Value) -> str | None:
+def turned_in(record: Record, op: Op, source: Value, memo: dict[int, bool]) -> str | None:
     """The pairing a rotation ``op`` of ``source`` turns the dimensions in, read from its values:
     a turn keeps each pair's length (x_i^2 + x_j^2 = y_i^2 + y_j^2, whatever the angle), which
     the other pairing does not. Only the dimensions it changes are read (partial rotary); the
     rotation's result is taken where it lays the source's cells out again (a stack of the
-    turned pairs, flattened). None where neither pairing, or both, keep the lengths."""
+    turned pairs, flattened). The pairing is said of the dimensions as the projection laid
+    them out, where they were reordered on the way (DeepSeek lays pairs out as halves before
+    it turns halves: pairs, as projected). None where neither pairing, or both, keep the
+    lengths."""
+    given = _turned_data(record, op, memo)
+    for value in (given, source) if given is not None else (source,):
+        x = record.result(value)
+        y = _laid_back(record, op, x.numel()) if x is not None else None
+        if x is None or y is None or not x.is_floating_point():
+            continue
+        x, y = x.detach().double().reshape(y.shape), y.detach().double()  # heads split by a view
+        changed = ((x - y).abs() > 1e-9 * (1 + x.abs())).flatten(0, -2).any(0).nonzero().flatten()
+        if changed.numel() < 2:
+            continue
+        start, stop = int(changed[0]), int(changed[-1]) + 1
+        width = stop - start + (stop - start) % 2
+        x, y = x[..., start : start + width], y[..., start : start + width]
+        if x.shape[-1] != width:
+            continue
+        i = torch.arange(width)
+        found = [
+            (name, partner)
+            for name, partner in ((HALVES, (i + width // 2) % width), (PAIRS, i ^ 1))
+            if torch.allclose(x**2 + x[..., partner] ** 2, y**2 + y[..., partner] ** 2, rtol=1e-6)
+        ]
+        if len(found) != 1:
+            continue
+        name, partner = found[0]
+        earlier = _laid_from(record, value)  # the dimensions as projected, where reordered
+        same = earlier is not None and earlier.shape[-1] == y.shape[-1]
+        moved = _columns(record.result(value), earlier) if same else None  # type: ignore[arg-type]
+        return name if moved is None else _pairing(moved[start + i], moved[start + partner])
+    return None
+
+
+def _turned_data(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
+    """What a rotation ``q cos + turn(q) sin`` turns, as it takes it: the data of one of its
+    two products whose turn is the other's (None: not two such products)."""
+    data = []
+    for product in (record.producer(v) for v in op.tensors):
+        if product is None or product.name not in MULTIPLY:
+            return None
+        data += [v for v in tensor_args(product) if from_input(record, v, memo)][:1]
+    if len(data) != 2:
+        return None
+    q, r = (record.result(v) for v in data)
+    if q is None or r is None:
+        return None
+    if _turned(q, r) is not None:
+        return data[0]
+    return data[1] if _turned(r, q) is not None else None
+
+
+# ops that lay a tensor's values out again, each value once, in another order
+REORDERS = frozenset({"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze",
+                      "flatten", "unflatten", "swapaxes", "movedim", "contiguous", "mT",
+                      "view_as", "reshape_as"})  # fmt: skip
+
+
+def _laid_from(record: Record, source: Value) -> Tensor | None:
+    """The earliest tensor that ``source`` lays out again (views, transposes and reshapes back)
+    with a last axis as wide as its own: the layout the projection gave the dimensions, which
+    a model may reorder before its rotation (DeepSeek's pairs laid out as halves)."""
     x = record.result(source)
-    y = _laid_back(record, op, x.numel()) if x is not None else None
-    if x is None or y is None or not x.is_floating_point():
+    earliest, value = None, source
+    for _ in range(16):
+        op = record.producer(value)
+        if x is None or op is None or op.name not in REORDERS or not op.args:
+            break
+        value = op.args[0]
+        laid = record.result(value)
+        if laid is None or laid.numel() != x.numel():
+            break
+        if laid.shape[-1] == x.shape[-1]:
+            earliest = laid
+    return earliest
+
+
+def _columns(x: Tensor | None, earlier: Tensor) -> Tensor | None:
+    """For each dimension of ``x``'s last axis, the dimension of ``earlier``'s that holds its
+    values (None where they are not one dimension each: values that repeat, another shape)."""
+    if x is None or x.shape[-1] != earlier.shape[-1] or x.numel() != earlier.numel():
         return None
-    x, y = x.detach().double().reshape(y.shape), y.detach().double()  # heads split by a view
-    changed = ((x - y).abs() > 1e-9 * (1 + x.abs())).flatten(0, -2).any(0).nonzero().flatten()
-    if changed.numel() < 2:
+    flat = earlier.detach().double().reshape(-1)
+    order = flat.argsort()
+    ranked = flat[order]
+    if bool((ranked[1:] == ranked[:-1]).any()):
+        return None  # a value held twice: its dimension is not told apart
+    values = x.detach().double().reshape(-1, x.shape[-1]).contiguous()
+    at = torch.searchsorted(ranked, values).clamp(max=ranked.numel() - 1)
+    if not torch.equal(ranked[at], values):
         return None
-    start, stop = int(changed[0]), int(changed[-1]) + 1
-    width = stop - start + (stop - start) % 2
-    x, y = x[..., start : start + width], y[..., start : start + width]
-    if x.shape[-1] != width:
+    columns = order[at] % earlier.shape[-1]  # (N, d)
+    if not bool((columns == columns[:1]).all()):
         return None
-    i = torch.arange(width)
-    found = [
-        name
-        for name, partner in ((HALVES, (i + width // 2) % width), (PAIRS, i ^ 1))
-        if torch.allclose(x**2 + x[..., partner] ** 2, y**2 + y[..., partner] ** 2, rtol=1e-6)
-    ]
-    return found[0] if len(found) == 1 else None
+    return columns[0]
+
+
+def _pairing(first: Tensor, second: Tensor) -> str | None:
+    """The pairing of dimensions ``first[n]`` and ``second[n]``, turned together, counted from
+    the first dimension they span."""
+    low = int(torch.minimum(first, second).min())
+    width = int(torch.maximum(first, second).max()) - low + 1
+    a, b = first - low, second - low
+    if width % 2 == 0 and bool((b == (a + width // 2) % width).all()):
+        return HALVES
+    if bool((b == a ^ 1).all()):
+        return PAIRS
+    return None
 
 
 def _laid_back(record: Record, op: Op, size: int) -> Tensor | None:
