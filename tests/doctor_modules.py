@@ -891,3 +891,96 @@ class WidthScaled(nn.Module):
         )
         att = F.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C)), dim=-1)
         return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+
+class ScaledBySqrtOfTensor(nn.Module):
+    """DeBERTa's way: the keys divided by sqrt of a tensor made from the head width times the
+    number of score terms (3: content and two relative ones), so the scale is 1/sqrt(3 d)."""
+
+    def __init__(self, dim, heads, terms=3):
+        super().__init__()
+        self.heads, self.terms = heads, terms
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).split(C, -1))
+        scale = torch.sqrt(torch.tensor(q.size(-1), dtype=torch.float) * self.terms)
+        att = (q @ (k.transpose(-1, -2) / scale.to(q.dtype))).softmax(-1)  # (B, h, T, T)
+        return self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class CosineWindow(OneWindow):
+    """Swin V2's way: cosine attention over one window of N tokens, q and k normalized and the
+    scores multiplied by a learned temperature per head; an additive (B, N, N) mask."""
+
+    def __init__(self, dim, heads, tokens=8):
+        super().__init__(dim, heads, tokens)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1)))
+
+    def forward(self, x, mask=None):
+        B, N, C = x.shape
+        q, k, v = (t.view(B, N, self.heads, -1).transpose(1, 2) for t in self.qkv(x).split(C, -1))
+        att = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)  # (B, h, N, N)
+        att = att * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+        index = self.relative_position_index.view(-1)
+        bias = self.relative_position_bias_table[index].view(N, N, -1).permute(2, 0, 1)  # (h, N, N)
+        att = att + bias
+        if mask is not None:
+            att = att + mask[:, None]
+        return self.proj((att.softmax(-1) @ v).transpose(1, 2).reshape(B, N, C))
+
+
+class GatedOutput(nn.Module):
+    """AlphaFold's way: the attention's output multiplied by a sigmoid gate of the input before
+    the output projection (the gate's weights zero and its bias one, as it starts)."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.linear_q, self.linear_k, self.linear_v = (
+            nn.Linear(dim, dim, bias=False) for _ in range(3)
+        )
+        self.linear_g, self.linear_o = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        nn.init.zeros_(self.linear_g.weight)
+        nn.init.ones_(self.linear_g.bias)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.heads, -1).transpose(1, 2)
+                   for p in (self.linear_q, self.linear_k, self.linear_v))  # fmt: skip
+        o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2)  # (B, T, h, d)
+        g = torch.sigmoid(self.linear_g(x)).view(B, T, self.heads, -1)
+        return self.linear_o((o * g).reshape(B, T, C))
+
+
+def _turned_half(t, cos, sin):
+    half = t.shape[-1] // 2
+    turned = torch.cat((-t[..., half:], t[..., :half]), dim=-1)
+    return t * cos + turned * sin
+
+
+class PackedRotary(nn.Module):
+    """flash-attn's reference way: q, k and v packed as (B, T, 3, h, d), rotary unbinds them,
+    turns q and k, and stacks the three again; the inner attention unbinds them once more."""
+
+    def __init__(self, dim, heads, rotate_values=False):
+        super().__init__()
+        self.heads, self.rotate_values = heads, rotate_values
+        self.Wqkv, self.out_proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def rotary(self, qkv):
+        T, d = qkv.shape[1], qkv.shape[-1]
+        inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)
+        angles = torch.arange(T).float()[:, None] * inv_freq  # (T, d / 2)
+        cos, sin = (f(torch.cat((angles, angles), -1))[:, None] for f in (torch.cos, torch.sin))
+        q, k, v = qkv.unbind(dim=2)  # each (B, T, h, d)
+        v = _turned_half(v, cos, sin) if self.rotate_values else v
+        return torch.stack([_turned_half(q, cos, sin), _turned_half(k, cos, sin), v], dim=2)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        qkv = self.rotary(self.Wqkv(x).view(B, T, 3, self.heads, -1))  # (B, T, 3, h, d)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(dim=2))  # each (B, h, T, d)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, C))

@@ -14,7 +14,7 @@ from harness import cli
 from harness.catalogue import registry
 from harness.doctor import Config, diagnose
 from harness.doctor.causes import read_causes
-from harness.doctor.findings import FAIL, PASS, Finding
+from harness.doctor.findings import FAIL, PASS, SKIP, Finding
 from harness.doctor.model.diagnosis import first_trap
 from harness.doctor.reading.attention import sites
 from harness.doctor.reading.checks import read_failures
@@ -943,3 +943,46 @@ def test_a_trap_only_located_is_a_cause_of_the_failures_that_name_it_alone():
     assert [(c.trap, c.probes, c.at) for c in causes] == [
         ("double_scale", ("agrees with SDPA",), "attn.py:3")
     ], causes
+
+
+def test_a_scale_made_as_the_root_of_a_tensor_is_a_scale_not_a_normalization():
+    """DeBERTa divides the keys by sqrt(tensor(d) * 3): a root of constants, not a statistic
+    of the data, so it is read as the scale (1/sqrt(3 d)), not as a norm that undoes it."""
+    d = diagnose(dm.ScaledBySqrtOfTensor(32, 4), Config())
+    assert [c.trap for c in d.causes] == ["wrong_scale"], d.text()
+    [scale] = [f for f in d.facts if f.name == "scale"]
+    assert scale.value.startswith("0.204124 (on the keys)"), scale
+
+
+def test_a_learned_temperature_on_the_scores_leaves_the_scale_unread():
+    """Swin V2's cosine attention multiplies the scores by a learned factor per head: no one
+    number is the scale, so none is named, and a module of one window is not padded."""
+    config = Config(mask="additive", mask_shape="bqk", positions="relative")
+    d = diagnose(dm.CosineWindow(32, 4), config)
+    assert d.healthy, d.text()
+    [scale] = [f for f in d.facts if f.name == "scale"]
+    assert scale.value.startswith("not read") and "per head or learned" in scale.value, scale
+    left = {f.probe: f for f in d.findings}["left padding"]
+    assert left.status == SKIP and "tokens only" in left.message, left
+
+
+def test_an_output_gated_by_the_input_is_not_compared_as_attention_alone():
+    """AlphaFold multiplies the attention's output by a sigmoid gate before its projection:
+    weights read off the output would carry the gate, so nothing is compared, and the reading
+    says where the gate is."""
+    d = diagnose(dm.GatedOutput(32, 4), Config())
+    assert d.healthy, d.text()
+    assert any(f.name == "output" and "gate" in f.value for f in d.facts), d.text()
+    assert {f.probe: f for f in d.findings}["agrees with SDPA"].status == SKIP, d.text()
+
+
+@pytest.mark.parametrize("rotate_values", [False, True])
+def test_values_taken_back_out_of_a_stack_with_the_rotated_ones_are_followed_alone(
+    rotate_values,
+):
+    """flash-attn's rotary unbinds q, k and v, turns q and k, and stacks the three again: the
+    values picked back out of that stack are v as it was, not rotated (rope_on_value only
+    where v is turned too)."""
+    config = Config(causal=True, positions="relative", rope_pairing="half")
+    d = diagnose(dm.PackedRotary(32, 4, rotate_values=rotate_values), config)
+    assert [c.trap for c in d.causes] == (["rope_on_value"] if rotate_values else []), d.text()

@@ -383,6 +383,8 @@ class Subject:
     def recognized(self, module: nn.Module, extra: bool = False) -> list[Recognized]:
         """Every reading of ``module``'s projections as they are (no scale of its own), by the
         roles and in the heads its recorded forward shows (``extra``: as ``recognize``)."""
+        if self.reading.gated:  # its output is not attention's alone: nothing to compare
+            return []
         dtype = next((p.dtype for p in module.parameters()), self.dtype)
         found = recognize(module, extra, roles=self.reading.projections)
         return [self._heads_read(one, dtype) for one in found]

@@ -248,6 +248,9 @@ def probe_left_padding(subject: Subject) -> Outcome:
         return skipped(f"no positions ({subject.position_source}): the padding probe covers it")
     if not subject.takes_mask:
         return skipped("takes no mask: padding cannot be declared")
+    if subject.fixed_length is not None:
+        return skipped(f"it takes {subject.fixed_length} tokens only ({subject.length_source}): "
+                       "no padding can go before them")  # fmt: skip
     cfg = subject.config
     batch, seq_len = cfg.batch, cfg.seq_len
     x = subject.x(batch, seq_len, 35)

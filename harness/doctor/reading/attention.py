@@ -44,6 +44,7 @@ from harness.doctor.reading.masks import (
 )
 from harness.doctor.reading.operands import (
     is_projection,
+    output_gate,
     output_projection,
     rotated_source,
     rotation,
@@ -120,6 +121,7 @@ class Site:
     # the parameter each of "queries", "keys", "values" and "output" is projected by, as read
     # back (forward, for the output) from the attention (None: not a parameter)
     projections: dict[str, str | None] = field(default_factory=dict)
+    gate: Op | None = None  # where its output is multiplied by other data before its projection
     sdpa_mask: Tensor | None = None  # the attn_mask an SDPA call was given
     is_causal: bool = False
     values: Tensor | None = None  # the values the weights multiply, as recorded
@@ -213,6 +215,8 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
                 if number is not None and number != 0:
                     factor = 1 / number if op.name in DIVIDE else number
                     site.factors.append(Factor(factor, "scores", op, other))
+                elif other.is_tensor and number is None:  # a factor per head, or learned
+                    site.stopped_at = site.stopped_at or op  # (Swin V2's logit_scale): not read
         elif op.name in FILL:
             site.fills.append(filled(record, op))
             _rank_raised(record, site, op, memo)
@@ -334,6 +338,8 @@ def _normalizes(record: Record, op: Op, memo: dict, depth: int = 0) -> bool:
     tensors = tensor_args(op)
     divisor = tensors[1:] if op.name in DIVIDE else tensors
     for v in divisor:
+        if not from_input(record, v, memo):
+            continue  # a statistic of constants (DeBERTa's sqrt(d * 3)) is a scale, not a norm
         step = record.producer(v)
         for _ in range(3):  # through an epsilon added, a clamp, a cast
             if step is None or step.name in STATISTICS:
@@ -522,6 +528,7 @@ def sites(record: Record) -> list[Site]:
                 site.values_rotated = rotation(record, values[0], memo)
                 site.projections["values"] = value_projection(record, values[0], memo)
             site.projections["output"] = output_projection(record, site.consumer.index, memo)
+            site.gate = output_gate(record, site.consumer.index, memo)
         if site.product is not None or site.consumer is not None:
             found.append(site)
     return found
@@ -621,4 +628,5 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
         site.values_rotated = rotation(record, value, memo)
         site.projections["values"] = value_projection(record, value, memo)
     site.projections["output"] = output_projection(record, op.index, memo)
+    site.gate = output_gate(record, op.index, memo)
     return site

@@ -33,11 +33,13 @@ from harness.doctor.reading.mask_cells import (
     unread_mask,
     zero_one,
 )
+from harness.doctor.reading.ops import DIVIDE, MULTIPLY
 from harness.doctor.reading.pairing import DECLARED as PAIRINGS
 from harness.doctor.reading.raised import heads_before_positions, keys_transposed
 from harness.doctor.reading.record import Record
 
 CLOSE = 1e-3  # relative: a scale this close to a named one is that one
+FACTORS = MULTIPLY | DIVIDE
 # torch calls that compute a whole attention inside them (nn.MultiheadAttention's)
 FUSED = {"multi_head_attention_forward", "_native_multi_head_attention"}
 
@@ -210,8 +212,10 @@ def site_facts(
                                + f"; 1/sqrt(head width {site.width}) is {expected:.6g}{words}",
                                scale_line, also + ((made_at,) if made_at else ())))  # fmt: skip
     elif site.stopped_at is not None:
-        facts.append(Fact("scale", "not read: the scores' operands pass through an op it does "
-                          f"not follow ({site.stopped_at.name})", COMPUTED,
+        stop = site.stopped_at.name
+        why = ": a factor of more than one number, per head or learned" if stop in FACTORS else ""
+        facts.append(Fact("scale", "not read: the scores or their operands pass through an op "
+                          f"it does not follow ({stop}{why})", COMPUTED,
                           site.stopped_at.where))  # fmt: skip
         also = tuple(dict.fromkeys(f.op.where for f in applied if f.op.where != scale_line))
         said = "the scale is applied here (the rest of the scores' factors were not read)"
@@ -436,6 +440,11 @@ def interpret(
             reading.rotary = reading.rotary or site.rotated.where
         reading.head_width = reading.head_width or site.width or None
         reading.joins_own = reading.joins_own or one.joins_own
+        if site.gate is not None and not reading.gated:
+            reading.gated = site.gate.where
+            reading.facts.append(Fact("output", "multiplied by a gate made from the input before "
+                                      "its projection: not attention's alone", COMPUTED,
+                                      site.gate.where))  # fmt: skip
         shared = shared_heads(site.values)
         if shared is not None and reading.shared_values is None:
             reading.shared_values, reading.shared_keys = shared, shared_heads(site.keys)

@@ -62,6 +62,7 @@ class Reading:
     # the module joins a triangle or band it built to the caller's mask, which hides it
     joins_own: bool = False
     angles_half: bool = False  # rotary's angles are made in half precision even in float32
+    gated: str = ""  # where its output is multiplied by a gate of the input before projection
     # the query heads that read copies of one K/V head's values, and keys (None: no head
     # copies another)
     shared_values: list[frozenset[int]] | None = None

@@ -93,19 +93,58 @@ def value_projection(record: Record, value: Value, memo: dict[int, bool]) -> str
         if op.name in ADD | {"sub", "cat", "stack"}:
             value = rotated_source(record, op, memo)
         else:
-            value = values_before(record, op, memo)
+            value = values_before(record, op, memo, value)
         if value is None:
             return None
     return None
 
 
-def values_before(record: Record, op: Op, memo: dict[int, bool]) -> Value | None:
-    """The data the values were before ``op``: the tensor a layout op lays out again (its
-    first: ``cache.to(xq)`` is the cache), a scale's or a negation's operand; None for any
-    other op, or where that is no data (a buffer written in place, as a cache is: not
-    followed)."""
+def picked(record: Record, op: Op, value: Value) -> Value | None:
+    """Where ``value`` (``op``'s result) is one of the tensors a ``stack`` joined, taken apart
+    again along the axis it joined them on (flash-attn's ``stack([q, k, v], dim=2)``, then
+    ``unbind(dim=2)`` or ``qkv[:, :, 2]``): that tensor, as it was before the stack. None
+    otherwise."""
+    joined_value = tensor_args(op)[0] if tensor_args(op) else None
+    joined = record.producer(joined_value)
+    if joined is None or joined.name != "stack" or joined_value is None:
+        return None
+    rank = len(joined_value.shape or ())
+    parts = joined.tensors
+    axis = joined.const(1, "dim", 0)
+    if op.name == "unbind":
+        dim, index = op.const(1, "dim", 0), value.item
+    elif op.name == "select":
+        dim, index = op.const(1, "dim"), op.const(2, "index")
+    elif op.name == "__getitem__":
+        key = op.const(1, "idx")
+        key = key if isinstance(key, tuple) else (key,)
+        whole = [i for i, k in enumerate(key) if isinstance(k, int)]
+        if (
+            Ellipsis in key
+            or len(whole) != 1
+            or any(k is not None and not isinstance(k, int | slice) for k in key)
+        ):
+            return None
+        dim, index = whole[0], key[whole[0]]
+    else:
+        return None
+    if not all(isinstance(n, int) for n in (axis, dim, index)) or not rank:
+        return None
+    if dim % rank != axis % rank or not -len(parts) <= index < len(parts):  # type: ignore[operator]
+        return None
+    return parts[index]  # type: ignore[index]
+
+
+def values_before(
+    record: Record, op: Op, memo: dict[int, bool], value: Value | None = None
+) -> Value | None:
+    """The data the values were before ``op`` (which made ``value``): the tensor a layout op
+    lays out again (its first: ``cache.to(xq)`` is the cache; the one of a stack it takes
+    apart again, ``picked``), a scale's or a negation's operand; None for any other op, or
+    where that is no data (a buffer written in place, as a cache is: not followed)."""
     if op.name in SAME | LAYOUT:
         main = tensor_args(op)[0] if tensor_args(op) else None
+        main = (picked(record, op, value) if value is not None else None) or main
     elif op.name in MULTIPLY | DIVIDE or op.name in {"neg", "__neg__"}:
         main = data_operand(record, op, memo)
     else:
@@ -128,6 +167,22 @@ def output_projection(record: Record, index: int, memo: dict[int, bool]) -> str 
     return None
 
 
+def output_gate(record: Record, index: int, memo: dict[int, bool]) -> Op | None:
+    """A product of the attention's result (op ``index``'s) with other data on its way to the
+    output projection (AlphaFold's sigmoid gate, o * g): its output is then not attention's
+    alone. None where the result reaches a projection, or anything else, first."""
+    for _ in range(16):
+        nxt = next(record.consumers(index), None)
+        if nxt is None or is_projection(record, nxt, memo):
+            return None
+        if nxt.name in MULTIPLY and sum(from_input(record, v, memo) for v in nxt.tensors) >= 2:
+            return nxt
+        if nxt.name not in SAME | LAYOUT:
+            return None
+        index = nxt.index
+    return None
+
+
 def rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:
     """Where ``value`` (the values) is rotated on its way from its projection: a sum of its
     own halves of which one is turned by a table (v cos + rotate_half(v) sin), or a complex
@@ -141,7 +196,7 @@ def rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:
         if op.name in ADD | {"sub", "cat", "stack"}:
             rotates = tabled(record, op, memo) and rotated_source(record, op, memo) is not None
             return op if rotates else None
-        value = values_before(record, op, memo)
+        value = values_before(record, op, memo, value)
         if value is None:
             return None
     return None
