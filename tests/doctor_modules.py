@@ -984,3 +984,28 @@ class PackedRotary(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(dim=2))  # each (B, h, T, d)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.out_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class WindowMaskAddedInPlace(nn.Module):
+    """Phi-3's eager way: an additive mask of float32's finfo.min (the future, keys past a
+    window of ``window``, padding; ``attention_mask`` (B, T), 1 = real) added in place to the
+    scores. Under autocast the scores are float16, the fill turns -inf, and a padded query
+    whose window holds only padding gets a row of -inf: NaN (fully_masked_row)."""
+
+    def __init__(self, dim, heads, window=4):
+        super().__init__()
+        self.heads, self.window = heads, window
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x, attention_mask):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.qkv(x).split(C, -1))
+        i = torch.arange(T, device=x.device)
+        blocked = (i[None, :] > i[:, None]) | (i[None, :] <= i[:, None] - self.window)  # (T, T)
+        blocked = blocked | (attention_mask[:, None, None, :] == 0)  # (B, 1, T, T)
+        mask = torch.zeros(blocked.shape, device=x.device)
+        mask = mask.masked_fill(blocked, torch.finfo(torch.float32).min)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        scores += mask
+        att = scores.softmax(-1, dtype=torch.float32).to(v.dtype)
+        return self.proj((att @ v).transpose(1, 2).reshape(B, T, C))

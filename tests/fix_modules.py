@@ -1591,3 +1591,55 @@ class QueriesLeftInPairs(PairsTurnedAsHalves):
     def queries_as_halves(self, q):
         B, h, T, d = q.shape
         return q.view(B, h, T, d // 2, 2).reshape(B, h, T, d)  # BUG
+
+
+class ScaledByModelWidthForMuP(nn.Module):
+    """Jais's muP way, meant as 1/d: the scores divided by the model's width instead of the
+    head's. With d = 16 and a width of 64, 1/64 is also 1/d over sqrt(d) (double_scale), so
+    taking the division away trades it for no scale at all: no fix."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.c_attn, self.c_proj = fused(embed_dim)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = heads_of(self.c_attn(x), self.num_heads)  # each (B, h, T, d)
+        scores = q @ k.transpose(-1, -2)
+        scores = scores / torch.full([], self.embed_dim, dtype=scores.dtype)  # BUG
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        out = scores.softmax(dim=-1) @ v  # (B, h, T, d)
+        return self.c_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+def each_head_normed(norms, t):
+    """(B, T, h, d), each head by its own norm, joined again."""
+    return torch.stack([norm(t[:, :, i]) for i, norm in enumerate(norms)], dim=2)
+
+
+class HeadNormsPartialRotaryScaledTwice(nn.Module):
+    """StableLM-2's way: a LayerNorm per head on q and k (joined again by a stack), rotary on
+    the first quarter of each head (cat with the rest), SDPA's own scale; the queries divided
+    by sqrt(d) once more where they are joined (double_scale)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = separate(hidden_size)
+        self.q_norms = nn.ModuleList(nn.LayerNorm(self.head_dim) for _ in range(num_heads))
+        self.k_norms = nn.ModuleList(nn.LayerNorm(self.head_dim) for _ in range(num_heads))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.num_heads, -1)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        q, k = each_head_normed(self.q_norms, q), each_head_normed(self.k_norms, k)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, T, d)
+        rot = self.head_dim // 4
+        cos, sin = _tables(torch.arange(T), rot)  # each (T, rot)
+        q_rot, k_rot = apply_rotary(q[..., :rot], k[..., :rot], cos, sin)
+        q = torch.cat((q_rot, q[..., rot:]), dim=-1) / math.sqrt(self.head_dim)  # BUG
+        k = torch.cat((k_rot, k[..., rot:]), dim=-1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, d)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, C))

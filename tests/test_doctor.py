@@ -704,3 +704,13 @@ def test_weights_returned_heads_first_are_read_so_and_a_frozen_parameter_is_left
     found = {f.probe: f for f in d.findings}
     assert found["attention weights"].status == PASS, d.text()
     assert found["all-masked rows"].status == WARN, d.text()  # NaN, said: no crash
+
+
+def test_nan_only_at_queries_left_no_key_in_half_precision_is_a_fully_masked_row():
+    """Phi-3's float32 finfo.min mask added in place to float16 scores turns -inf; a padded
+    query whose window holds only padding then gets a row of -inf, NaN: named, not just seen."""
+    config = Config(causal=True, mask="keep", mask_shape="bk", window=4)
+    d = diagnose(dm.WindowMaskAddedInPlace(32, 4), config)
+    half = {f.probe: f for f in d.findings}["float16 robustness"]
+    assert half.status == FAIL and "fully_masked_row" in half.traps, d.text()
+    assert {f.probe: f for f in d.findings}["all-masked rows"].status == PASS, d.text()

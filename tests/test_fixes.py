@@ -258,7 +258,7 @@ def _fixes(module, config):
 def test_every_fix_the_diff_holds_is_printed_one_found_after_another_too():
     """A fix proven only once an earlier one is in (its trap no cause of the first reading)
     is in the diff ``--fix`` writes, so the text prints it too."""
-    d, [fix] = _fixes(fm.QueriesOnlyScaled(64, 4), Config())
+    d, [fix] = _fixes(fm.SplitScale(64, 4), Config())
     assert fix.trap in {c.trap for c in d.causes}, d.text()
     later = dataclasses.replace(fix, trap="missing_scale")  # as if found once ``fix`` was in
     shown = dataclasses.replace(d, fixes=[fix, later]).text()
@@ -514,6 +514,23 @@ def test_nan_in_an_added_mask_is_named_where_it_is_made_not_where_it_is_sliced()
     d = diagnose(fm.WindowTimesInfinity(64, 4), config)
     assert d.causes[0].trap == "mask_to_additive_nan", d.text()
     assert f"fix_modules.py:{_bug_line('WindowTimesInfinity')} " in d.causes[0].at, d.text()
+
+
+@pytest.mark.parametrize(
+    ("module", "config"),
+    [
+        (fm.ScaledByModelWidthForMuP(64, 4), Config(causal=True, scale=1 / 16)),
+        (fm.QueriesOnlyScaled(64, 4), Config()),
+    ],
+    ids=["mup-by-model-width", "queries-only-scaled"],
+)
+def test_a_change_that_trades_one_wrong_scale_for_another_is_no_fix(module, config):
+    """Jais's muP scale by the model's width against a declared 1/d reads as the scale applied
+    twice, Whisper's split scale left off the keys as a wrong one; taking the one factor away
+    leaves no scale at all, another wrong scale, which nothing after it puts right: no fix."""
+    d, fixes = _fixes(module, config)
+    assert d.causes[0].trap in {"double_scale", "wrong_scale"}, d.text()
+    assert fixes == [], fixes
 
 
 def test_a_float_mask_given_to_sdpa_is_named_with_the_line_that_cast_it():

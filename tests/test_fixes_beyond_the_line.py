@@ -326,6 +326,12 @@ from tests.test_fixes import _fixes
             "sdpa_float_mask",
             "mask = mask.bool()",
         ),
+        (
+            fm.HeadNormsPartialRotaryScaledTwice(64, 4),
+            Config(causal=True, positions="relative", rope_pairing="half", rotary_dims=4),
+            "double_scale",
+            "q = torch.cat((q_rot, q[..., rot:]), dim=-1)",
+        ),
     ],
     ids=[
         "split-scale",
@@ -381,6 +387,7 @@ from tests.test_fixes import _fixes
         "softmax-written-out",
         "window-times-infinity",
         "mask-cast-before-the-call",
+        "head-norms-partial-rotary-scaled-twice",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):

@@ -128,7 +128,7 @@ OPTIONS = (
     Option(
         "call", group="build", metavar="FILE.py:FN",
         help="call the module through FN(module, x, *, positions, mask, cache), the way your "
-        "model does (a module-level make_cache() gives it a cache); e.g. "
+        "model does (FN.make_cache, else the file's make_cache(), gives it a cache); e.g. "
         "harness.doctor.adapters:transformers (in Python: the function itself)",
     ),
     Option(

@@ -17,6 +17,7 @@ from harness.doctor.fixes.line import Line
 from harness.doctor.fixes.live import Owner, owners, recompiled, swapped
 from harness.doctor.fixes.recipes import RECIPES
 from harness.doctor.fixes.values import lines_run, steady, values_at
+from harness.doctor.reading.checks import SCALES
 from harness.doctor.reading.record import HARNESS, PROJECT, shown_path, source_file
 
 MOST = 3  # fixes proven on top of each other, at most
@@ -194,21 +195,35 @@ def propose(
     found = Fixes()
     replaced: dict[int, tuple[Owner, object]] = {}
     current, tried = diagnosis, set()
+    history = []  # what was written, swapped in and diagnosed before each fix found
     while len(found.fixes) < most:
         cause = next((c for c in current.causes if c.trap in RECIPES and c.trap not in tried), None)
         if cause is None:
             break
         tried.add(cause.trap)
+        before = (dict(found.sources), dict(replaced), current)
         try:
             step = _first_proven(cause, current, found, replaced, (rediagnose, run, bare))
         except Exception:  # whatever the user's code or files do, a fix only ever adds
             step = None
         if step is not None:
+            history.append(before)
             current = step
+    # a wrong scale traded for another (a factor taken away, none put right) is a fix only
+    # where a later one puts the scale right; left last, it is taken back
+    while found.fixes and found.fixes[-1].trap in SCALES and _scales(current):
+        found.fixes.pop()
+        sources, replaced, current = history.pop()
+        found.sources = sources
     for cause in diagnosis.causes:
         if cause.trap and cause.trap not in {f.trap for f in found.fixes}:
             found.looks.setdefault(cause.trap, look(cause.trap))
     return found
+
+
+def _scales(diagnosis: Diagnosis) -> bool:
+    """A cause of ``diagnosis`` is a wrong scale."""
+    return any(c.trap in SCALES for c in diagnosis.causes)
 
 
 def look(trap: str) -> str:

@@ -123,7 +123,16 @@ def probe_half(subject: Subject, dtype: torch.dtype) -> Outcome:
     with torch.no_grad():
         exact = subject.call(exact_module, x, keep)[0]
     if torch.isfinite(exact).all() and not torch.isfinite(low).all():
-        return failed(f"non-finite output{first_nonfinite(low)} under autocast({name})")
+        said = f"non-finite output{first_nonfinite(low)} under autocast({name})"
+        if _only_where_no_key(low, allowed):
+            return failed(
+                f"{said}, only at queries every key of which is blocked (padding inside a "
+                "window): their fill is -inf in this dtype (float32's finfo.min cast down, or "
+                "added in place), and a row of -inf is NaN, which the next layer spreads "
+                "(fully_masked_row)",
+                "fully_masked_row",
+            )
+        return failed(said)
     index = _reading(subject, exact_module, x, allowed, exact)
     if index is None:
         verdict = passed(
@@ -179,6 +188,15 @@ def _moderate(subject: Subject, module: nn.Module, index: int | None, keep: Tens
         "the row max before exp, or use torch.softmax)",
         "naive_exp_softmax",
     )
+
+
+def _only_where_no_key(out: Tensor, allowed: Tensor | None) -> bool:
+    """Every non-finite output (B, T, d) is at a query that ``allowed`` (B, T, T) leaves no
+    key."""
+    if allowed is None or allowed.dim() != 3 or tuple(allowed.shape[:2]) != tuple(out.shape[:2]):
+        return False
+    bad = ~torch.isfinite(out).flatten(2).all(-1).cpu()  # (B, T)
+    return bool(bad.any()) and not bool((bad & allowed.any(-1).cpu()).any())
 
 
 def _two_x(subject: Subject, index: int, x: Tensor, allowed: Tensor | None, low: Tensor,

@@ -44,6 +44,7 @@ from harness.doctor.reading.masks import (
 )
 from harness.doctor.reading.operands import (
     is_projection,
+    normed_pieces,
     output_gate,
     output_projection,
     rotated_source,
@@ -58,6 +59,7 @@ from harness.doctor.reading.ops import (
     FILL,
     LAYOUT,
     MULTIPLY,
+    NORMS,
     PRODUCTS,
     SAME,
     SDPA,
@@ -322,7 +324,6 @@ def _split(record: Record, site: Site, value: Value, from_end: int, memo: dict) 
             site.split_without_transpose, site.heads_for_positions = found
 
 
-NORMS = {"layer_norm", "rms_norm", "group_norm", "normalize"}  # their output's scale is set
 # a statistic of the data a normalization divides it by (or multiplies by the inverse of)
 STATISTICS = {"rsqrt", "reciprocal", "norm", "linalg_vector_norm", "sqrt", "std"}
 
@@ -331,8 +332,8 @@ def _normalizes(record: Record, op: Op, memo: dict, depth: int = 0) -> bool:
     """``op`` is a normalization's last step (a norm op, x * rsqrt(mean(x^2)), x / ||x||, or
     a learned per-channel weight times one): whatever scaled the data before it is undone, so
     the scale is read from here on."""
-    if op.name in NORMS:
-        return True
+    if op.name in NORMS or (op.name in {"cat", "stack"} and normed_pieces(record, op.tensors)):
+        return True  # a norm, or heads normalized one by one and joined again
     if depth > 2 or op.name not in MULTIPLY | DIVIDE:
         return False
     tensors = tensor_args(op)

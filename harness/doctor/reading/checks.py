@@ -19,7 +19,8 @@ NAME = "read from the forward"
 MEASURED_BY = "agrees with SDPA"  # the probe that measures a scale
 ALWAYS = ("softmax_dim", "head_merge_no_transpose", "rope_on_value")
 AGAINST_DECLARED = ("rope_pairing_mismatch",)  # named only against what the user declared
-SCALES = ("missing_scale", "scale_d_model", "double_scale", "wrong_scale", "scale_after_softmax")
+SCALES = frozenset({"missing_scale", "scale_d_model", "double_scale", "wrong_scale",
+                    "scale_after_softmax"})  # fmt: skip
 
 
 def read_failures(reading: Reading, findings: list[Finding]) -> list[Finding]:

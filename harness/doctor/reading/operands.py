@@ -12,6 +12,7 @@ from harness.doctor.reading.ops import (
     DIVIDE,
     LAYOUT,
     MULTIPLY,
+    NORMS,
     PRODUCTS,
     SAME,
     SHAPED_LIKE_SECOND,
@@ -73,12 +74,21 @@ def branch_sources(record: Record, value: Value, memo: dict[int, bool], depth: i
     passes = op.name in LAYOUT | SAME | MULTIPLY | {"neg", "__neg__", "chunk", "split", "unbind"}
     if passes and len(data) == 1:
         return branch_sources(record, data[0], memo, depth + 1)
+    if op.name in {"cat", "stack"} and normed_pieces(record, data):
+        return {op.index}  # heads normalized one by one and joined again: the branches meet
     if op.name in ADD | {"sub", "cat", "stack"} and data:
         found: set[int] = set()
         for v in data:
             found |= branch_sources(record, v, memo, depth + 1)
         return found
     return {op.index}
+
+
+def normed_pieces(record: Record, data: list[Value]) -> bool:
+    """``data`` are two or more pieces each normalized on its own (StableLM's LayerNorm per
+    head, joined again by a stack)."""
+    makers = [record.producer(v) for v in data]
+    return len(makers) >= 2 and all(m is not None and m.name in NORMS for m in makers)
 
 
 def value_projection(record: Record, value: Value, memo: dict[int, bool]) -> str | None:

@@ -23,6 +23,7 @@ LAYOUT = {"transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "fl
           "__getitem__", "swapaxes", "mT", "movedim", "narrow", "select", "split", "chunk",
           "unbind", "tensor_split", "split_with_sizes", "view_as_complex",
           "view_as_real", "index_select", "view_as", "reshape_as"}  # fmt: skip
+NORMS = {"layer_norm", "rms_norm", "group_norm", "normalize"}  # their output's scale is set
 CAPS = {"tanh"}
 TILES = {"repeat", "tile"}  # copies of a tensor laid end to end along an axis
 # dropout ops, with the position and name of the argument that turns them on
