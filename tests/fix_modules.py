@@ -1643,3 +1643,29 @@ class HeadNormsPartialRotaryScaledTwice(nn.Module):
         k = torch.cat((k_rot, k[..., rot:]), dim=-1)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, d)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+class TableForPairsTurnedInHalves(nn.Module):
+    """ESM's way: a bidirectional encoder rotating q and k by rotate_half, with the angles
+    repeated for pairs (repeat_interleave) where halves need them repeated whole (cat): no
+    rotation at all, which only left padding shows (rope_pairing_mismatch)."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.query, self.key, self.value, self.dense = separate(hidden_size)
+        d = hidden_size // num_heads
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d))
+
+    def forward(self, hidden_states, attention_mask=None):
+        B, T, C = hidden_states.shape
+        q, k, v = (p(hidden_states).view(B, T, self.num_heads, -1).transpose(1, 2)
+                   for p in (self.query, self.key, self.value))  # fmt: skip
+        freqs = torch.outer(torch.arange(T).type_as(self.inv_freq), self.inv_freq)  # (T, d/2)
+        emb = torch.repeat_interleave(freqs, 2, dim=-1)  # BUG
+        q, k = apply_rotary(q, k, emb.cos(), emb.sin())
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        out = scores.softmax(dim=-1) @ v  # (B, h, T, d)
+        return self.dense(out.transpose(1, 2).reshape(B, T, C))

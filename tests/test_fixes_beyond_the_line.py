@@ -332,6 +332,12 @@ from tests.test_fixes import _fixes
             "double_scale",
             "q = torch.cat((q_rot, q[..., rot:]), dim=-1)",
         ),
+        (
+            fm.TableForPairsTurnedInHalves(64, 4),
+            Config(mask="additive", mask_shape="b11k", positions="relative", rope_pairing="half"),
+            "rope_pairing_mismatch",
+            "emb = torch.cat((freqs, freqs), dim=-1)",
+        ),
     ],
     ids=[
         "split-scale",
@@ -388,6 +394,7 @@ from tests.test_fixes import _fixes
         "window-times-infinity",
         "mask-cast-before-the-call",
         "head-norms-partial-rotary-scaled-twice",
+        "table-for-pairs-turned-in-halves",
     ],
 )
 def test_a_fix_that_needs_more_than_its_line_is_found_and_proven(module, config, trap, written):

@@ -279,11 +279,15 @@ def probe_left_padding(subject: Subject) -> Outcome:
         cure = ""
         if explicit is not None and _largest(explicit - out) <= rounding:
             cure = "; with positions counted from the mask passed explicitly they agree"
+        # a rotation whose table is laid out for the other pairing turns by absolute angles
+        other = [n for n in subject.reading.named if n.trap == "rope_pairing_mismatch"]
+        unturned = f"; or {other[0].why}: no rotation (rope_pairing_mismatch)" if other else ""
         return failed(
             f"{PAD} padding tokens on the left move the real tokens' outputs by {change:.3g}: "
             f"their positions count the padding (left_pad_positions){cure}, or the padding "
-            "mask is not applied (see padding no-leak)",
+            f"mask is not applied (see padding no-leak){unturned}",
             "left_pad_positions",
+            *(("rope_pairing_mismatch",) if other else ()),
         )
     return passed(f"{PAD} padding tokens on the left change real outputs by {change:.3g}")
 
