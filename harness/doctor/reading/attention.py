@@ -45,8 +45,7 @@ from harness.doctor.reading.masks import (
 from harness.doctor.reading.operands import (
     is_projection,
     normed_pieces,
-    output_gate,
-    output_projection,
+    output_of,
     rotated_source,
     rotation,
     value_projection,
@@ -528,8 +527,7 @@ def sites(record: Record) -> list[Site]:
                     _split(record, site, values[0], from_end, memo)
                 site.values_rotated = rotation(record, values[0], memo)
                 site.projections["values"] = value_projection(record, values[0], memo)
-            site.projections["output"] = output_projection(record, site.consumer.index, memo)
-            site.gate = output_gate(record, site.consumer.index, memo)
+            site.projections["output"], site.gate = output_of(record, site.consumer.index, memo)
         if site.product is not None or site.consumer is not None:
             found.append(site)
     return found
@@ -628,6 +626,5 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
     if value is not None and value.is_tensor and from_input(record, value, memo):
         site.values_rotated = rotation(record, value, memo)
         site.projections["values"] = value_projection(record, value, memo)
-    site.projections["output"] = output_projection(record, op.index, memo)
-    site.gate = output_gate(record, op.index, memo)
+    site.projections["output"], site.gate = output_of(record, op.index, memo)
     return site

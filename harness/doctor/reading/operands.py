@@ -162,35 +162,23 @@ def values_before(
     return main if main is not None and from_input(record, main, memo) else None
 
 
-def output_projection(record: Record, index: int, memo: dict[int, bool]) -> str | None:
-    """The parameter the attention's result (op ``index``'s) is projected by: followed forward
-    through layout ops to the first projection that takes it."""
+def output_of(record: Record, index: int, memo: dict[int, bool]) -> tuple[str | None, Op | None]:
+    """Where the attention's result (op ``index``'s) goes, followed forward through layout ops:
+    the parameter of the first projection that takes it, or, met first, a product with other
+    data (AlphaFold's sigmoid gate, o * g), after which its output is not attention's alone.
+    (None, None) where it reaches anything else first."""
     for _ in range(16):
         nxt = next(record.consumers(index), None)
         if nxt is None:
-            return None
+            return None, None
         if is_projection(record, nxt, memo):
-            return weight_name(record, nxt, memo)
-        if nxt.name not in SAME | LAYOUT:
-            return None
-        index = nxt.index
-    return None
-
-
-def output_gate(record: Record, index: int, memo: dict[int, bool]) -> Op | None:
-    """A product of the attention's result (op ``index``'s) with other data on its way to the
-    output projection (AlphaFold's sigmoid gate, o * g): its output is then not attention's
-    alone. None where the result reaches a projection, or anything else, first."""
-    for _ in range(16):
-        nxt = next(record.consumers(index), None)
-        if nxt is None or is_projection(record, nxt, memo):
-            return None
+            return weight_name(record, nxt, memo), None
         if nxt.name in MULTIPLY and sum(from_input(record, v, memo) for v in nxt.tensors) >= 2:
-            return nxt
+            return None, nxt
         if nxt.name not in SAME | LAYOUT:
-            return None
+            return None, None
         index = nxt.index
-    return None
+    return None, None
 
 
 def rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:

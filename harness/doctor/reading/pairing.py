@@ -109,11 +109,11 @@ def turned_in(record: Record, op: Op, source: Value, memo: dict[int, bool]) -> s
     lengths."""
     given = _turned_data(record, op, memo)
     for value in (given, source) if given is not None else (source,):
-        x = record.result(value)
-        y = _laid_back(record, op, x.numel()) if x is not None else None
-        if x is None or y is None or not x.is_floating_point():
+        taken = record.result(value)
+        y = _laid_back(record, op, taken.numel()) if taken is not None else None
+        if taken is None or y is None or not taken.is_floating_point():
             continue
-        x, y = x.detach().double().reshape(y.shape), y.detach().double()  # heads split by a view
+        x, y = taken.detach().double().reshape(y.shape), y.detach().double()  # heads: a view
         changed = ((x - y).abs() > 1e-9 * (1 + x.abs())).flatten(0, -2).any(0).nonzero().flatten()
         if changed.numel() < 2:
             continue
@@ -131,9 +131,9 @@ def turned_in(record: Record, op: Op, source: Value, memo: dict[int, bool]) -> s
         if len(found) != 1:
             continue
         name, partner = found[0]
-        earlier = _laid_from(record, value)  # the dimensions as projected, where reordered
+        earlier = _laid_from(record, value, taken)  # the dimensions as projected, if reordered
         same = earlier is not None and earlier.shape[-1] == y.shape[-1]
-        moved = _columns(record.result(value), earlier) if same else None  # type: ignore[arg-type]
+        moved = _columns(taken, earlier) if same and earlier is not None else None
         return name if moved is None else _pairing(moved[start + i], moved[start + partner])
     return None
 
@@ -162,15 +162,15 @@ REORDERS = frozenset({"transpose", "permute", "view", "reshape", "unsqueeze", "s
                       "view_as", "reshape_as"})  # fmt: skip
 
 
-def _laid_from(record: Record, source: Value) -> Tensor | None:
-    """The earliest tensor that ``source`` lays out again (views, transposes and reshapes back)
-    with a last axis as wide as its own: the layout the projection gave the dimensions, which
-    a model may reorder before its rotation (DeepSeek's pairs laid out as halves)."""
-    x = record.result(source)
+def _laid_from(record: Record, source: Value, x: Tensor) -> Tensor | None:
+    """The earliest tensor that ``source`` (recorded as ``x``) lays out again (views, transposes
+    and reshapes back) with a last axis as wide as its own: the layout the projection gave the
+    dimensions, which a model may reorder before its rotation (DeepSeek's pairs laid out as
+    halves)."""
     earliest, value = None, source
     for _ in range(16):
         op = record.producer(value)
-        if x is None or op is None or op.name not in REORDERS or not op.args:
+        if op is None or op.name not in REORDERS or not op.args:
             break
         value = op.args[0]
         laid = record.result(value)
@@ -181,10 +181,10 @@ def _laid_from(record: Record, source: Value) -> Tensor | None:
     return earliest
 
 
-def _columns(x: Tensor | None, earlier: Tensor) -> Tensor | None:
+def _columns(x: Tensor, earlier: Tensor) -> Tensor | None:
     """For each dimension of ``x``'s last axis, the dimension of ``earlier``'s that holds its
     values (None where they are not one dimension each: values that repeat, another shape)."""
-    if x is None or x.shape[-1] != earlier.shape[-1] or x.numel() != earlier.numel():
+    if x.shape[-1] != earlier.shape[-1] or x.numel() != earlier.numel():
         return None
     flat = earlier.detach().double().reshape(-1)
     order = flat.argsort()
