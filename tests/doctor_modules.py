@@ -954,6 +954,30 @@ class GatedOutput(nn.Module):
         return self.linear_o((o * g).reshape(B, T, C))
 
 
+class GatedSoftmax(nn.Module):
+    """OpenFold's way: a softmax written out, its output gated by a sigmoid of the input before
+    the output projection; ``std``: the projections drawn from normal(0, std) instead."""
+
+    def __init__(self, dim, heads, std=None):
+        super().__init__()
+        self.heads = heads
+        self.linear_q, self.linear_k, self.linear_v = (
+            nn.Linear(dim, dim, bias=False) for _ in range(3)
+        )
+        self.linear_g, self.linear_o = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        for linear in (self.linear_q, self.linear_k, self.linear_v) if std else ():
+            nn.init.normal_(linear.weight, std=std)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.heads, -1).transpose(1, 2)
+                   for p in (self.linear_q, self.linear_k, self.linear_v))  # fmt: skip
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, h, T, T)
+        o = (scores.softmax(-1) @ v).transpose(1, 2)  # (B, T, h, d)
+        g = torch.sigmoid(self.linear_g(x)).view(B, T, self.heads, -1)
+        return self.linear_o((o * g).reshape(B, T, C))
+
+
 def _turned_half(t, cos, sin):
     half = t.shape[-1] // 2
     turned = torch.cat((-t[..., half:], t[..., :half]), dim=-1)

@@ -935,6 +935,91 @@ class DrawnWithUnitSpreadLikeTimm(nn.Module):
         return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
 
 
+class DrawnWithUnitSpreadGated(nn.Module):
+    """OpenFold's way: projections drawn by a glorot helper, the softmax written out and the
+    output gated by a sigmoid of the input, so no weights are returned and none can be read
+    off the projections alone; the helper draws from normal(0, 1) instead (init_unit_variance)."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.linear_q, self.linear_k, self.linear_v = (
+            nn.Linear(d_model, d_model, bias=False) for _ in range(3)
+        )
+        self.linear_g, self.linear_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        for linear in (self.linear_q, self.linear_k, self.linear_v):
+            self.glorot_uniform_init_(linear.weight)
+        nn.init.zeros_(self.linear_g.weight)
+
+    @staticmethod
+    def glorot_uniform_init_(weights):
+        nn.init.normal_(weights, std=1.0)  # BUG
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.n_heads, -1).transpose(1, 2)
+                   for p in (self.linear_q, self.linear_k, self.linear_v))  # fmt: skip
+        q = q / math.sqrt(q.shape[-1])
+        o = ((q @ k.transpose(-2, -1)).softmax(-1) @ v).transpose(1, 2)  # (B, T, h, d)
+        g = torch.sigmoid(self.linear_g(x)).view(B, T, self.n_heads, -1)
+        return self.linear_o((o * g).reshape(B, T, C))
+
+
+def on_grid(module, x, *, positions, mask, cache):
+    """SAM's image encoder's call: the tokens laid out as a (B, H, W, C) grid, two rows of
+    them where they split evenly."""
+    B, T, C = x.shape
+    rows = 2 if T % 2 == 0 else 1
+    return module(x.view(B, rows, T // rows, C)).reshape(B, T, C)
+
+
+class GridMergedStraight(nn.Module):
+    """SAM's image encoder's way: a (B, H, W, C) grid, heads folded into the batch, a bias
+    for each pair of rows and each pair of columns added to the scores viewed as
+    (B h, H, W, H, W) and viewed back; the heads merged by a view to (B, H, W, C) straight
+    from (B h, H W, d) (head_merge_no_transpose)."""
+
+    def __init__(self, dim, num_heads, most=128):
+        super().__init__()
+        self.num_heads, self.scale = num_heads, (dim // num_heads) ** -0.5
+        self.qkv, self.proj = fused(dim)
+        self.rel_h = nn.Parameter(torch.randn(most, most) * 0.5)
+        self.rel_w = nn.Parameter(torch.randn(most, most) * 0.5)
+
+    def forward(self, x):
+        B, H, W, _ = x.shape
+        qkv = self.qkv(x).reshape(B, H * W, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.reshape(3, B * self.num_heads, H * W, -1).unbind(0)  # each (B h, H W, d)
+        attn = (q * self.scale) @ k.transpose(-2, -1)  # (B h, H W, H W)
+        rel_h, rel_w = self.rel_h[:H, :H][:, None, :, None], self.rel_w[:W, :W][:, None, :]
+        attn = attn.view(-1, H, W, H, W) + rel_h + rel_w
+        attn = attn.view(-1, H * W, H * W).softmax(dim=-1)
+        x = (attn @ v).view(B, H, W, -1)  # BUG
+        return self.proj(x)
+
+
+class CosineSplitStraight(nn.Module):
+    """Swin V2's way: q and k normalized (cosine attention) and scaled by a learned
+    temperature per head, q, k and v picked out of the fused projection by index; the heads
+    split by a reshape to (B, 3, h, T, d) straight from (B, T, 3 C), the positions cut up with
+    the features (head_split_view)."""
+
+    def __init__(self, dim, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv, self.proj = fused(dim)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones((num_heads, 1, 1))))
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x)
+        qkv = qkv.reshape(B, 3, self.num_heads, N, -1).transpose(0, 1)  # BUG
+        q, k, v = qkv[0], qkv[1], qkv[2]  # each (B, h, N, d)
+        attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        attn = (attn * self.logit_scale.clamp(max=math.log(100.0)).exp()).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
+
+
 class NormedScaledByWidth(nn.Module):
     """Persimmon's way: q and k layer-normed per head, so SDPA's comparison cannot read the
     scale, and the scores divided by the root of the model's width (scale_d_model); the

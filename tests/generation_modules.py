@@ -59,6 +59,23 @@ class LayerPast(Projections):
         return (out, present) if use_cache else (out, None)
 
 
+class BufferCutTopLeft(LayerPast):
+    """GPT-2's causal buffer ``bias``, cut for this call's queries from its first rows
+    (``bias[:T, :S]``) where the last ones are meant (``bias[S - T : S, :S]``): under a cache a
+    new query sees only the first keys (cache_causal_alignment)."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4):
+        super().__init__(d_model, n_heads)
+        self.register_buffer("bias", torch.ones(64, 64, dtype=torch.bool).tril(), persistent=False)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, top_left: bool = False) -> Tensor:
+        T, S = q.shape[2], k.shape[2]
+        causal = self.bias[:T, :S]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        out = F.softmax(scores.masked_fill(~causal, -math.inf), -1) @ v  # (B, h, T, d)
+        return self.o_proj(out.transpose(1, 2).reshape(q.shape[0], T, -1))
+
+
 class Rolling(Projections):
     """A sliding window of ``sliding_window`` keys whose returned cache keeps only the last
     window (a rolling buffer, as Mistral's): a fixed length by design. ``keep_all``: the same
@@ -150,6 +167,22 @@ class SdpaIsCausal(StartPos):
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed)
         else:
             out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class SdpaIsCausalForOne(StartPos):
+    """StableLM's SDPA path with its decoding check dropped: a mask anchored bottom-right for
+    several new tokens, and ``is_causal=True`` for one, which SDPA anchors at the top-left, so
+    a token decoded alone sees only the first key."""
+
+    def forward(self, x: Tensor, start_pos: int = 0):
+        B, T, _ = x.shape
+        q, keys, values = self.step(x, start_pos)
+        allowed = None if T == 1 else torch.ones(T, start_pos + T, dtype=torch.bool).tril(start_pos)
+        is_causal = allowed is None
+        out = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=allowed, is_causal=is_causal
+        )
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 

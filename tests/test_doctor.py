@@ -211,6 +211,7 @@ def test_json_has_every_finding_and_the_verdict():
         "status": WARN,
         "message": "evidence 1",
         "traps": [],
+        "at": "",
     }
     assert json.loads(_diagnosis(PASS, WARN).to_json())["healthy"] is True
 

@@ -30,7 +30,9 @@ from harness.validation import build as build_pair
 from harness.validation import config_for
 from tests import doctor_modules as dm
 from tests import fix_modules as fm
+from tests import generation_modules as gm
 from tests.helpers import TUTORIAL_EDITS
+from tests.test_probes import make
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "pitfalls" / "tutorial.py"
@@ -360,6 +362,14 @@ RECIPE_CASES = [
     ("fill_too_small", "fill = -1e4", 'fill = float("-inf")'),
     ("head_merge_no_transpose", "o = o.contiguous().view(T, B, E)",
      "o = o.transpose(1, 2).contiguous().view(T, B, E)"),
+    ("cache_causal_alignment", "c = self.bias[:, :, :q_len, :k_len]",
+     "c = self.bias[:, :, k_len - q_len : k_len, :k_len]"),
+    ("cache_causal_alignment", "c = torch.tril(ones)",
+     "c = torch.tril(ones, diagonal=ones.size(-1) - ones.size(-2))"),
+    ("cache_causal_alignment", "c = ones.triu(1)",
+     "c = ones.triu(ones.size(-1) - ones.size(-2) + 1)"),
+    ("cache_causal_alignment", "o = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)",
+     "o = F.scaled_dot_product_attention(q, k, v, is_causal=(T > 1) and q.size(-2) == k.size(-2))"),
 ]  # fmt: skip
 
 
@@ -481,6 +491,40 @@ def test_a_line_reading_self_leads_to_where_that_is_made_and_to_what_made_it():
     assert Line(ORIGINS, 15, {}).origins() == []  # reads nothing made elsewhere
 
 
+REASSIGNED = """def forward(self, x, p):
+    attn = x @ x.transpose(-2, -1)
+    attn = attn.softmax(dim=-1)
+    out = attn @ x
+    drop = F.dropout(attn, p)
+    return out + F.dropout(x, p) + drop
+"""
+
+
+def test_a_value_read_on_two_lines_is_shared_but_a_name_assigned_again_is_another_value():
+    """``p`` is read by two calls: fixed where it is made (here, nowhere: a parameter). The
+    ``attn`` line 4 reads is the one assigned on line 3, read again on line 5: shared; the one
+    assigned on line 2 is read only where line 3 replaces it: not shared with line 4."""
+    assert Line(REASSIGNED, 4, {}).shared_origins() == [3]
+    assert Line(REASSIGNED, 3, {}).shared_origins() == []
+    alone = REASSIGNED.replace("    drop = F.dropout(attn, p)\n", "    drop = 0\n")
+    assert Line(alone, 4, {}).shared_origins() == []
+
+
+def test_a_change_after_which_the_reading_shows_less_of_the_layout_proves_nothing():
+    """A rewrite that moves the scores' axes where the reading cannot follow them makes a
+    trap read from the layout vanish: not a fix. The same diagnosis with the layout still
+    read proves it."""
+    config = Config(call=fm.on_grid, positions="relative")
+    before = diagnose(fm.GridMergedStraight(64, 4), config, "grid")
+    trap = before.causes[0].trap
+    healthy = dataclasses.replace(before, findings=[f for f in before.findings if f.status != FAIL],
+                                  causes=[])  # fmt: skip
+    assert prove._proof(before, healthy, trap, lambda where: False) == prove.EVERY
+    blind = [f for f in healthy.facts if f.name != "queries' axis"]
+    assert prove._proof(before, dataclasses.replace(healthy, facts=blind), trap,
+                        lambda where: False) is None  # fmt: skip
+
+
 def _bug_line(name: str) -> int:
     """The line of ``fix_modules``' class ``name`` marked ``# BUG``."""
     source = Path(fm.__file__).read_text().splitlines()
@@ -560,12 +604,31 @@ def test_grouped_heads_behind_a_fused_projection_are_followed_in_the_recorded_fo
     assert "gqa_kv_grouping" in grouped.traps
 
 
+@pytest.mark.parametrize(
+    ("module", "written"),
+    [
+        (gm.BufferCutTopLeft, "causal = self.bias[S - T : S, :S]"),
+        (
+            gm.SdpaIsCausalForOne,
+            "q, keys, values, attn_mask=allowed, "
+            "is_causal=is_causal and q.size(-2) == keys.size(-2)",
+        ),
+    ],
+)
+def test_a_mask_anchored_top_left_under_a_cache_is_fixed_where_it_is_made(module, written):
+    """GPT-2's buffer cut at its first rows: the last ones; SDPA told is_causal for one new
+    token: told so only where queries and keys are as many. Each proven by the cached calls."""
+    d, [fix] = _fixes(make(module), Config(causal=True))
+    assert fix.trap == "cache_causal_alignment" and fix.proof == prove.EVERY, (fix, d.text())
+    assert fix.after[0].strip() == written, fix
+
+
 FIXABLE = [
     "softmax_dim", "mask_bool", "causal_leak", "scale_after_softmax", "fill_too_small",
     "qk_overflow_half", "gqa_kv_grouping", "dropout_in_eval", "missing_scale", "scale_d_model",
     "double_scale", "transpose", "head_merge_no_transpose", "rope_on_value", "sdpa_float_mask",
     "sdpa_mask_inverted", "fill_overflow_half", "mask_rank", "padding_on_queries",
-    "sliding_window_off_by_one", "mask_to_additive_nan",
+    "sliding_window_off_by_one", "mask_to_additive_nan", "cache_causal_alignment",
 ]  # fmt: skip
 DECLARED = {"fill_overflow_half": {"dtype": "float16"}}  # how a user of the pair would run it
 
@@ -723,6 +786,7 @@ def test_what_one_whole_fix_clears_is_shown_under_its_cause():
     [
         ("DrawnWithUnitSpread", "nn.init.normal_(self.Wqkv.weight, mean=0.0, std=self.init_std)"),
         ("DrawnWithUnitSpreadLikeTimm", "nn.init.normal_(self.qkv.weight, std=0.02)"),
+        ("DrawnWithUnitSpreadGated", "nn.init.xavier_uniform_(weights)"),
         (
             "DrawnWithUnitSpreadFromConfig",
             "nn.init.normal_(self.Wqkv.weight, mean=0.0, std=config.initializer_range)",

@@ -183,6 +183,18 @@ from tests.test_fixes import _fixes
             "out = out.reshape(b, -1, n, out.size(-1)).transpose(1, 2).reshape(b, n, -1)",
         ),
         (
+            fm.GridMergedStraight(64, 4),
+            Config(call=fm.on_grid, positions="relative"),
+            "head_merge_no_transpose",
+            "x = (attn @ v).unflatten(0, (B, -1)).movedim(1, -2).contiguous().view(B, H, W, -1)",
+        ),
+        (
+            fm.CosineSplitStraight(64, 4),
+            Config(),
+            "head_split_view",
+            "qkv = qkv.reshape(B, N, 3, self.num_heads, -1).permute(0, 2, 3, 1, 4).transpose(0, 1)",
+        ),
+        (
             fm.TableForOtherPairs(64, 4),
             Config(positions="relative", rope_pairing="half", rotary_dims=8),
             "rope_pairing_mismatch",
@@ -369,6 +381,8 @@ from tests.test_fixes import _fixes
         "queries-row-per-head",
         "weights-cast-then-scaled",
         "folded-merged-straight",
+        "grid-merged-straight",
+        "cosine-split-straight",
         "table-for-other-pairs",
         "normed-queries-scaled-twice",
         "weights-kept-aside",

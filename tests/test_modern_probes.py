@@ -70,6 +70,32 @@ def test_is_causal_with_fewer_queries_than_keys_is_named_cache_causal_alignment_
     assert "causal mask (SDPA told is_causal=True) is anchored at the top-left" in found.message
 
 
+def test_is_causal_told_for_one_decoded_token_only_is_named_from_the_decoding_itself():
+    """Chunks get a mask anchored bottom-right and agree; one token at a time gets
+    ``is_causal=True``: the decoding that disagrees is watched too, and shows SDPA told so."""
+    found = probe(make(gm.SdpaIsCausalForOne), CAUSAL, "cached decoding")
+    assert found.status == FAIL and found.traps == ("cache_causal_alignment",), found
+    assert "causal mask (SDPA told is_causal=True) is anchored at the top-left" in found.message
+
+
+@pytest.mark.parametrize(
+    ("module", "code"),
+    [
+        (gm.SdpaIsCausal, "out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)"),
+        (gm.SdpaIsCausalForOne, "out = F.scaled_dot_product_attention("),
+        (gm.StartPos, "allowed = torch.ones(T, S, dtype=torch.bool).tril(0 if top_left else"),
+        (gm.BufferCutTopLeft, "causal = self.bias[:T, :S]"),
+    ],
+)
+def test_a_mask_anchored_top_left_under_a_cache_is_a_cause_where_the_module_makes_it(module, code):
+    """The cached decoding probe says which anchoring it saw; the cause is the line the
+    recorded forward shows making it: the SDPA call, or the triangle the module builds."""
+    kwargs = {"top_left": True} if module is gm.StartPos else {}
+    d = diagnose(make(module, **kwargs), CAUSAL)
+    assert [c.trap for c in d.causes] == ["cache_causal_alignment"], d.text()
+    assert code in d.causes[0].at, d.causes[0]
+
+
 def test_a_cache_of_a_module_that_is_not_causal_as_called_is_not_probed_as_a_decoder():
     for name in ("cached decoding", "cache reuse"):
         found = probe(make(gm.LayerPast), Config(), name)  # neither --causal nor a causal mask

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 from harness import cli
@@ -17,6 +19,7 @@ from harness.doctor.causes import read_causes
 from harness.doctor.findings import FAIL, PASS, SKIP, Finding
 from harness.doctor.model.diagnosis import first_trap
 from harness.doctor.reading.attention import sites
+from harness.doctor.reading.axes import axis_at, indexed_axis, span
 from harness.doctor.reading.checks import read_failures
 from harness.doctor.reading.groups import grouping, shared_heads
 from harness.doctor.reading.known import Named, Reading
@@ -976,6 +979,18 @@ def test_an_output_gated_by_the_input_is_not_compared_as_attention_alone():
     assert {f.probe: f for f in d.findings}["agrees with SDPA"].status == SKIP, d.text()
 
 
+@pytest.mark.parametrize("std", [None, 1.0])
+def test_a_gated_module_that_returns_no_weights_is_judged_by_its_recorded_softmax(std):
+    """A gated module's weights cannot be rebuilt from its projections; the softmax it ran
+    in the recorded forward shows them: drawn with std 1, most rows saturate
+    (init_unit_variance); drawn as nn.Linear does, none."""
+    d = diagnose(dm.GatedSoftmax(32, 4, std=std), Config())
+    weights = {f.probe: f for f in d.findings}["attention weights"]
+    assert "recorded forward" in weights.message, d.text()
+    assert (weights.status == FAIL) == bool(std), d.text()
+    assert ("init_unit_variance" in weights.message) == bool(std), d.text()
+
+
 @pytest.mark.parametrize("rotate_values", [False, True])
 def test_values_taken_back_out_of_a_stack_with_the_rotated_ones_are_followed_alone(
     rotate_values,
@@ -986,3 +1001,44 @@ def test_values_taken_back_out_of_a_stack_with_the_rotated_ones_are_followed_alo
     config = Config(causal=True, positions="relative", rope_pairing="half")
     d = diagnose(dm.PackedRotary(32, 4, rotate_values=rotate_values), config)
     assert [c.trap for c in d.causes] == (["rope_on_value"] if rotate_values else []), d.text()
+
+
+INDEX_ITEMS = st.sampled_from([0, 1, -1, slice(None), slice(1, None), None, Ellipsis])
+
+
+@given(st.lists(INDEX_ITEMS, max_size=4))
+def test_an_axis_of_an_indexed_tensor_is_traced_to_the_one_it_came_from(items):
+    """``x[key]``: each axis of the result is the input's axis ``indexed_axis`` says (each
+    input axis a size of its own, so the sizes tell), or a new one of size 1 (None)."""
+    if items.count(Ellipsis) > 1 or sum(i is not None and i is not Ellipsis for i in items) > 4:
+        return
+    sizes = (2, 3, 4, 5)
+    x = torch.zeros(sizes)
+    key = tuple(items)
+    shape = x[key].shape
+    for axis, size in enumerate(shape):
+        origin = indexed_axis(key, 4, axis)
+        if origin is None:
+            assert size == 1, (key, axis)
+        else:
+            assert size == len(range(sizes[origin])[key_slice(key, origin)]), (key, axis, origin)
+
+
+def key_slice(key, origin):
+    """The slice ``key`` takes of input axis ``origin`` (one it keeps)."""
+    named = [k for k in key if k is not None]
+    if Ellipsis in named:
+        at = named.index(Ellipsis)
+        skipped = 4 - (len(named) - 1)
+        named = named[:at] + [slice(None)] * skipped + named[at + 1 :]
+    named += [slice(None)] * (4 - len(named))
+    return named[origin]
+
+
+def test_an_axis_split_and_merged_back_by_reshapes_is_found_by_its_run():
+    """(B h, T, S) viewed as (B h, H, W, H, W): the queries' run is found again in the
+    (B h, H W, H W) it is viewed back to, and in no shape that cuts it."""
+    run = span((16, 8, 8), 1)
+    assert axis_at((16, 8, 8), run) == 1
+    assert axis_at((16, 2, 4, 2, 4), run) is None
+    assert axis_at((16, 8, 2, 4), run) == 1

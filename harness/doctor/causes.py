@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from harness.doctor.config import Config
 from harness.doctor.findings import FAIL, NUMBER, Finding, raised
-from harness.doctor.reading.known import Reading
+from harness.doctor.reading.known import Named, Reading
 
 SHARED = 2  # failures with one error that make it a cause of its own
 
@@ -130,6 +130,13 @@ LOCATED = frozenset({
 })  # fmt: skip
 
 
+def _alone_at(finding: Finding, named: Named) -> bool:
+    """``finding`` names ``named``'s trap alone, and where it watched the fault happen (if it
+    did) is ``named``'s line."""
+    at = finding.at.split(" ", 1)[0]
+    return set(finding.traps) == {named.trap} and (not at or named.line.split(" ", 1)[0] == at)
+
+
 def read_causes(findings: list[Finding], reading: Reading) -> list[Cause]:
     """The traps the forward shows, each with the failing probes it explains (a trap that
     explains no failure is no cause: a fact alone never fails a module)."""
@@ -138,7 +145,8 @@ def read_causes(findings: list[Finding], reading: Reading) -> list[Cause]:
     for named in reading.named:
         scope = EXPLAINS.get(named.trap, frozenset())
         if named.trap in LOCATED or named.located:
-            scope = frozenset(f.probe for f in failing if named.trap in f.traps)
+            scope = frozenset(f.probe for f in failing if named.trap in f.traps
+                              and (not named.sole or _alone_at(f, named)))  # fmt: skip
         scopes.append(scope)
     # a failure that names a trap located in the forward is that trap's before any trap's
     # that explains whatever fails (a mask read the wrong way does not make angles imprecise)

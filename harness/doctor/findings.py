@@ -34,14 +34,16 @@ class Said:
 
     text: str
     traps: tuple[str, ...] = ()
+    at: str = ""  # the source line a probe watched the fault at, where it did
 
     def __add__(self, other: Said | str) -> Said:
         if isinstance(other, Said):
-            return Said(self.text + other.text, _union(self.traps, other.traps))
-        return Said(self.text + other, self.traps)
+            return Said(self.text + other.text, _union(self.traps, other.traps),
+                        self.at or other.at)  # fmt: skip
+        return Said(self.text + other, self.traps, self.at)
 
     def __radd__(self, other: str) -> Said:
-        return Said(other + self.text, self.traps)
+        return Said(other + self.text, self.traps, self.at)
 
     def __bool__(self) -> bool:
         return bool(self.text)
@@ -71,11 +73,12 @@ class Outcome:
     status: str
     message: str = ""
     traps: tuple[str, ...] = ()
+    at: str = ""  # where the probe watched the fault happen ("" where it did not)
 
 
 def _outcome(status: str, evidence: Said | str, traps: tuple[str, ...]) -> Outcome:
     said = as_said(evidence)
-    return Outcome(status, said.text, _union(said.traps, traps))
+    return Outcome(status, said.text, _union(said.traps, traps), said.at)
 
 
 def passed(message: Said | str) -> Outcome:
@@ -113,10 +116,11 @@ class Finding:
     status: str
     message: str = ""
     traps: tuple[str, ...] = ()
+    at: str = ""  # the source line the probe watched the fault at, where it did
 
     @classmethod
     def of(cls, probe: str, outcome: Outcome) -> Finding:
-        return cls(probe, outcome.status, outcome.message, outcome.traps)
+        return cls(probe, outcome.status, outcome.message, outcome.traps, outcome.at)
 
 
 def findings_table(findings: list[Finding]) -> pd.DataFrame:

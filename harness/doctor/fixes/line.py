@@ -153,19 +153,32 @@ class Line:
     def shared_origins(self) -> list[int]:
         """The lines where the enclosing function assigns a plain local name this line reads
         that another line of the function reads too (``dropout_p = ...`` before two calls):
-        a value read in two places is fixed where it is made, which covers both."""
+        a value read in two places is fixed where it is made, which covers both. The value
+        read is the one last assigned before this line; a name assigned again (``attn =
+        attn.view(...)``) holds another from there on, and a read of that is not shared."""
         function, _ = self.enclosing()
         if function is None:
             return []
         names = {node.value for node in self.nodes(cst.Name)}
-        made = {t.value: self._positions[t].start.line for t, _ in _assignments(function)
-                if isinstance(t, cst.Name) and t.value in names}  # fmt: skip
+        assigned: dict[str, list[int]] = {}
+        for target, _ in _assignments(function):
+            if isinstance(target, cst.Name) and target.value in names:
+                assigned.setdefault(target.value, []).append(self._positions[target].start.line)
         readers: dict[str, set[int]] = {}
         for node in _reads(function):
-            if node.value in made:
+            if node.value in assigned:
                 readers.setdefault(node.value, set()).add(self._positions[node].start.line)
-        return [line for name, line in made.items()
-                if readers.get(name, set()) - {self.number, line}]  # fmt: skip
+        shared = []
+        for name, lines in assigned.items():
+            before = [n for n in lines if n < self.number]
+            if not before:
+                continue
+            made = max(before)
+            again = min((n for n in lines if n > made), default=None)
+            reads = {n for n in readers.get(name, ()) if made < n and (again is None or n <= again)}
+            if reads - {self.number}:
+                shared.append(made)
+        return shared
 
     def _constructions(
         self, klass: cst.ClassDef, method: cst.FunctionDef, value: cst.BaseExpression | None

@@ -151,7 +151,7 @@ def _proof(
     moved: a combined mask inverted whole turns its padding right and its causal part wrong).
     ``changed(where)``: whether a source line is one the cause or the change touched."""
     failing_before, failing_after = _failing(before), _failing(after)
-    if trap in _traps(after) or not failing_after <= failing_before:
+    if trap in _traps(after) or not failing_after <= failing_before or _blinded(before, after):
         return None
     if after.healthy:
         return EVERY
@@ -159,6 +159,19 @@ def _proof(
     if not left:  # what still fails is no other trap's: half a fix, or the fault moved
         return None
     return f"this change fixes {trap}; still failing: {', '.join(dict.fromkeys(left))}"
+
+
+# What the recorded forward shows of the attention's layout: a change after which it shows
+# less has hidden the attention from the reading, not fixed it
+LAYOUT_FACTS = frozenset({"attention", "keys' axis", "queries' axis", "softmax axis", "head width"})
+
+
+def _blinded(before: Diagnosis, after: Diagnosis) -> bool:
+    """The reading of ``after`` lacks a fact of the attention's layout that ``before``'s had
+    (the scores' axes moved where it cannot follow them): what it no longer names, it cannot
+    be seen to have fixed."""
+    read = {f.name for f in after.facts}
+    return any(f.name in LAYOUT_FACTS and f.name not in read for f in before.facts)
 
 
 def _touching(

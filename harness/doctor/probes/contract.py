@@ -340,7 +340,7 @@ def _saturation_of_projections(subject: Subject, keep: torch.Tensor | None) -> O
     cfg = subject.config
     readings = subject.readings(subject.copy())
     if not readings:
-        return skipped("forward returns no weights (and its projections are not recognized)")
+        return _saturation_recorded(subject)
     allowed = subject.effective_keep(keep, cfg.batch, cfg.seq_len)
     x = subject.x(cfg.batch, cfg.seq_len, 6)
     try:
@@ -348,13 +348,29 @@ def _saturation_of_projections(subject: Subject, keep: torch.Tensor | None) -> O
             w = attention_weights(readings[0], x, allowed).cpu()
     except RuntimeError:
         return skipped("forward returns no weights (its projections do not run alone)")
-    rows = w[torch.isfinite(w).all(-1)]
+    return _rows_judged(w, "its projections' weights", "read off its projections")
+
+
+def _saturation_recorded(subject: Subject) -> Outcome:
+    """A module that returns no weights and whose projections are not read alone (a gate
+    beside them, a bias of positions): the weights its softmax computed in the recorded
+    forward are read for saturation instead; else nothing to check."""
+    w = subject.reading.weights
+    if w is None:
+        return skipped("forward returns no weights (and its projections are not recognized)")
+    return _rows_judged(w, "its softmax's in the recorded forward", "read off its softmax in "
+                        "the recorded forward")  # fmt: skip
+
+
+def _rows_judged(w: torch.Tensor, whose: str, how: str) -> Outcome:
+    """Weights (keys last) that a module does not return, read elsewhere (``how``): a
+    failure where most finite rows saturate, else a skip that says how many did."""
+    rows = w.reshape(-1, w.shape[-1]).double().cpu()
+    rows = rows[torch.isfinite(rows).all(-1)]
     saturated = metrics.saturated_fraction(rows) if rows.numel() else 0.0
     if metrics.degenerate(saturated):
-        return failed(_saturated(saturated, " (read off its projections: it returns no weights)"))
-    return skipped(
-        f"forward returns no weights; its projections' weights: {saturated:.0%} of rows saturated"
-    )
+        return failed(_saturated(saturated, f" ({how}: it returns no weights)"))
+    return skipped(f"forward returns no weights; {whose}: {saturated:.0%} of rows saturated")
 
 
 def _unused(subject: Subject, unused: list[str]) -> Outcome:

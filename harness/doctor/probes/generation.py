@@ -22,6 +22,7 @@ from harness.doctor.calling import AdapterPlan
 from harness.doctor.findings import Outcome, Said, failed, named, passed, skipped, warned
 from harness.doctor.probes.registry import probe
 from harness.doctor.reading.masks import BLOCKING
+from harness.doctor.reading.record import calling_line
 from harness.doctor.subject import Subject
 from harness.masks import KEY_LAYOUTS, causal_keep
 from harness.scenarios import Invoke
@@ -255,6 +256,9 @@ def _top_left(blocked: Tensor) -> bool:
     return torch.equal(common, torch.ones(T, S, dtype=torch.bool, device=common.device).triu(1))
 
 
+IS_CAUSAL = "SDPA told is_causal=True"
+
+
 class _TopLeft(TorchFunctionMode):
     """Notes a causal mask anchored at the top-left in a call with fewer queries than keys, so
     that a new query sees only the first keys: SDPA told ``is_causal=True``
@@ -263,6 +267,7 @@ class _TopLeft(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.seen = ""  # how, once seen
+        self.at = ""  # where: the SDPA call told is_causal (a triangle's line is the reading's)
         self.watching = False  # in a call whose first position is not the sequence's first
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
@@ -271,6 +276,7 @@ class _TopLeft(TorchFunctionMode):
         if self.watching and not self.seen:
             with contextlib.suppress(Exception):  # a shape this reading does not expect
                 self.seen = self._anchored(func, args, kwargs, out)
+            self.at = calling_line() if self.seen == IS_CAUSAL else ""
         return out
 
     @staticmethod
@@ -280,7 +286,7 @@ class _TopLeft(TorchFunctionMode):
             q, k = given.get(0, given.get("query")), given.get(1, given.get("key"))
             mask = given.get(3, given.get("attn_mask"))
             if given.get(5, given.get("is_causal", False)) and q.shape[-2] < k.shape[-2]:
-                return "SDPA told is_causal=True"
+                return IS_CAUSAL
             if isinstance(mask, Tensor):
                 blocked = ~mask if mask.dtype == torch.bool else mask <= BLOCKING
                 if _top_left(blocked.expand(*q.shape[:-1], k.shape[-2])):
@@ -322,20 +328,25 @@ def _writes(
 def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement) -> Said:
     """The catalogue trap a decode mismatch matches, as chunked prefill shows it: a cache the
     module holds written at the wrong slots (seen in its tensors), SDPA told is_causal with
-    fewer queries than keys; else positions that restart on each cached call (fixed by passing
+    fewer queries than keys (there, or in the failing scenario: one token at a time only);
+    else positions that restart on each cached call (fixed by passing
     positions explicitly); else the causes it cannot tell apart."""
     calls: list[tuple[int, int, Held, Held]] = []
     with _TopLeft() as top_left:
         _agreements(subject, x, keep, ("chunked",), invoke=_writes(subject, calls, top_left))
     if misplaced := _misplaced(calls):
         return named(misplaced, "stale_cache")
+    if not top_left.seen and wrong.scenario != "chunked":  # a top-left mask for one token only
+        with _TopLeft() as top_left:
+            _agreements(subject, x, keep, (wrong.scenario,), invoke=_writes(subject, [], top_left))
     if top_left.seen:
-        return named(
+        return Said(
             f"; with fewer queries than keys its causal mask ({top_left.seen}) is anchored at "
             "the top-left: a new query sees only the first keys (cache_causal_alignment; "
             "anchor it bottom-right, tril(S - T) of the (T, S) scores, or use is_causal only "
             "when queries and keys are as many)",
-            "cache_causal_alignment",
+            ("cache_causal_alignment",),
+            top_left.at,
         )
     explicit = _explicit_positions(subject, x)
     if explicit is not None:

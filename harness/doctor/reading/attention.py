@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from harness.doctor.reading.axes import (
+    axis_at,
     clean_axis,
     einsum_axis,
     map_axis,
@@ -30,6 +31,7 @@ from harness.doctor.reading.axes import (
     product_axes,
     rows_hold,
     softmax_axis,
+    span,
     summed_width,
     swapped_axes,
     weights_summed_axis,
@@ -72,7 +74,7 @@ from harness.doctor.reading.ops import (
 )
 from harness.doctor.reading.pairing import mismatch, turned_in
 from harness.doctor.reading.record import Op, Record, Value
-from harness.doctor.reading.split import positions_cut
+from harness.doctor.reading.split import RESHAPES, positions_cut
 
 # How the keys' axis is known when the product with V is not followed: a guess, which names
 # no trap (q k^T puts the keys last; k q^T would not)
@@ -89,6 +91,7 @@ class Factor:
     where: str
     op: Op
     given: Value | None = None  # the argument that holds it (an attribute, a constant, ...)
+    implicit: bool = False  # SDPA's own default, which no line of the module writes
 
 
 @dataclass
@@ -247,19 +250,31 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
         added.spread = spread(record.results[op.index][0], added.cells)
         site.fills.append(added)
     # the product's axes, carried through the path to the softmax's input
-    ndim = len(op.shapes[0]) if op.shapes else 0
+    shape = op.shapes[0] if op.shapes else ()
+    ndim = len(shape)
     key, query = product_axes(op)
+    runs: dict[str, tuple[int, int]] = {}  # an axis a reshape cut in pieces, as its run
     for step in reversed(path):
-        out_ndim = len(step.shapes[0]) if step.shapes else ndim
+        out_shape = step.shapes[0] if step.shapes else shape
+        out_ndim = len(out_shape)
         if step.name == "einsum":
             key, query = (None if a is None else einsum_axis(record, step, a, memo)
                           for a in (key, query))  # fmt: skip
         elif _elementwise(step):  # the same cells; a wider mask adds leading axes
             key, query = (None if a is None else a + out_ndim - ndim for a in (key, query))
         else:
+            before = {"key": key, "query": query}
             key = None if key is None else map_axis(step, key, ndim)
             query = None if query is None else _query_after(step, query, key, ndim)
-        ndim = out_ndim
+            if step.name in RESHAPES:
+                runs |= {n: span(shape, a) for n, a in before.items() if a is not None}
+                key, query = (
+                    _whole_again(out_shape, runs, "key", key),
+                    _whole_again(out_shape, runs, "query", query),
+                )
+        if step.name not in RESHAPES and (out_shape != shape or not _elementwise(step)):
+            runs.clear()  # moved or broadcast: a run no longer says where the axis is
+        shape, ndim = out_shape, out_ndim
     if site.key_axis is None and key is not None:
         site.key_axis, site.key_axis_from = key, LAST_AXIS
     # k q^T: the product with V sums over the first operand's axis, so the first is the keys
@@ -267,6 +282,22 @@ def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]
     site.query_axis = key if swapped else query
     site.width = summed_width(op)
     _read_operands(record, site, op, memo, swapped)
+
+
+def _whole_again(
+    shape: tuple[int, ...], runs: dict[str, tuple[int, int]], name: str, axis: int | None
+) -> int | None:
+    """Axis ``name`` after a reshape: ``axis`` where the reshape kept it whole; else the axis
+    of ``shape`` that strides over its run again, where the reshape merged back the pieces an
+    earlier one cut it into (SAM's decomposed position bias views the scores as
+    (B, q_h, q_w, k_h, k_w) and back); else None, its run kept for a later reshape."""
+    if axis is not None:
+        runs.pop(name, None)
+        return axis
+    found = axis_at(shape, runs[name]) if name in runs else None
+    if found is not None:
+        del runs[name]
+    return found
 
 
 def _query_after(step: Op, query: int, key: int | None, ndim: int) -> int | None:
@@ -612,7 +643,7 @@ def _sdpa_site(record: Record, op: Op, memo: dict[int, bool]) -> Site:
     if isinstance(scale, int | float):
         site.factors.append(Factor(float(scale), "scores", op))
     elif site.width:
-        site.factors.append(Factor(1 / math.sqrt(site.width), "scores", op))
+        site.factors.append(Factor(1 / math.sqrt(site.width), "scores", op, implicit=True))
     complete = True
     for value, where in zip((op.arg(0, "query"), op.arg(1, "key")), ("queries", "keys"),
                             strict=True):  # fmt: skip

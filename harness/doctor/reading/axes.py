@@ -226,3 +226,40 @@ def clean_axis(shape_in: tuple[int, ...], shape_out: tuple[int, ...], axis: int)
     if ins == [axis] and len(outs) == 1:
         return outs[0]
     return None
+
+
+def span(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
+    """Axis ``axis`` of ``shape`` as the run of the tensor's logical (row-major) order it
+    strides over: the element counts of the axes before it, and of those and it."""
+    return math.prod(shape[:axis]), math.prod(shape[: axis + 1])
+
+
+def axis_at(shape: tuple[int, ...], run: tuple[int, int]) -> int | None:
+    """The axis of ``shape`` that strides over ``run`` (``span``'s), when one does: an axis a
+    reshape split into pieces, found again whole where a later reshape merges them back."""
+    found = [i for i in range(len(shape)) if shape[i] > 1 and span(shape, i) == run]
+    return found[0] if len(found) == 1 else None
+
+
+def indexed_axis(key: object, ndim_in: int, axis: int) -> int | None:
+    """Where axis ``axis`` of ``x[key]`` was in ``x`` (``ndim_in`` axes): an integer drops
+    its axis (``qkv[0]``), a slice keeps it, None adds one, ``...`` stands for the axes no
+    other item names. None where the result's axis is a new one, or ``key`` holds anything
+    else (a tensor picks rows: not followed)."""
+    items = key if isinstance(key, tuple) else (key,)
+    if any(not isinstance(k, int | slice) and k is not None and k is not Ellipsis for k in items):
+        return None
+    named = sum(isinstance(k, int | slice) for k in items)
+    origin: list[int | None] = []  # for each axis of the result, the input's axis
+    at = 0
+    for k in items:
+        if k is Ellipsis:
+            origin += range(at, at + ndim_in - named)
+            at += ndim_in - named
+        elif k is None:
+            origin.append(None)
+        else:
+            origin += [at] if isinstance(k, slice) else []
+            at += 1
+    origin += range(at, ndim_in)
+    return origin[axis] if 0 <= axis < len(origin) else None

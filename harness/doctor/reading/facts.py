@@ -177,6 +177,8 @@ def site_facts(
     facts.append(Fact("attention", f"{kind} of scores {_shape(site)}", COMPUTED, line))
     if site.key_axis is not None:
         facts.append(Fact("keys' axis", f"{site.key_axis} ({site.key_axis_from})"))
+    if site.query_axis is not None:
+        facts.append(Fact("queries' axis", str(site.query_axis), COMPUTED))
     if not site.sdpa and site.softmax_axis is not None and site.key_axis is not None:
         over = _axis_word(site, site.softmax_axis)
         facts.append(Fact("softmax axis", f"{site.softmax_axis}: {over}", COMPUTED, line))
@@ -189,7 +191,9 @@ def site_facts(
                           site.product.where if site.product else line))  # fmt: skip
     product_line = site.product.where if site.product is not None else line
     applied = _uncancelled([f for f in site.factors if f.where != "weights" and f.value != 1.0])
-    scale_line = applied[0].op.where if applied else product_line  # nearest the softmax
+    # nearest the softmax, a factor a line writes before SDPA's own default
+    written = [f for f in applied if not f.implicit] or applied
+    scale_line = written[0].op.where if written else product_line
     if declared_scale is not None:
         facts.append(Fact("scale", f"{declared_scale:.6g}", DECLARED))
         named.extend(_against_declared(site, declared_scale, scale_line, applied, d_model))
@@ -296,6 +300,11 @@ def site_facts(
     blocked = site.blocked(mixed=mixable)  # (T_q, T_k), the module's own masks' cells
     _window(site, reading, blocked, mixable)
     _future(site, reading, causal, made, blocked, mixable)
+    if site.sdpa:  # where is_causal is decided, whatever this call's
+        named.append(Named("cache_causal_alignment", "SDPA's is_causal=True anchors its "
+                           "triangle at the top-left: with fewer queries than keys (a cached "
+                           "call), pass it only when they are as many", site.softmax.where,
+                           located=True, sole=True))  # fmt: skip
     reading.joins_own = not mixable and any(
         (f.origin or f.band) is not None and not f.own for f in site.fills
     )
@@ -346,6 +355,12 @@ def _future(
         reading.masks_future = reading.masks_future or line
     if blocked[ahead].all():
         said = "blocked (every key after its query)"
+        made = next((f.cut or f.origin or f.op for f in own), None)
+        if made is not None:
+            reading.named.append(Named("cache_causal_alignment", "the causal triangle is made "
+                                       "here: with fewer queries than keys (a cached call) its "
+                                       "rows are the last ones, anchored bottom-right",
+                                       made.where, located=True, sole=True))  # fmt: skip
         if blocked.diagonal().any():
             said += "; some queries' own key is blocked too"
             if causal and blocked.all(-1).any():  # a triangle a diagonal off: rows left empty
@@ -439,6 +454,10 @@ def interpret(
         if site.rotated is not None:
             reading.rotary = reading.rotary or site.rotated.where
         reading.head_width = reading.head_width or site.width or None
+        if reading.weights is None and not site.sdpa and site.key_axis is not None:
+            reading.weights = (
+                found.results[site.softmax.index][0].detach().movedim(site.key_axis, -1)
+            )
         reading.joins_own = reading.joins_own or one.joins_own
         if site.gate is not None and not reading.gated:
             reading.gated = site.gate.where

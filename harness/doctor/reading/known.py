@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from torch import Tensor
+
 from harness.doctor.reading.record import Op
 
 # How a value is known, strongest first (the issue's order): what the user declared, what the
@@ -37,6 +39,9 @@ class Named:
     line: str
     also: tuple[str, ...] = ()  # other lines it involves (where its factors are applied or made)
     located: bool = False  # only where to look: a cause only of the failures that name it
+    # ... that name it alone: what the forward shows is no evidence of the trap by itself
+    # (every causal module makes a triangle; only a probe can say it is anchored wrong)
+    sole: bool = False
 
 
 @dataclass
@@ -67,3 +72,6 @@ class Reading:
     # copies another)
     shared_values: list[frozenset[int]] | None = None
     shared_keys: list[frozenset[int]] | None = None
+    # the first softmax's weights as the recorded forward computed them, keys' axis last
+    # (None: no softmax of a product was recorded, or an SDPA call keeps them inside)
+    weights: Tensor | None = None

@@ -27,6 +27,7 @@ class Fill:
     band: Op | None = None  # the triangle or comparison that cuts off the far past, if one does
     origin: Op | None = None  # where the module built it (a tril, a triu), when it did
     held: Value | None = None  # the buffer or attribute it is cut from, when it is
+    cut: Op | None = None  # the op that cut it from that buffer (``bias[:, :, :T, :S]``)
     nan: Op | None = None  # an added mask that holds NaN: the op that made it
     added: float | None = None  # an added mask's most negative value, where it is finite
     spread: float | None = None  # the scores' spread over the cells it keeps, in the recorded call
@@ -155,6 +156,8 @@ def provenance(record: Record, fill: Fill) -> None:
             fill.own = False
             continue
         fill.made_here = fill.made_here or not op.tensors  # a factory: arange, ones, full
+        if any(v.kind in ("buffer", "attribute") for v in op.tensors[:1]):
+            fill.cut = op if fill.cut is None or op.index < fill.cut.index else fill.cut
         if op.name in TRIANGLES and (fill.origin is None or op.index < fill.origin.index):
             fill.origin = op
         if op.name in TRIANGLES | BOUNDS and _cuts_the_past(record.results[op.index]):

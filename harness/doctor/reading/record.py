@@ -193,12 +193,22 @@ def _at(frame: FrameType) -> tuple[str, str]:
     return f"{shown_path(frame.f_code.co_filename)}:{frame.f_lineno}", code
 
 
-def _source_line(own: frozenset[CodeType] = frozenset()) -> tuple[str, str, str, str]:
+def calling_line() -> str:
+    """Where the module's code made the torch call a ``TorchFunctionMode`` is handling (to be
+    called from its ``__torch_function__``): "file.py:34 `code`", or "" for the harness's."""
+    line, code, *_ = _source_line(depth=3)
+    return f"{line} `{code}`" if code else line
+
+
+def _source_line(
+    own: frozenset[CodeType] = frozenset(), depth: int = 2
+) -> tuple[str, str, str, str]:
     """The innermost caller outside torch: "file.py:34" and its code; ("", "") for an op the
     harness itself runs (the mask it encodes, the layout it turns the input into). Then the
     innermost ``own`` forward running, when that is another frame (the line of a forward that
-    called a helper)."""
-    frame = sys._getframe(2)
+    called a helper). ``depth``: the frames above this one to start from (3: the caller of a
+    mode's ``__torch_function__``)."""
+    frame = sys._getframe(depth)
     while frame is not None:
         path = Path(frame.f_code.co_filename)
         if path.is_relative_to(HARNESS):

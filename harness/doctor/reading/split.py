@@ -9,6 +9,7 @@ import math
 
 from harness.doctor.reading.axes import (
     clean_axis,
+    indexed_axis,
     leads_a_merge,
     map_axis,
     permute_order,
@@ -42,6 +43,8 @@ def axis_before(op: Op, item: int, axis: int) -> int | None:
     if op.name == "permute":
         order = permute_order(op, ndim_in)
         return None if order is None else order[axis]
+    if op.name == "__getitem__":
+        return indexed_axis(op.const(1, "idx"), ndim_in, axis)
     if op.name in DROPS_AN_AXIS:
         dim = op.const(1, "dim", 0)
         return None if not isinstance(dim, int) else axis if axis < dim % ndim_in else axis + 1

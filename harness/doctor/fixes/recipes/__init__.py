@@ -22,6 +22,7 @@ from harness.doctor.fixes.recipes.layout import (
 )
 from harness.doctor.fixes.recipes.masks import (
     additive_nan,
+    bottom_right,
     cap_before_mask,
     causal_leak,
     finite_fill,
@@ -58,6 +59,7 @@ RECIPES: dict[str, Recipe] = {
     "wrong_scale": scale_d_model,
     "scale_after_softmax": scale_after_softmax,
     "causal_leak": causal_leak,
+    "cache_causal_alignment": bottom_right,
     "sliding_window_off_by_one": window_bound,
     "padding_on_queries": padding_on_queries,
     "mask_rank": mask_rank,

@@ -310,19 +310,29 @@ def _permute_swapped(line: Line) -> Iterator[str]:
 
 
 def _unfolded(line: Line, call: cst.Call, receiver: cst.BaseExpression) -> Iterator[str]:
-    """Heads folded into the batch, (B h, T, d), merged by ``x.reshape(B, T, -1)`` straight:
-    the heads taken out of the batch and put beside the width first, a sequence's heads
-    together (``(b h)``) or each head's sequences (``(h b)``), the proof choosing."""
+    """Heads folded into the batch, (B h, T, d), merged by ``x.reshape(B, T, -1)`` straight
+    (or ``x.view(B, H, W, -1)`` onto a grid of positions): the heads taken out of the batch
+    and put beside the width first, a sequence's heads together (``(b h)``) or each head's
+    sequences (``(h b)``), the proof choosing."""
     sizes = positional(call)
-    if len(sizes) != 3 or not isinstance(receiver, cst.Name):
+    if len(sizes) < 3:
         return
-    x, b, t = receiver.value, line.code(sizes[0].value), line.code(sizes[1].value)
-    width = f"{x}.size(-1)"
+    b = line.code(sizes[0].value)
+    if len(sizes) == 3 and isinstance(receiver, cst.Name):
+        x, t = receiver.value, line.code(sizes[1].value)
+        width = f"{x}.size(-1)"
+        for unfold in (
+            f"{x}.reshape({b}, -1, {t}, {width}).transpose(1, 2)",
+            f"{x}.reshape(-1, {b}, {t}, {width}).permute(1, 2, 0, 3)",
+        ):
+            yield line.replaced(receiver, cst.parse_expression(unfold))
+    x = line.code(parenthesized(receiver))
+    then = ".contiguous()" if called(call) == "view" else ""
     for unfold in (
-        f"{x}.reshape({b}, -1, {t}, {width}).transpose(1, 2)",
-        f"{x}.reshape(-1, {b}, {t}, {width}).permute(1, 2, 0, 3)",
+        f"unflatten(0, ({b}, -1)).movedim(1, -2)",
+        f"unflatten(0, (-1, {b})).movedim(0, -2)",
     ):
-        yield line.replaced(receiver, cst.parse_expression(unfold))
+        yield line.replaced(receiver, cst.parse_expression(f"{x}.{unfold}{then}"))
 
 
 def _moves(count: int) -> list[tuple[int, int]]:

@@ -202,6 +202,53 @@ def window_bound(line: Line) -> Iterator[str]:
     yield from _bounds_one_off(line)
 
 
+def bottom_right(line: Line) -> Iterator[str]:
+    """A causal triangle anchored top-left, where a cached call has fewer queries than keys:
+    the rows cut from a buffer made the last ones (``bias[..., :T, :S]`` to
+    ``bias[..., S - T : S, :S]``), or a triangle of a (T, S) tensor moved by ``S - T``
+    (``tril(S - T)``, ``triu(S - T + 1)``); SDPA told ``is_causal`` only where queries and
+    keys are as many; the proof choosing."""
+    for subscript in line.nodes(cst.Subscript):
+        elements = subscript.slice  # type: ignore[attr-defined]
+        if len(elements) < 2:
+            continue
+        rows, keys = elements[-2].slice, elements[-1].slice
+        if not (isinstance(rows, cst.Slice) and isinstance(keys, cst.Slice)):
+            continue
+        if rows.lower is not None or rows.upper is None or keys.upper is None or rows.step:
+            continue
+        T, S = line.code(rows.upper), line.code(keys.upper)
+        moved = cst.parse_expression(f"x[{S} - {T} : {S}]").slice[0].slice  # type: ignore
+        yield line.replaced(rows, moved)
+    for call in line.calls(*TRIANGLES):
+        function = line.is_function_form(call)
+        given = positional(call)
+        tensor = given[0].value if function and given else getattr(call.func, "value", None)
+        if not isinstance(tensor, cst.Name):
+            continue
+        position = 1 if function else 0
+        diagonal = argument(call, position, "diagonal")
+        now = line.code(diagonal.value) if diagonal is not None else TRIANGLES[called(call)]
+        if now != TRIANGLES[called(call)]:
+            continue  # a band or a triangle a diagonal off: not this trap's
+        offset = f"{tensor.value}.size(-1) - {tensor.value}.size(-2)"
+        moved = offset if now == "0" else f"{offset} + {now}"
+        yield line.replaced(call, with_argument(call, position, "diagonal", moved))
+    for call in line.calls(*SDPA):  # is_causal only where queries and keys are as many
+        given, q, k = (argument(call, i, word) for i, word in ((5, "is_causal"), (0, "query"),
+                                                                (1, "key")))  # fmt: skip
+        if given is None or q is None or k is None or line.code(given.value) == "False":
+            continue
+        if not all(isinstance(a.value, cst.Name | cst.Attribute) for a in (q, k)):
+            continue
+        as_many = f"{line.code(q.value)}.size(-2) == {line.code(k.value)}.size(-2)"
+        now = line.code(given.value)
+        moved = (
+            as_many if now == "True" else f"{line.code(parenthesized(given.value))} and {as_many}"
+        )
+        yield line.replaced(call, with_argument(call, 5, "is_causal", moved))
+
+
 def finite_fill(line: Line) -> Iterator[str]:
     """A mask filled with a finite constant that logits outgrow or the dtype cannot hold:
     filled with the dtype's own lowest value (``torch.finfo(scores.dtype).min``), else -inf;
