@@ -31,6 +31,7 @@ class Agreement:
     threshold: float
     steps: Tensor | None  # (T,) max |error| per position, for a per-step picture
     failure: str | None = None  # the exception the scenario raised, if any
+    refused: bool = False  # NotImplementedError: the module or its caller takes no such calls
 
     @property
     def agrees(self) -> bool:
@@ -100,7 +101,7 @@ def agreements(
         got = output(scenario, dtype)
         if not got.ok:
             nan = metrics.Error(float("nan"), float("nan"))
-            found.append(Agreement(scenario, nan, floor, limit, None, got.error))
+            found.append(Agreement(scenario, nan, floor, limit, None, got.error, got.refused))
             continue
         steps = position_errors(got.output, ref.output)
         err = metrics.error(got.output, ref.output)

@@ -28,6 +28,7 @@ class Run:
     weights: Tensor | None = None
     grads: dict[str, Tensor] = field(default_factory=dict)
     error: str | None = None  # "TypeName: message" of the first exception, if any
+    refused: bool = False  # that exception is NotImplementedError: the input is not one it takes
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -155,6 +156,7 @@ def run(
                     result.grads[name] = grad.detach().to("cpu", torch.float64)
         except Exception as exc:  # the point is to record it, whatever it is
             result.error = describe(exc)
+            result.refused = isinstance(exc, NotImplementedError)
     result.warnings = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
     return result
 

@@ -1020,6 +1020,55 @@ class CosineSplitStraight(nn.Module):
         return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
 
 
+class DrawnWithUnitSpreadScaledOut(nn.Module):
+    """llama2.c's init: every projection drawn from normal(0, 0.02), the output's then drawn
+    again with 0.02 / sqrt(2 n_layers); the first drawn with std=1.0 instead
+    (init_unit_variance)."""
+
+    def __init__(self, dim, n_heads, n_layers=2):
+        super().__init__()
+        self.n_heads = n_heads
+        self.wq, self.wk, self.wv, self.wo = separate(dim)
+        self._init_weights(n_layers)
+
+    def _init_weights(self, n_layers):
+        for linear in (self.wq, self.wk, self.wv, self.wo):
+            nn.init.normal_(linear.weight, mean=0.0, std=1.0)  # BUG
+        nn.init.normal_(self.wo.weight, mean=0.0, std=0.02 / math.sqrt(2 * n_layers))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.n_heads, -1).transpose(1, 2)
+                   for p in (self.wq, self.wk, self.wv))  # fmt: skip
+        out = F.scaled_dot_product_attention(q, k, v)
+        return self.wo(out.transpose(1, 2).reshape(B, T, C))
+
+
+def trunc_normal_(tensor, mean=0.0, std=1.0):
+    return nn.init.trunc_normal_(tensor, mean=mean, std=std)
+
+
+class DrawnByHelperWithUnitSpread(nn.Module):
+    """BEiT's way: every weight drawn by a helper that hands its ``std`` on, the fused
+    projection with std=1.0 (init_unit_variance) and a temperature per head with 0.02: the
+    spread is the caller's, so the helper is no place for a fix."""
+
+    def __init__(self, dim, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv, self.proj = fused(dim)
+        self.table = nn.Parameter(torch.zeros(num_heads, 1))
+        trunc_normal_(self.qkv.weight, std=1.0)
+        trunc_normal_(self.table, std=0.02)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = heads_of(self.qkv(x), self.num_heads)  # each (B, h, N, d)
+        scores = q @ k.transpose(-2, -1) * (1 + self.table[:, :, None])  # a temperature per head
+        attn = (scores / math.sqrt(q.shape[-1])).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
+
+
 class NormedScaledByWidth(nn.Module):
     """Persimmon's way: q and k layer-normed per head, so SDPA's comparison cannot read the
     scale, and the scores divided by the root of the model's width (scale_d_model); the

@@ -186,6 +186,17 @@ class SdpaIsCausalForOne(StartPos):
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
+class OneTokenAfterThePrompt(StartPos):
+    """RecurrentGemma's cache: the prompt whole, then one token per call; several new tokens
+    through a filled cache are refused with NotImplementedError, as its model never sends
+    them."""
+
+    def forward(self, x: Tensor, start_pos: int = 0):
+        if start_pos > 0 and x.shape[1] > 1:
+            raise NotImplementedError("one token at a time after the prompt")
+        return super().forward(x, start_pos)
+
+
 class IgnoresPos(Projections):
     """x-transformers' way: an optional ``pos`` that this configuration ignores, and rotary
     named in its code for when it is configured; bidirectional. Correct as it is."""

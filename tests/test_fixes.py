@@ -787,6 +787,7 @@ def test_what_one_whole_fix_clears_is_shown_under_its_cause():
         ("DrawnWithUnitSpread", "nn.init.normal_(self.Wqkv.weight, mean=0.0, std=self.init_std)"),
         ("DrawnWithUnitSpreadLikeTimm", "nn.init.normal_(self.qkv.weight, std=0.02)"),
         ("DrawnWithUnitSpreadGated", "nn.init.xavier_uniform_(weights)"),
+        ("DrawnWithUnitSpreadScaledOut", "    nn.init.normal_(linear.weight, mean=0.0, std=0.02)"),
         (
             "DrawnWithUnitSpreadFromConfig",
             "nn.init.normal_(self.Wqkv.weight, mean=0.0, std=config.initializer_range)",
@@ -806,6 +807,19 @@ def test_projections_drawn_with_a_unit_spread_are_redrawn_as_the_module_draws_th
     assert code == 1 and said.splitlines()[1].startswith("FAIL  init_unit_variance"), said
     assert "with this change every probe passes" in said, said
     assert f"+        {written}  # BUG" in out.read_text(), out.read_text()
+
+
+def test_an_init_whose_spread_a_helper_is_handed_is_not_rewritten_in_the_helper(tmp_path, capsys):
+    """A helper that hands ``std=std`` on draws the fused projection with 1.0 and a table with
+    0.02: rewriting the helper would redraw both, so no fix is proven there (and the file is
+    left as it was)."""
+    before = Path(fm.__file__).read_text()
+    out = tmp_path / "fix.diff"
+    code = cli.main(["doctor", f"{fm.__file__}:DrawnByHelperWithUnitSpread", "--fix", str(out)])
+    said = capsys.readouterr().out
+    assert code == 1 and said.splitlines()[1].startswith("FAIL  init_unit_variance"), said
+    assert "no fix proven" in said and not out.exists(), said
+    assert Path(fm.__file__).read_text() == before
 
 
 def test_an_init_written_through_data_is_located_where_it_was_last_written(capsys):

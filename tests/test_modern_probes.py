@@ -96,6 +96,15 @@ def test_a_mask_anchored_top_left_under_a_cache_is_a_cause_where_the_module_make
     assert code in d.causes[0].at, d.causes[0]
 
 
+def test_cached_calls_a_module_refuses_with_not_implemented_are_not_taken():
+    """Chunked prefill refused with NotImplementedError (its model never sends it): the decode
+    it takes is judged alone, and the finding says what was not taken."""
+    found = probe(make(gm.OneTokenAfterThePrompt), CAUSAL, "cached decoding")
+    assert found.status == PASS and "chunked: not taken (NotImplementedError)" in found.message
+    wrong = probe(make(gm.OneTokenAfterThePrompt, top_left=True), CAUSAL, "cached decoding")
+    assert wrong.status == FAIL and wrong.message.startswith("decode: "), wrong
+
+
 def test_a_cache_of_a_module_that_is_not_causal_as_called_is_not_probed_as_a_decoder():
     for name in ("cached decoding", "cache reuse"):
         found = probe(make(gm.LayerPast), Config(), name)  # neither --causal nor a causal mask

@@ -18,6 +18,7 @@ from harness.doctor import Config, diagnose
 from harness.doctor.causes import read_causes
 from harness.doctor.findings import FAIL, PASS, SKIP, Finding
 from harness.doctor.model.diagnosis import first_trap
+from harness.doctor.reading import checks
 from harness.doctor.reading.attention import sites
 from harness.doctor.reading.axes import axis_at, indexed_axis, span
 from harness.doctor.reading.checks import read_failures
@@ -929,6 +930,23 @@ def test_the_positions_are_followed_back_through_unbind_and_permute_to_the_proje
     assert axis_before(permute, 0, 3) == 1  # and axis 1 of (B, N, 3, h, d)
     [site] = sites(found)
     assert site.split_without_transpose is None  # the positions come whole from the projection
+
+
+@pytest.mark.parametrize(
+    "probe", ["permutation equivariance", "causal no-leak", "agrees with SDPA"]
+)
+def test_heads_split_by_a_reshape_fail_as_read_only_where_no_probe_could_see_it(probe):
+    """A reshape that cuts up the positions' axis fails the reading by itself where every probe
+    that sees positions mixed with features was skipped (SegFormer's grid, positions
+    declared); where one of them ran, that probe's verdict stands."""
+    reading = Reading(
+        named=[Named("head_split_view", "the heads are split by a reshape", "a.py:3")]
+    )
+    skipped = [Finding(p, SKIP, "could not run") for p in checks.SPLIT_MEASURED_BY]
+    [read] = read_failures(reading, skipped)
+    assert read.traps == ("head_split_view",), read
+    ran = [f if f.probe != probe else Finding(probe, PASS, "fine") for f in skipped]
+    assert read_failures(reading, ran) == []
 
 
 def test_a_trap_only_located_is_a_cause_of_the_failures_that_name_it_alone():

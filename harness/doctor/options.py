@@ -82,15 +82,17 @@ OPTIONS = (
     ),
     Option(
         "positions", group="positions", kind="choice", default="auto", choices=POSITIONS,
-        help="its position scheme: relative (rotary, ALiBi: a shift of every position changes "
-        "nothing, a swap of two tokens does), absolute (learned or sinusoidal), none (no "
-        "positions: the permutation probe holds it to permutation equivariance); auto: "
-        "detected (default)",
+        help="its position scheme: relative (rotary, ALiBi, a learned bias per offset as T5's, "
+        "BEiT's or LeViT's tables: a shift of every position changes nothing, a swap of two "
+        "tokens does; with no positions argument only the swap is probed), absolute (learned "
+        "or sinusoidal, or tokens mixed by a convolution of its own), none (no positions: the "
+        "permutation probe holds it to permutation equivariance); auto: detected (default)",
     ),
     Option(
         "rope_pairing", group="positions", kind="choice", default="auto", choices=PAIRINGS,
-        help="how its checkpoint pairs rotary dimensions: half (i with i + d/2, transformers' "
-        "rotate_half) or interleaved (2i with 2i + 1, Meta's complex form); auto: either",
+        help="how its checkpoint pairs rotary dimensions: half (i with i + d/2, d the rotated "
+        "width: --rotary-dims where partial; transformers' rotate_half) or interleaved (2i "
+        "with 2i + 1, Meta's complex form); auto: either",
     ),
     Option(
         "rotary_dims", group="positions", kind="int", metavar="N",
@@ -107,8 +109,10 @@ OPTIONS = (
     ),
     Option(
         "kv_heads", group="heads", kind="int", metavar="N",
-        help="grouped K/V heads: built with N (default: half the heads) and probed as such when "
-        "they cannot be read off the module",
+        help="grouped K/V heads: built with N, given to whichever of num_key_value_heads, "
+        "n_kv_heads, kv_heads, num_kv_heads, n_kv_head, n_query_groups the constructor takes "
+        "(another name: --init NAME=N; default: half the heads), and probed as such when they "
+        "cannot be read off the module",
     ),
     Option(
         "kv_grouping", group="heads", kind="choice", default="auto", choices=GROUPINGS,
@@ -118,7 +122,10 @@ OPTIONS = (
     ),
     Option(
         "window", group="computes", kind="int", metavar="W",
-        help="a sliding window of W keys (query t sees t - W + 1 .. t; default: read off it)",
+        help="a sliding window of W keys, the query's own included (query t sees t - W + 1 .. "
+        "t); default: read off it (sliding_window, window_size, ...) as that count: pass W "
+        "where a library counts only the keys before the query (RecurrentGemma: window_size + "
+        "1)",
     ),
     Option(
         "packed", group="computes", kind="flag", default=False,
@@ -135,7 +142,7 @@ OPTIONS = (
         "scale", group="computes", kind="scale", metavar="VALUE|none",
         help="the factor the module means to put on its scores: a number, or none for attention "
         "unscaled by design (T5, GPT-Neo; in Python: 1.0); default: 1/sqrt(head width), as "
-        "SDPA's",
+        "SDPA's, the width q and k are contracted over (not the values', where they differ)",
     ),
     Option(
         "softcap", group="computes", kind="float", metavar="CAP",

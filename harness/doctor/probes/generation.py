@@ -123,6 +123,11 @@ def probe_decoding(subject: Subject) -> Outcome:
     lengths: list[tuple[int, int]] = []  # noted during the cached calls themselves
     recording = _recording(subject, lengths)
     found = _agreements(subject, x, keep, ("decode", "chunked"), invoke=recording)
+    refused = [a.scenario for a in found if a.refused]  # calls its model never makes
+    found = [a for a in found if not a.refused]
+    if not found:
+        return skipped(f"the module or its adapter takes no cached calls: {', '.join(refused)} "
+                       "raise NotImplementedError")  # fmt: skip
     wrong = [a for a in found if not a.agrees]
     declared = isinstance(subject.plan, AdapterPlan)  # the user's own calls: raising is a bug
     if (wrong and all(a.failure for a in wrong) and not declared
@@ -146,7 +151,10 @@ def probe_decoding(subject: Subject) -> Outcome:
     counted = "; cache length = tokens fed" if lengths else ""
     if rolling:
         counted = f"; cache length = tokens fed, up to its window of {subject.window} (rolling)"
-    return passed(f"{'; '.join(str(a) for a in found)} ({subject.cache_source}){counted}")
+    not_taken = f"; {', '.join(refused)}: not taken (NotImplementedError)" if refused else ""
+    return passed(
+        f"{'; '.join(str(a) for a in found)} ({subject.cache_source}){counted}{not_taken}"
+    )
 
 
 def _length_off(lengths: list[tuple[int, int]], window: int | None = None) -> str:

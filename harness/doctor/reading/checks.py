@@ -4,7 +4,9 @@ A softmax over another axis than the keys', heads merged by a reshape that cuts 
 axis, and values rotated by position are wrong whatever the module means; they fail as read. A
 wrong scale (or a scale after the softmax) fails as read only where the comparison with SDPA,
 which measures it, could not run (projections it does not recognize): there the reading is the
-only measurement, and the scale the module means can be declared (--scale). Queries and keys
+only measurement, and the scale the module means can be declared (--scale); so do heads split
+by a reshape that cuts up the positions' axis, where no probe that sees positions mixed with
+features could run (a grid of patches, with positions declared). Queries and keys
 turned in different pairings of the dimensions as projected, one of them as the user declared
 (--rope-pairing), fail as read: the other's weights are read in a layout they were not made
 for, which a module trained from scratch would hide from every probe.
@@ -17,6 +19,9 @@ from harness.doctor.reading.known import Reading
 
 NAME = "read from the forward"
 MEASURED_BY = "agrees with SDPA"  # the probe that measures a scale
+# the probes that see positions mixed with features, as heads split by a reshape that cuts up
+# the positions' axis mix them: where none could run, the reading is the only measurement
+SPLIT_MEASURED_BY = ("permutation equivariance", "causal no-leak", MEASURED_BY)
 ALWAYS = ("softmax_dim", "head_merge_no_transpose", "rope_on_value")
 AGAINST_DECLARED = ("rope_pairing_mismatch",)  # named only against what the user declared
 SCALES = frozenset({"missing_scale", "scale_d_model", "double_scale", "wrong_scale",
@@ -26,11 +31,13 @@ SCALES = frozenset({"missing_scale", "scale_d_model", "double_scale", "wrong_sca
 def read_failures(reading: Reading, findings: list[Finding]) -> list[Finding]:
     """The failures the reading shows by itself: at most one finding, its traps at their
     lines (the first cause explains it and what else fails)."""
-    measured = any(f.probe == MEASURED_BY and f.status in (PASS, FAIL) for f in findings)
+    ran = {f.probe for f in findings if f.status in (PASS, FAIL)}
+    measured = MEASURED_BY in ran
+    read_only = {*(SCALES if not measured else ()),
+                 *(("head_split_view",) if not ran & set(SPLIT_MEASURED_BY) else ())}  # fmt: skip
     shown = [
         n for n in reading.named
-        if not n.located
-        and (n.trap in ALWAYS + AGAINST_DECLARED or (n.trap in SCALES and not measured))
+        if not n.located and (n.trap in ALWAYS + AGAINST_DECLARED or n.trap in read_only)
     ]  # fmt: skip
     if not shown:
         return []

@@ -43,16 +43,23 @@ INITS = ("normal_", "trunc_normal_")
 def drawn_smaller(line: Line) -> Iterator[str]:
     """Projection weights drawn with a spread as large as 1 (``normal_(w, std=1.0)``): the
     spread put as each number, or name worth less than 1, that the function's other inits
-    draw with (the module's own ``init_std``, ``0.02``), each value once, then as the
-    catalogue's fix draws them (``xavier_uniform_``), the proof choosing. No other name in
-    scope: any small spread passes the probes, and only the module's own is its meaning."""
+    draw with (the module's own ``init_std``, ``0.02``, or a number they scale:
+    ``0.02 / sqrt(2 n)``), each value once, then as the catalogue's fix draws them
+    (``xavier_uniform_``), the proof choosing. No other name in scope: any small spread passes
+    the probes, and only the module's own is its meaning. A spread the function is handed
+    (``std=std`` in a helper) is its caller's to change: nothing is rewritten there."""
     others = [  # the spreads the function draws its other weights with: a number, or names
         line.code(o) for call in line.in_function(cst.Call) if called(call) in INITS  # type: ignore[arg-type]
         and (spread := _spread(line, call)) is not None
-        for o in ([spread.value] if _number(spread.value) else variables_in(line, spread.value))
+        for o in ([spread.value] if _number(spread.value)
+                  else [*_numbers_in(spread.value), *variables_in(line, spread.value)])
     ]  # fmt: skip
+    function, _ = line.enclosing()
+    handed = {p.name.value for p in function.params.params} if function is not None else set()
     for call in line.calls(*INITS):
         given = _spread(line, call)
+        if given is not None and isinstance(given.value, cst.Name) and given.value.value in handed:
+            continue
         tensor = call.args[0].value if line.is_function_form(call) and call.args else None
         if given is not None:
             names = [n for n in dict.fromkeys(others) if n != line.code(given.value)]
@@ -72,6 +79,18 @@ def drawn_smaller(line: Line) -> Iterator[str]:
 
 def _number(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Float | cst.Integer)
+
+
+def _numbers_in(node: cst.BaseExpression) -> list[cst.Float]:
+    """The decimal numbers written inside ``node`` (``0.02`` in ``0.02 / math.sqrt(2 * n)``)."""
+    found: list[cst.Float] = []
+
+    class Numbers(cst.CSTVisitor):
+        def visit_Float(self, number: cst.Float) -> None:
+            found.append(number)
+
+    node.visit(Numbers())
+    return found
 
 
 def _spread(line: Line, call: cst.Call) -> cst.Arg | None:
