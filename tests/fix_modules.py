@@ -1051,14 +1051,14 @@ def trunc_normal_(tensor, mean=0.0, std=1.0):
 class DrawnByHelperWithUnitSpread(nn.Module):
     """BEiT's way: every weight drawn by a helper that hands its ``std`` on, the fused
     projection with std=1.0 (init_unit_variance) and a temperature per head with 0.02: the
-    spread is the caller's, so the helper is no place for a fix."""
+    spread is the caller's, so the fix is at the call, not in the helper."""
 
     def __init__(self, dim, num_heads):
         super().__init__()
         self.num_heads = num_heads
         self.qkv, self.proj = fused(dim)
         self.table = nn.Parameter(torch.zeros(num_heads, 1))
-        trunc_normal_(self.qkv.weight, std=1.0)
+        trunc_normal_(self.qkv.weight, std=1.0)  # BUG
         trunc_normal_(self.table, std=0.02)
 
     def forward(self, x):

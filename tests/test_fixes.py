@@ -809,17 +809,20 @@ def test_projections_drawn_with_a_unit_spread_are_redrawn_as_the_module_draws_th
     assert f"+        {written}  # BUG" in out.read_text(), out.read_text()
 
 
-def test_an_init_whose_spread_a_helper_is_handed_is_not_rewritten_in_the_helper(tmp_path, capsys):
+def test_an_init_whose_spread_a_helper_is_handed_is_fixed_where_the_class_calls_it(
+    tmp_path, capsys
+):
     """A helper that hands ``std=std`` on draws the fused projection with 1.0 and a table with
-    0.02: rewriting the helper would redraw both, so no fix is proven there (and the file is
-    left as it was)."""
-    before = Path(fm.__file__).read_text()
+    0.02: rewriting the helper would redraw both, so the fix is at the line of the class that
+    called it, with the spread its other call draws with; the helper is left as it is."""
     out = tmp_path / "fix.diff"
     code = cli.main(["doctor", f"{fm.__file__}:DrawnByHelperWithUnitSpread", "--fix", str(out)])
     said = capsys.readouterr().out
     assert code == 1 and said.splitlines()[1].startswith("FAIL  init_unit_variance"), said
-    assert "no fix proven" in said and not out.exists(), said
-    assert Path(fm.__file__).read_text() == before
+    assert "with this change every probe passes" in said, said
+    diff = out.read_text()
+    assert "+        trunc_normal_(self.qkv.weight, std=0.02)  # BUG" in diff, diff
+    assert "return nn.init.trunc_normal_" not in diff, diff
 
 
 def test_an_init_written_through_data_is_located_where_it_was_last_written(capsys):

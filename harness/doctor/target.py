@@ -529,7 +529,8 @@ def build(obj: object, sizes: Sizes, seed: int = 0) -> nn.Module:
     for choice in range(_config_choices(obj)):
         kwargs = constructor_kwargs(obj, sizes, choice)  # a name no table knows: said at once
         try:
-            with watching_construction() as keep:  # where its tensors are made, for the reading
+            owner = obj if isinstance(obj, type) else None
+            with watching_construction(owner) as keep:  # where its tensors are made, to read
                 module = _build(obj, kwargs, sizes, seed)
             keep(module)
             return module

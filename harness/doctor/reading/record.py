@@ -387,16 +387,29 @@ def origin(found: Record, index: int) -> Op:
 # the doctor builds the modules it is given by name, watching the constructor run.
 _BUILT_AT: weakref.WeakKeyDictionary[nn.Module, dict[str, str]] = weakref.WeakKeyDictionary()
 _WRITTEN_AT: weakref.WeakKeyDictionary[nn.Module, dict[str, str]] = weakref.WeakKeyDictionary()
+# where the class's own code called the helper that wrote it, where a helper did
+_WRITTEN_FROM: weakref.WeakKeyDictionary[nn.Module, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def _methods(owner: type | None) -> frozenset[CodeType]:
+    """The code of every function ``owner`` and its bases define, nn.Module's aside."""
+    if owner is None:
+        return frozenset()
+    classes = [c for c in owner.__mro__ if c.__module__.split(".")[0] != "torch"]
+    functions = (inspect.unwrap(f) for c in classes for f in vars(c).values() if callable(f))
+    return frozenset(code for f in functions if (code := getattr(f, "__code__", None)))
 
 
 @contextlib.contextmanager
-def watching_construction() -> Iterator[Callable[[nn.Module], None]]:
-    """Record the ops a constructor runs; ``keep(module)`` then notes where each tensor the
-    module holds (parameter, buffer, attribute) was made (``built_at``)."""
-    recorder = Recorder({}, {})
+def watching_construction(owner: type | None = None) -> Iterator[Callable[[nn.Module], None]]:
+    """Record the ops a constructor (of class ``owner``, where it is one) runs; ``keep(module)``
+    then notes where each tensor the module holds (parameter, buffer, attribute) was made
+    (``built_at``), last written (``written_at``), and from which line of the class's own
+    code a helper that wrote it was called (``written_from``)."""
+    recorder = Recorder({}, {}, _methods(owner))
 
     def keep(module: nn.Module) -> None:
-        lines, written = {}, {}
+        lines, written, called = {}, {}, {}
         for tensor_id, (_, name) in known_tensors(module).items():
             if tensor_id in recorder.made:
                 last = recorder.record.ops[recorder.made[tensor_id][0]]
@@ -409,7 +422,9 @@ def watching_construction() -> Iterator[Callable[[nn.Module], None]]:
             last = _last_written(recorder.record, tensor)
             if last is not None:
                 written[name] = last.where
-        _BUILT_AT[module], _WRITTEN_AT[module] = lines, written
+                if last.own_line:
+                    called[name] = f"{last.own_line} `{last.own_code}`"
+        _BUILT_AT[module], _WRITTEN_AT[module], _WRITTEN_FROM[module] = lines, written, called
 
     with recorder:
         yield keep
@@ -436,6 +451,13 @@ def written_at(module: nn.Module, name: str) -> str:
     """Where the values of the tensor ``name`` of ``module`` were last written in place while
     the doctor built it (an init such as ``nn.init.normal_(w, std=1.0)``; "" when none)."""
     return _WRITTEN_AT.get(module, {}).get(name, "")
+
+
+def written_from(module: nn.Module, name: str) -> str:
+    """The line of the module's own class that called the helper which last wrote the tensor
+    ``name`` while the doctor built it (BEiT's ``trunc_normal_(self.qkv.weight, std=...)``;
+    "" where its own code wrote it, or the doctor did not watch)."""
+    return _WRITTEN_FROM.get(module, {}).get(name, "")
 
 
 def built_at(module: nn.Module, name: str) -> str:

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from harness.doctor.reading.facts import interpret
 from harness.doctor.reading.known import Named, Reading
-from harness.doctor.reading.record import Record, built_at, record, written_at
+from harness.doctor.reading.record import Record, built_at, record, written_at, written_from
 
 if TYPE_CHECKING:
     from harness.doctor.subject import Subject
@@ -73,6 +73,8 @@ class Watched:
         read = [reading.projections.get(role) or "" for role in ("queries", "keys")]
         weights = [n for n, p in subject.module.named_parameters() if p.dim() == 2]
         drawn = [made_where(subject, name, written_at) for name in (*read, *weights)]
+        # then the lines of its own class that handed a helper what it drew them with
+        drawn += [made_where(subject, name, written_from) for name in (*read, *weights)]
         lines = list(dict.fromkeys(d for d in drawn if d))  # the projections read first
         if lines:  # where a probe finds the weights saturated at init, the inits to look at
             said = "the projections' weights are drawn by the module's own init"
