@@ -355,12 +355,11 @@ def _future(
         reading.masks_future = reading.masks_future or line
     if blocked[ahead].all():
         said = "blocked (every key after its query)"
-        made = next((f.cut or f.origin or f.op for f in own), None)
-        if made is not None:
-            reading.named.append(Named("cache_causal_alignment", "the causal triangle is made "
-                                       "here: with fewer queries than keys (a cached call) its "
-                                       "rows are the last ones, anchored bottom-right",
-                                       made.where, located=True, sole=True))  # fmt: skip
+        made = own[0].cut or own[0].origin or own[0].op  # where the first of its own is made
+        reading.named.append(Named("cache_causal_alignment", "the causal triangle is made here: "
+                                   "with fewer queries than keys (a cached call) its rows are "
+                                   "the last ones, anchored bottom-right", made.where,
+                                   located=True, sole=True))  # fmt: skip
         if blocked.diagonal().any():
             said += "; some queries' own key is blocked too"
             if causal and blocked.all(-1).any():  # a triangle a diagonal off: rows left empty

@@ -422,8 +422,8 @@ def watching_construction(owner: type | None = None) -> Iterator[Callable[[nn.Mo
             last = _last_written(recorder.record, tensor)
             if last is not None:
                 written[name] = last.where
-                if last.own_line:
-                    called[name] = f"{last.own_line} `{last.own_code}`"
+                if last.own_line:  # a helper wrote it: the line of the class that called it
+                    called[name] = last.called_where
         _BUILT_AT[module], _WRITTEN_AT[module], _WRITTEN_FROM[module] = lines, written, called
 
     with recorder:

@@ -221,12 +221,10 @@ def bottom_right(line: Line) -> Iterator[str]:
         moved = cst.parse_expression(f"x[{S} - {T} : {S}]").slice[0].slice  # type: ignore
         yield line.replaced(rows, moved)
     for call in line.calls(*TRIANGLES):
-        function = line.is_function_form(call)
-        given = positional(call)
-        tensor = given[0].value if function and given else getattr(call.func, "value", None)
+        tensor = line.operand(call)
         if not isinstance(tensor, cst.Name):
             continue
-        position = 1 if function else 0
+        position = 1 if line.is_function_form(call) else 0
         diagonal = argument(call, position, "diagonal")
         now = line.code(diagonal.value) if diagonal is not None else TRIANGLES[called(call)]
         if now != TRIANGLES[called(call)]:
