@@ -245,6 +245,23 @@ class Rotary(Projections):
         return self.attend(q, k, v)
 
 
+class RotaryStartPos(StartPos):
+    """Meta's Llama cache with rotary at read time: the angles of every key so far, the new
+    queries given the table's last rows. ``first_rows``: given its first rows instead
+    (x-transformers' ``freqs[:, :seq_len]``), so a cached query is turned as position 0."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, first_rows: bool = False):
+        super().__init__(d_model, n_heads)
+        self.first_rows = first_rows
+
+    def forward(self, x: Tensor, start_pos: int = 0):
+        B, T, _ = x.shape
+        q, keys, values = self.step(x, start_pos)
+        positions = torch.arange(start_pos + T).expand(B, -1)  # (B, S): every key's
+        rows = positions[:, :T] if self.first_rows else positions[:, -T:]  # (B, T)
+        return self.attend(rope(q, rows), rope(keys, positions), values)
+
+
 class NullKeyRotary(Rotary):
     """Rotary attention with a learned key and value prepended unrotated, as CoLT5's null key
     and x-transformers' memory key-values are: the scores against it carry the query's
@@ -259,6 +276,26 @@ class NullKeyRotary(Rotary):
         q, k = rope(q, position_ids), rope(k, position_ids)
         null_k, null_v = (t.expand(x.shape[0], -1, -1, -1) for t in self.null_kv)
         return self.attend(q, torch.cat([null_k, k], 2), torch.cat([null_v, v], 2))
+
+
+class BandFromPositions(Projections):
+    """RecurrentGemma's local attention: causal within a window of ``window`` keys (the
+    query's own included), the band cut from the positions its caller hands in.
+    ``one_more``: the bound compared with ``<=``, a key too many."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, window: int = 3,
+                 one_more: bool = False):  # fmt: skip
+        super().__init__(d_model, n_heads)
+        self.window, self.one_more = window, one_more
+
+    def forward(self, x: Tensor, position_ids: Tensor) -> Tensor:
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        ago = position_ids[:, :, None] - position_ids[:, None, :]  # (B, T, T)
+        near = ago <= self.window if self.one_more else ago < self.window
+        allowed = ((ago >= 0) & near)[:, None]  # (B, 1, T, T)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        out = F.softmax(scores.masked_fill(~allowed, -math.inf), -1) @ v  # (B, h, T, d)
+        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
 
 
 class BandAttention(Projections):

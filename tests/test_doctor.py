@@ -212,6 +212,7 @@ def test_json_has_every_finding_and_the_verdict():
         "message": "evidence 1",
         "traps": [],
         "at": "",
+        "why": "",
     }
     assert json.loads(_diagnosis(PASS, WARN).to_json())["healthy"] is True
 
@@ -354,6 +355,23 @@ def test_probes_failing_with_one_error_are_one_cause_named_by_its_numbers():
     assert cause.trap == "mask_rank" and len(cause.probes) == 12
     [unnamed] = explain(findings, Config(mask="keep"))  # a 3-D mask: the numbers name nothing
     assert unnamed.trap is None
+
+
+def test_a_trap_a_probe_watched_at_a_line_is_one_cause_there_and_only_when_it_is_alone():
+    """A failure that says where it watched its one trap happen is a cause at that line, with
+    what it watched; two probes that watched it there are one cause; a failure naming causes
+    it cannot tell apart, or watching nothing, is none."""
+    at, why = "attn.py:60 `k.index_copy_(2, pos + 1, v)`", "decides where the cache writes"
+    findings = [
+        Finding("cached decoding", FAIL, "wrote at 1..3", ("stale_cache",), at, why),
+        Finding("cache reuse", FAIL, "after reset", ("stale_cache",), at, why),
+        Finding("other", FAIL, "unsure", ("stale_cache", "rope_cache_offset"), at, why),
+        Finding("unwatched", FAIL, "leaks", ("causal_leak",)),
+        Finding("passing", PASS, "fine", ("causal_leak",), at, why),
+    ]
+    [cause] = explain(findings, Config())
+    assert (cause.trap, cause.at, cause.fit, cause.read) == ("stale_cache", at, why, True)
+    assert cause.probes == ("cached decoding", "cache reuse")
 
 
 def test_keys_transposed_on_the_batch_axis_fail_once_as_transpose():

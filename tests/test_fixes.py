@@ -370,6 +370,8 @@ RECIPE_CASES = [
      "c = ones.triu(ones.size(-1) - ones.size(-2) + 1)"),
     ("cache_causal_alignment", "o = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)",
      "o = F.scaled_dot_product_attention(q, k, v, is_causal=(T > 1) and q.size(-2) == k.size(-2))"),
+    ("rope_cache_offset", "f = freqs[:, :seq_len, :]", "f = freqs[:, -seq_len:, :]"),
+    ("rope_cache_offset", "f = freqs[: t - 1]", "f = freqs[-(t - 1):]"),
 ]  # fmt: skip
 
 

@@ -1,15 +1,21 @@
 """The doctor's probes for modern attention: caches in each convention real code uses, positions
 (declared or detected), grouped heads, windows, packing, and the --call adapter."""
 
+import importlib
 import json
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 from torch import Tensor
 
 from harness.doctor import FAIL, PASS, SKIP, WARN, Config, diagnose
+from harness.doctor.probes.diverge import _window
+from harness.doctor.probes.generation import _reset_at
+from harness.doctor.probes.slots import Call, expected_slots, misplaced
+from harness.doctor.reading.record import shown_path
 from harness.doctor.subject import Subject
 from harness.errors import UsageError
 from harness.masks import MaskSpec
@@ -17,6 +23,7 @@ from harness.scenarios import SCENARIOS, make_call
 from tests import call_modules as cm
 from tests import generation_modules as gm
 from tests import object_cache_modules as ocm
+from tests import slot_cache_modules as scm
 from tests.test_probes import catalogue, make, probe
 
 CAUSAL = Config(causal=True)
@@ -46,8 +53,18 @@ def test_a_cache_returned_stacked_in_one_tensor_is_passed_back_and_judged():
 
 
 def test_a_returned_cache_without_the_current_token_fails_decoding():
+    """Nothing here restarts or is written at the wrong slots: the causes it cannot tell
+    apart are all named, none alone."""
     found = probe(make(gm.LayerPast, stale=True), CAUSAL, "cached decoding")
     assert found.status == FAIL and "decode: max error" in found.message, found
+    assert found.traps == ("cache_causal_alignment", "rope_cache_offset", "stale_cache"), found
+    assert "(they first differ at tests/generation_modules.py:" in found.message, found
+
+
+def test_the_doctors_own_cache_reset_is_never_shown_as_the_users():
+    subject = Subject(make(gm.LayerPast), CAUSAL)
+    x = subject.x(2, 8, 0).double()
+    assert _reset_at(subject, x, None) == ""
 
 
 def test_a_causal_mask_anchored_top_left_fails_decoding_and_is_named():
@@ -392,3 +409,94 @@ def test_the_transformers_adapter_fills_optional_inputs_and_names_one_it_cannot_
     assert diagnose(make(WithAlibi, config, layer_idx=0), call).healthy
     with pytest.raises(UsageError, match=r"needs `position_bias`, which its model builds"):
         diagnose(make(WithBias, config, layer_idx=0), call)
+
+
+def _line(module: object, text: str) -> str:
+    """``file.py:N`` of the first line of ``module``'s source holding ``text``, as the
+    doctor shows it."""
+    path = Path(module.__file__)
+    number = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+    return f"{shown_path(str(path))}:{number}"
+
+
+def test_a_cache_counter_moved_one_slot_whatever_was_written_is_named_where_it_is_moved():
+    """torchtune's ``cache_pos.add_(1)``: a later call writes over an earlier one's keys; the
+    write's index is read from the counter, so the line that moved it last is the cause (the
+    decoding path's, not the prompt's, which moved it right)."""
+    for name in ("cached decoding", "cache reuse"):
+        assert probe(make(scm.SlotCached), CAUSAL, name).status == PASS
+    found = probe(make(scm.SlotCached, moved=1), CAUSAL, "cached decoding")
+    assert found.status == FAIL and found.traps == ("stale_cache",), found
+    assert found.at.startswith(_line(scm, "pos.add_(T if moved")), found.at
+    assert "positions 6..7 went to slots 4..5 of `cache.slots.k`, through the index at" in found.why
+
+
+def test_keys_written_past_their_slots_are_named_at_the_index_that_put_them_there():
+    """gpt-fast's ``index_copy_(2, input_pos + 1, k)``: already the prompt is misplaced, at
+    the line that computed the index (a counter read as it was is not the cause)."""
+    found = probe(make(scm.SlotCached, shift=1), CAUSAL, "cached decoding")
+    assert found.status == FAIL and found.traps == ("stale_cache",), found
+    assert found.at.startswith(_line(scm, "slots + shift] = k")), found.at
+    assert found.why.endswith("positions 0..2 went to slots 1..3 of `cache.slots.k`"), found.why
+
+
+def test_a_reset_that_leaves_the_old_prompt_is_named_at_the_reset():
+    """Where ``reset()`` runs torch ops (zeroing in place), the first of them; where it runs
+    none (a count left as it was), the method's own first line."""
+    forgets = probe(make(scm.SlotCached, forgets=True), CAUSAL, "cache reuse")
+    assert forgets.status == FAIL and forgets.traps == ("stale_cache",), forgets
+    assert forgets.at.startswith(_line(scm, "def reset(")), forgets.at
+    zeroing = probe(*catalogue("stale_cache"), "cache reuse")
+    assert zeroing.status == FAIL and zeroing.traps == ("stale_cache",), zeroing
+    catalogue_pair = importlib.import_module("pitfalls.stale_cache.buggy")
+    assert zeroing.at.startswith(_line(catalogue_pair, ".zero_()")), zeroing.at
+
+
+def test_a_cached_query_turned_by_the_first_rows_of_its_table_is_rope_cache_offset_at_that_line():
+    """x-transformers' ``freqs[:, :seq_len]``: the cached call computes there what the full
+    forward computes for the first positions, so the positions restart on each call."""
+    assert probe(make(gm.RotaryStartPos), CAUSAL, "cached decoding").status == PASS
+    found = probe(make(gm.RotaryStartPos, first_rows=True), CAUSAL, "cached decoding")
+    assert found.status == FAIL and found.traps == ("rope_cache_offset",), found
+    assert found.at.startswith(_line(gm, "rows = positions[:, :T]")), found.at
+    said = "a cached call fed position 4 gets here what position 0 gets in the full forward"
+    assert found.why == said, found.why
+
+
+def test_a_trap_watched_at_a_line_is_the_first_cause_printed_at_it():
+    diagnosis = diagnose(make(scm.SlotCached, moved=1), CAUSAL)
+    first = diagnosis.causes[0]
+    assert (first.trap, first.probes) == ("stale_cache", ("cached decoding",)), diagnosis.causes
+    assert first.at.startswith(_line(scm, "pos.add_(T if moved")), first.at
+    assert diagnosis.text().splitlines()[1].startswith(f"FAIL  stale_cache{' ' * 10}")
+
+
+def test_a_cached_calls_result_is_compared_with_the_part_of_the_full_forward_it_computes():
+    full = torch.arange(2 * 8 * 8).reshape(2, 8, 8)  # (B, T, T): queries, keys
+    scores = full[:, 3:6, :6]  # a call fed positions 3..5: its queries, and the 6 keys so far
+    assert torch.equal(_window(scores, full, 3, 3, first=False), scores)
+    assert torch.equal(_window(scores, full, 3, 3, first=True), full[:, :3, :6])
+    assert _window(full[:, :, :5], full, 3, 3, first=False) is None  # 5: no positions of it
+    assert _window(full, full, 3, 3, first=False) is None  # a whole table says nothing
+
+
+def test_a_write_belongs_at_its_positions_or_modulo_a_rolling_buffer_it_overruns():
+    assert expected_slots(3, 3, 64) == [3, 4, 5]
+    assert expected_slots(3, 3, 4) == [0, 1, 3]  # positions 3, 4, 5 in a buffer of 4
+    rolling = [Call(0, 3, {"k": torch.zeros(1, 4)}, {"k": torch.tensor([[1.0, 1, 1, 0]])}),
+               Call(3, 2, {"k": torch.tensor([[1.0, 1, 1, 0]])},
+                    {"k": torch.tensor([[2.0, 1, 1, 2]])})]  # fmt: skip
+    assert misplaced(rolling) is None
+    rolling[1].after["k"] = torch.tensor([[1.0, 2, 2, 0]])  # written over positions 1, 2
+    found = misplaced(rolling)
+    assert found is not None and (found.call, found.wrote, found.meant) == (1, [1, 2], [0, 3])
+
+
+def test_a_window_cut_from_positions_the_caller_hands_in_is_located_at_its_bound():
+    """RecurrentGemma's band, ``q_pos <= k_pos + w``, made from the positions its model
+    passes: the mask is not the module's alone, but the comparison that bounds it is."""
+    config = Config(causal=True, window=3, positions="relative")
+    assert diagnose(make(gm.BandFromPositions), config).healthy
+    found = diagnose(make(gm.BandFromPositions, one_more=True), config)
+    assert [c.trap for c in found.causes] == ["sliding_window_off_by_one"], found.text()
+    assert found.causes[0].at.startswith(_line(gm, "near = ago <= self.window")), found.causes[0]

@@ -167,10 +167,26 @@ def read_causes(findings: list[Finding], reading: Reading) -> list[Cause]:
     ]  # fmt: skip
 
 
+def watched_causes(findings: list[Finding], explained: set[str]) -> list[Cause]:
+    """The traps a probe watched happen at a line of the user's code and names alone (the
+    line that decided where a cache writes its keys), for the failures no read cause
+    explains: one cause per trap and line, with the probes that watched it."""
+    found: dict[tuple[str, str], Cause] = {}
+    for f in findings:
+        if f.status != FAIL or f.probe in explained or not (f.at and f.why) or len(f.traps) != 1:
+            continue
+        key = (f.traps[0], f.at)
+        probes = found[key].probes if key in found else ()
+        found[key] = Cause("", (*probes, f.probe), f.traps[0], f.why, f.at)
+    return list(found.values())
+
+
 def explain(findings: list[Finding], config: Config, reading: Reading | None = None) -> list[Cause]:
-    """The traps the forward shows that explain failures (first), then the errors that at
-    least ``SHARED`` other failing probes share, each named where it fits."""
+    """The traps the forward shows that explain failures (first), then the traps probes
+    watched at a line, then the errors that at least ``SHARED`` other failing probes share,
+    each named where it fits."""
     first = read_causes(findings, reading) if reading is not None else []
+    first += watched_causes(findings, {p for cause in first for p in cause.probes})
     explained = {p for cause in first for p in cause.probes}
     last = reading.raised if reading is not None else None  # the op that raised, if one did
     groups: dict[str, list[tuple[str, str]]] = {}

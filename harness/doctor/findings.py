@@ -35,15 +35,16 @@ class Said:
     text: str
     traps: tuple[str, ...] = ()
     at: str = ""  # the source line a probe watched the fault at, where it did
+    why: str = ""  # what it watched there, in a line (printed under the cause)
 
     def __add__(self, other: Said | str) -> Said:
         if isinstance(other, Said):
             return Said(self.text + other.text, _union(self.traps, other.traps),
-                        self.at or other.at)  # fmt: skip
-        return Said(self.text + other, self.traps, self.at)
+                        self.at or other.at, self.why or other.why)  # fmt: skip
+        return Said(self.text + other, self.traps, self.at, self.why)
 
     def __radd__(self, other: str) -> Said:
-        return Said(other + self.text, self.traps, self.at)
+        return Said(other + self.text, self.traps, self.at, self.why)
 
     def __bool__(self) -> bool:
         return bool(self.text)
@@ -74,11 +75,12 @@ class Outcome:
     message: str = ""
     traps: tuple[str, ...] = ()
     at: str = ""  # where the probe watched the fault happen ("" where it did not)
+    why: str = ""  # what it watched there
 
 
 def _outcome(status: str, evidence: Said | str, traps: tuple[str, ...]) -> Outcome:
     said = as_said(evidence)
-    return Outcome(status, said.text, _union(said.traps, traps), said.at)
+    return Outcome(status, said.text, _union(said.traps, traps), said.at, said.why)
 
 
 def passed(message: Said | str) -> Outcome:
@@ -117,10 +119,12 @@ class Finding:
     message: str = ""
     traps: tuple[str, ...] = ()
     at: str = ""  # the source line the probe watched the fault at, where it did
+    why: str = ""  # what it watched there, in a line
 
     @classmethod
     def of(cls, probe: str, outcome: Outcome) -> Finding:
-        return cls(probe, outcome.status, outcome.message, outcome.traps, outcome.at)
+        return cls(probe, outcome.status, outcome.message, outcome.traps, outcome.at,
+                   outcome.why)  # fmt: skip
 
 
 def findings_table(findings: list[Finding]) -> pd.DataFrame:

@@ -10,6 +10,8 @@ module's own buffers addressed by ``start_pos`` / ``input_pos``.
 from __future__ import annotations
 
 import contextlib
+import inspect
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -20,9 +22,19 @@ from harness.consistency import Agreement, agreements
 from harness.doctor.caches import Returned
 from harness.doctor.calling import AdapterPlan
 from harness.doctor.findings import Outcome, Said, failed, named, passed, skipped, warned
+from harness.doctor.probes.diverge import Recorded, first_divergence, recording_all
 from harness.doctor.probes.registry import probe
+from harness.doctor.probes.slots import (
+    Call,
+    Misplaced,
+    Watched,
+    decided,
+    held,
+    misplaced,
+    recording,
+)
 from harness.doctor.reading.masks import BLOCKING
-from harness.doctor.reading.record import calling_line
+from harness.doctor.reading.record import HARNESS, Recorder, calling_line, shown_path
 from harness.doctor.subject import Subject
 from harness.masks import KEY_LAYOUTS, causal_keep
 from harness.scenarios import Invoke
@@ -64,13 +76,13 @@ def _returns_a_cache(subject: Subject, x: Tensor, keep: Tensor | None) -> bool:
 
 
 def _agreements(subject: Subject, x: Tensor, keep: Tensor | None, scenarios: tuple[str, ...],
-                positions: Tensor | None = None,
-                invoke: Invoke | None = None) -> list[Agreement]:  # fmt: skip
-    """The scenarios in float32 against the full forward (float64 unless the module runs only
-    in float32), each call made by ``invoke`` (default: the subject's)."""
+                positions: Tensor | None = None, invoke: Invoke | None = None,
+                dtype: torch.dtype = torch.float32) -> list[Agreement]:  # fmt: skip
+    """The scenarios in ``dtype`` against the full forward (float64 unless the module runs
+    only in float32), each call made by ``invoke`` (default: the subject's)."""
     return agreements(
         subject.copy(), subject.new_cache, x, keep, subject.spec, positions, subject.device,
-        torch.float32, scenarios, subject.config.seed, invoke or subject.invoke, subject.dtype,
+        dtype, scenarios, subject.config.seed, invoke or subject.invoke, subject.dtype,
     )  # fmt: skip
 
 
@@ -203,57 +215,6 @@ def _without_mask(subject: Subject, x: Tensor) -> Outcome | None:
     )
 
 
-Held = dict[str, Tensor]  # the tensors a module holds (its buffers, tensor attributes) by name
-
-
-def _held(module: nn.Module) -> Held:
-    """A copy of every floating tensor ``module`` holds outside its parameters."""
-    parameters = {id(p) for p in module.parameters()}
-    found: Held = {}
-    for prefix, sub in module.named_modules():
-        for name, value in vars(sub).items():
-            if isinstance(value, Tensor) and value.is_floating_point():
-                found[f"{prefix}.{name}".lstrip(".")] = value
-        for name, value in sub.named_buffers(recurse=False):
-            if value.is_floating_point():
-                found[f"{prefix}.{name}".lstrip(".")] = value
-    return {n: t.detach().clone() for n, t in found.items() if id(t) not in parameters}
-
-
-def _changed_along(before: Tensor, after: Tensor, axis: int) -> list[int]:
-    """The indices along ``axis`` where any cell changed."""
-    moved = (before != after) & ~(before.isnan() & after.isnan())
-    others = [a for a in range(moved.dim()) if a != axis]
-    return moved.any(dim=others).nonzero().flatten().tolist() if others else []
-
-
-def _misplaced(calls: list[tuple[int, int, Held, Held]]) -> str:
-    """Where a later cached call wrote the tokens it was fed in a cache the module holds
-    itself, when not at their positions: the slots the first call (positions 0..n-1) wrote
-    mark the cache's positions' axis, and a call fed positions s..s+m-1 must write those."""
-    if len(calls) < 2 or calls[0][0] != 0:
-        return ""
-    _, first, before, after = calls[0]
-    for name, was in before.items():
-        now = after.get(name)
-        if now is None or now.shape != was.shape:
-            continue
-        axes = [a for a in range(was.dim()) if was.shape[a] > first
-                and _changed_along(was, now, a) == list(range(first))]  # fmt: skip
-        if len(axes) != 1:
-            continue
-        for start, fed, held_before, held_after in calls[1:]:
-            ahead, behind = held_before.get(name), held_after.get(name)
-            if ahead is None or behind is None or ahead.shape != behind.shape:
-                continue
-            wrote = _changed_along(ahead, behind, axes[0])
-            if wrote and wrote != list(range(start, start + fed)):
-                return (f"; the call fed positions {start}..{start + fed - 1} wrote `{name}` at "
-                        f"slots {wrote[0]}..{wrote[-1]} (stale_cache: keys written to the wrong "
-                        "slots, then read from the right ones)")  # fmt: skip
-    return ""
-
-
 def _top_left(blocked: Tensor) -> bool:
     """The cells a mask blocks, over (..., T, S) scores with fewer queries than keys, are the
     triangle anchored at the top-left (query t kept from keys after t, not after S - T + t)."""
@@ -315,22 +276,45 @@ class _TopLeft(TorchFunctionMode):
         return ""
 
 
-def _writes(
-    subject: Subject, calls: list[tuple[int, int, Held, Held]], top_left: _TopLeft
-) -> Invoke:
+def _writes(subject: Subject, calls: list[Call], top_left: _TopLeft) -> Invoke:
     """The subject's calls, noting (first position, tokens fed, held tensors before and after)
     for each; ``top_left`` watches only the calls after the first, whose queries are not the
     sequence's first tokens (for the first, top-left is where a triangle belongs)."""
 
     def invoke(module: nn.Module, xs: Tensor, mask, positions, cache, start: int) -> object:
-        before = _held(module)
+        before = held(module, cache)
         top_left.watching = start > 0
         result = subject.invoke(module, xs, mask, positions, cache, start)
         top_left.watching = False
-        calls.append((start, xs.shape[1], before, _held(module)))
+        if cache is not None:  # not the full forward it is compared with
+            calls.append(Call(start, xs.shape[1], before, held(module, cache)))
         return result
 
     return invoke
+
+
+def _slots_decided(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Misplaced) -> Said:
+    """``wrong``, located: chunked prefill run again with each call recorded, the line that
+    decided where the misplaced call wrote (its index, or the counter it was read from)."""
+    watched: list[Watched] = []
+    with contextlib.suppress(Exception):  # a record is evidence; without it, none is claimed
+        _agreements(subject, x, keep, ("chunked",), invoke=recording(subject.invoke, watched))
+    found = decided(watched, wrong.call, wrong.name) if len(watched) > wrong.call else None
+    said = named(f"; {wrong} (stale_cache: keys written to the wrong slots, then read from "
+                 "the right ones)", "stale_cache")  # fmt: skip
+    if found is None:
+        return said
+    write, decider = found
+    where = "" if decider.line == write.line else f", through the index at {write.where}"
+    why = (f"decides where the cache writes: positions {wrong.start}.."
+           f"{wrong.start + wrong.fed - 1} went to slots {wrong.wrote[0]}..{wrong.wrote[-1]} "
+           f"of `{wrong.name}`{where}")  # fmt: skip
+    return Said(said.text, said.traps, decider.where, why)
+
+
+def _positions(start: int, count: int) -> str:
+    """``position 4``, or ``positions 3..5``."""
+    return f"position {start}" if count == 1 else f"positions {start}..{start + count - 1}"
 
 
 def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement) -> Said:
@@ -339,11 +323,11 @@ def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement
     fewer queries than keys (there, or in the failing scenario: one token at a time only);
     else positions that restart on each cached call (fixed by passing
     positions explicitly); else the causes it cannot tell apart."""
-    calls: list[tuple[int, int, Held, Held]] = []
+    calls: list[Call] = []
     with _TopLeft() as top_left:
         _agreements(subject, x, keep, ("chunked",), invoke=_writes(subject, calls, top_left))
-    if misplaced := _misplaced(calls):
-        return named(misplaced, "stale_cache")
+    if (wrong_slots := misplaced(calls)) is not None:
+        return _slots_decided(subject, x, keep, wrong_slots)
     if not top_left.seen and wrong.scenario != "chunked":  # a top-left mask for one token only
         with _TopLeft() as top_left:
             _agreements(subject, x, keep, (wrong.scenario,), invoke=_writes(subject, [], top_left))
@@ -356,6 +340,21 @@ def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement
             ("cache_causal_alignment",),
             top_left.at,
         )
+    traced: list[Recorded] = []
+    with contextlib.suppress(Exception):  # evidence where it can be had; none claimed without
+        recorded = recording_all(subject.invoke, traced)
+        _agreements(subject, x, keep, (wrong.scenario,), invoke=recorded, dtype=subject.dtype)
+    diverged = first_divergence(traced)
+    if diverged is not None and diverged.restarts:
+        fed, first = _positions(diverged.start, diverged.fed), _positions(0, diverged.fed)
+        return Said(
+            f"; at {diverged.op.where} the call fed {fed} computes what the full forward "
+            f"computes for {first}: the positions restart at 0 on each cached call "
+            "(rope_cache_offset)",
+            ("rope_cache_offset",),
+            diverged.op.where,
+            f"a cached call fed {fed} gets here what {first} gets in the full forward",
+        )
     explicit = _explicit_positions(subject, x)
     if explicit is not None:
         retried = _agreements(subject, x, keep, (wrong.scenario,), explicit)[0]
@@ -367,8 +366,9 @@ def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement
             )
     beyond = [] if wrong.steps is None else (wrong.steps > wrong.threshold).nonzero().flatten()
     first = f" from position {int(beyond[0])} on" if len(beyond) else ""
+    where = f" (they first differ at {diverged.op.where})" if diverged is not None else ""
     return named(
-        f"; wrong{first}: the cached calls do not compute what the full forward does. Known "
+        f"; wrong{first}: the cached calls do not compute what the full forward does{where}. Known "
         "causes: cache_causal_alignment (a causal mask anchored top-left, e.g. is_causal=True "
         "with fewer queries than keys), rope_cache_offset (positions restarting at 0 on each "
         "call), stale_cache (keys written to or read from the wrong slots)",
@@ -388,11 +388,37 @@ def probe_reuse(subject: Subject) -> Outcome:
         return skipped("its cache has no reset(): a new cache per prompt is the only use")
     reused, fresh = _agreements(subject, x, keep, ("reuse", "decode"))
     if fresh.agrees and not reused.agrees:
-        return failed(
+        said = named(
             f"after another prompt and reset(): {reused} while a fresh cache agrees "
             "(stale_cache: the reset keeps the previous prompt's keys and values)",
             "stale_cache",
         )
+        at = _reset_at(subject, x, keep)
+        why = "the cache's reset(): a prompt decoded after it differs from one decoded fresh"
+        return failed(Said(said.text, said.traps, at, why) if at else said)
     if not fresh.agrees:
         return skipped("decoding with a fresh cache already differs (see cached decoding)")
     return passed(f"reset after another prompt: {reused}")
+
+
+def _reset_at(subject: Subject, x: Tensor, keep: Tensor | None) -> str:
+    """Where the user's ``reset()`` of a cache that held a prompt does its work: the first
+    line of it that runs a torch op, else the method's own first line ("" for a cache the
+    doctor keeps, or when it cannot be watched)."""
+    cache, module = subject.new_cache(), subject.copy()
+    reset = inspect.unwrap(getattr(type(cache), "reset", None))
+    try:
+        path, (lines, first) = inspect.getsourcefile(reset), inspect.getsourcelines(reset)
+    except (TypeError, OSError):
+        return ""
+    if path is None or Path(path).resolve().is_relative_to(HARNESS):
+        return ""
+    recorder = Recorder({}, {})
+    with contextlib.suppress(Exception):
+        with torch.no_grad():
+            subject.invoke(module, x.to(subject.device), subject.encode(keep, torch.float64),
+                           None, cache, 0)  # fmt: skip
+        with recorder:
+            cache.reset()
+    ran = [op for op in recorder.record.ops if op.line]
+    return ran[0].where if ran else f"{shown_path(path)}:{first} `{lines[0].strip()}`"

@@ -313,16 +313,23 @@ def site_facts(
 
 def _window(site: Site, reading: Reading, blocked: torch.Tensor | None, mixable: bool) -> None:
     """A window of past keys the module's masks keep (alone, or joined to the caller's mask):
-    where its bound is, if a probe finds it a key off."""
-    if blocked is None or blocked.shape[0] != blocked.shape[1]:
-        return
-    T = blocked.shape[0]
-    if blocked[torch.ones(T, T, dtype=torch.bool).tril(-1)].any():
-        made = site.own_fills(mixable)
-        kept = int((~blocked[T - 1, :T]).sum())
-        said = f"the module's mask keeps the last {kept} keys up to each query"
-        built = next((f.band for f in made if f.band), made[0].op)
-        reading.named.append(Named("sliding_window_off_by_one", said, built.where))
+    where its bound is, if a probe finds it a key off. A band the module cuts from positions
+    its caller hands it (RecurrentGemma's segment positions) is its own bound too, though the
+    mask's cells are not the module's alone."""
+    if blocked is not None and blocked.shape[0] == blocked.shape[1]:
+        T = blocked.shape[0]
+        if blocked[torch.ones(T, T, dtype=torch.bool).tril(-1)].any():
+            made = site.own_fills(mixable)
+            kept = int((~blocked[T - 1, :T]).sum())
+            said = f"the module's mask keeps the last {kept} keys up to each query"
+            built = next((f.band for f in made if f.band), made[0].op)
+            reading.named.append(Named("sliding_window_off_by_one", said, built.where))
+            return
+    bands = [f.band for f in site.fills if f.band is not None and f.band.line]
+    if bands:
+        band = min(bands, key=lambda op: op.index)
+        said = "the module cuts its mask to a band of recent keys here"
+        reading.named.append(Named("sliding_window_off_by_one", said, band.where))
 
 
 def _future(

@@ -229,13 +229,13 @@ def _source_line(
     return (line, code, *_at(caller))
 
 
-def _forwards(module: nn.Module) -> frozenset[CodeType]:
+def forwards(module: nn.Module) -> frozenset[CodeType]:
     """The code of ``module``'s own forward (and the forwards it inherits, which a
     ``super().forward`` runs), not its submodules': the line of the module's forward that led
     to an op run in a helper or a submodule is the one a reader edits. A decorated forward
     (``@autocast(...)``) is the code it wraps."""
-    forwards = (vars(cls).get("forward") for cls in type(module).__mro__)
-    codes = (getattr(inspect.unwrap(f), "__code__", None) for f in forwards if callable(f))
+    defined = (vars(cls).get("forward") for cls in type(module).__mro__)
+    codes = (getattr(inspect.unwrap(f), "__code__", None) for f in defined if callable(f))
     return frozenset(code for code in codes if code is not None)
 
 
@@ -337,7 +337,7 @@ def record(module: nn.Module, call: Callable[[], object], inputs: Mapping[str, T
     """What ``call()`` (a call of ``module`` on ``inputs``) computes, op by op. An error ends
     the record at the op that raised it (that op is kept, with ``raised``); it is not
     passed on."""
-    recorder = Recorder(known_tensors(module), inputs, _forwards(module))
+    recorder = Recorder(known_tensors(module), inputs, forwards(module))
     try:
         with recorder:  # not under no_grad: nn.MultiheadAttention would take its fused path
             call()

@@ -33,6 +33,7 @@ from harness.doctor.fixes.recipes.masks import (
 )
 from harness.doctor.fixes.recipes.positions import (
     angles_in_float32,
+    last_rows,
     repeated_other_way,
     rope_on_value,
 )
@@ -77,5 +78,6 @@ RECIPES: dict[str, Recipe] = {
     "init_unit_variance": drawn_smaller,
     "rope_pairing_mismatch": repeated_other_way,
     "rope_low_precision": angles_in_float32,
+    "rope_cache_offset": last_rows,
     "naive_exp_softmax": softmax_written_out,
 }

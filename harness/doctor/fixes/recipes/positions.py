@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from harness.doctor.fixes.line import Line, argument, positional
+from harness.doctor.fixes.line import Line, argument, parenthesized, positional
 
 
 def repeated_other_way(line: Line) -> Iterator[str]:
@@ -165,3 +165,17 @@ def angles_in_float32(line: Line) -> Iterator[str]:
             changes[call] = cst.parse_expression(f"{line.code(func.value)}.float()")
     if changes:
         yield line.replaced_all(changes)
+
+
+def last_rows(line: Line) -> Iterator[str]:
+    """A cached call given the first rows of a table of every position so far
+    (``freqs[:, :n]``, x-transformers' slip): each slice of the line from the start to ``n``
+    taken from ``-n`` to the end instead, the rows of the positions it was fed."""
+    for element in line.nodes(cst.SubscriptElement):
+        cut = element.slice  # type: ignore[attr-defined]
+        if not isinstance(cut, cst.Slice) or cut.lower is not None or cut.step is not None:
+            continue
+        if cut.upper is None:
+            continue
+        rows = cst.UnaryOperation(cst.Minus(), parenthesized(cut.upper))
+        yield line.replaced(cut, cut.with_changes(lower=rows, upper=None, first_colon=cst.Colon()))
