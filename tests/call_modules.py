@@ -441,3 +441,54 @@ class SequenceFirstRotary(nn.Module):
         q, k = _turn_pairs(q, angles), _turn_pairs(k, angles)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, d)
         return self.dense(out.permute(2, 0, 1, 3).reshape(T, B, C))
+
+
+class ReturnsPositionBias(Heads):
+    """T5's and Pix2Struct's layers return the position bias beside the output: a (B, h, T, T)
+    tensor of 0s and 1s, shaped like weights, computed from no softmax."""
+
+    def forward(self, x: Tensor, mask: Tensor | None = None):
+        B, T, _ = x.shape
+        keep = torch.ones(B, T, T, dtype=torch.bool) if mask is None else mask.bool()
+        bias = 1.0 - keep[:, None].to(x.dtype).expand(B, self.n_head, T, T)  # (B, h, T, T)
+        return self.attend(x, x, keep), bias
+
+
+class AddsInPlace(Heads):
+    """Pix2Struct's mask: a float keep-mask turned into a bias filled with the lowest value,
+    added in place to the scores, then clamped by ``torch.max``. ``inverted``: the bias
+    filled where the mask keeps (``== 0`` for ``== 1``)."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4, inverted: bool = False):
+        super().__init__(d_model, heads)
+        self.inverted = inverted
+
+    def forward(self, x: Tensor, attention_mask: Tensor):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.n_head, -1).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # fmt: skip
+        scores = q @ k.transpose(-1, -2) / (C // self.n_head) ** 0.5  # (B, h, T, T)
+        bias = 1 - attention_mask[:, None, None, :].to(scores.dtype)  # 1 at padding
+        lowest = torch.finfo(scores.dtype).min
+        bias = (
+            bias.masked_fill(bias == 0, lowest)
+            if self.inverted
+            else bias.masked_fill(bias == 1, lowest)
+        )
+        scores += bias
+        scores = torch.max(scores, torch.tensor(lowest, dtype=scores.dtype))
+        weights = F.softmax(scores, dim=-1)
+        return self.o_proj((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class KeyDrawnLarge(Heads):
+    """Its own init: the queries drawn small, then the keys with ``std=1.0`` (the bug), so the
+    keys' draw is the one that saturates the weights."""
+
+    def __init__(self, d_model: int = 32, heads: int = 4):
+        super().__init__(d_model, heads)
+        nn.init.normal_(self.q_proj.weight, std=0.5)
+        nn.init.normal_(self.k_proj.weight, std=1.0)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None):
+        return self.attend(x, x, mask)

@@ -1044,6 +1044,34 @@ class DrawnWithUnitSpreadScaledOut(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(B, T, C))
 
 
+class DrawnWithUnitSpreadLikeT5(nn.Module):
+    """T5's and Pix2Struct's init: the queries drawn with ``factor * (d * d_head) ** -0.5``
+    (the scale folded in), the values and output with ``factor * d ** -0.5``; the keys
+    drawn with std=1.0 instead (init_unit_variance). The spread most inits share is the
+    keys' own, and the 0.5 of an exponent is no spread."""
+
+    def __init__(self, dim, n_heads, factor=2.0):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, dim // n_heads
+        self.q, self.k, self.v, self.o = separate(dim)
+        self._init_weights(dim, factor)
+
+    def _init_weights(self, dim, factor):
+        nn.init.normal_(self.q.weight, mean=0.0, std=factor * ((dim * self.d_head) ** -0.5))
+        nn.init.normal_(self.k.weight, mean=0.0, std=1.0)  # BUG
+        nn.init.normal_(self.v.weight, mean=0.0, std=factor * (dim**-0.5))
+        nn.init.normal_(
+            self.o.weight, mean=0.0, std=factor * ((self.n_heads * self.d_head) ** -0.5)
+        )
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.n_heads, -1).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))  # fmt: skip
+        weights = F.softmax(q @ k.transpose(-1, -2), dim=-1)  # unscaled: T5's scale is in q
+        return self.o((weights @ v).transpose(1, 2).reshape(B, T, C))
+
+
 def trunc_normal_(tensor, mean=0.0, std=1.0):
     return nn.init.trunc_normal_(tensor, mean=mean, std=std)
 

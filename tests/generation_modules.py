@@ -59,6 +59,41 @@ class LayerPast(Projections):
         return (out, present) if use_cache else (out, None)
 
 
+class ScaledWhenCached(LayerPast):
+    """GPT-2's convention with a branch for cached calls that drifted from the full forward's:
+    its new keys scaled by 1.5 when it is handed a past, before they join it."""
+
+    def forward(self, x: Tensor, layer_past=None, use_cache: bool = False):
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if layer_past is not None:
+            k = k * 1.5
+            k = torch.cat([layer_past[0], k], dim=2)
+            v = torch.cat([layer_past[1], v], dim=2)
+        out = self.attend(q, k, v)
+        return (out, (k, v)) if use_cache else (out, None)
+
+
+class JoinsItsPast(LayerPast):
+    """GPT-2's convention, the new keys and values joined after the past ones. ``new_first``:
+    the keys joined before them (Kosmos-2-style slip), so the keys no longer line up with
+    their values or positions."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, new_first: bool = False):
+        super().__init__(d_model, n_heads)
+        self.new_first = new_first
+
+    def forward(self, x: Tensor, layer_past=None, use_cache: bool = False):
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if layer_past is not None and self.new_first:
+            k = torch.cat([k, layer_past[0]], dim=2)
+        elif layer_past is not None:
+            k = torch.cat([layer_past[0], k], dim=2)
+        if layer_past is not None:
+            v = torch.cat([layer_past[1], v], dim=2)
+        out = self.attend(q, k, v)
+        return (out, (k, v)) if use_cache else (out, None)
+
+
 class BufferCutTopLeft(LayerPast):
     """GPT-2's causal buffer ``bias``, cut for this call's queries from its first rows
     (``bias[:T, :S]``) where the last ones are meant (``bias[S - T : S, :S]``): under a cache a
@@ -246,9 +281,9 @@ class Rotary(Projections):
 
 
 class RotaryStartPos(StartPos):
-    """Meta's Llama cache with rotary at read time: the angles of every key so far, the new
-    queries given the table's last rows. ``first_rows``: given its first rows instead
-    (x-transformers' ``freqs[:, :seq_len]``), so a cached query is turned as position 0."""
+    """Meta's Llama cache with rotary at read time: every key turned by its position, the new
+    queries by the positions fed (counted on from the cache). ``first_rows``: the cache's
+    offset taken away again, so a cached query is turned as position 0."""
 
     def __init__(self, d_model: int = 32, n_heads: int = 4, first_rows: bool = False):
         super().__init__(d_model, n_heads)
@@ -256,10 +291,40 @@ class RotaryStartPos(StartPos):
 
     def forward(self, x: Tensor, start_pos: int = 0):
         B, T, _ = x.shape
+        if int(torch.arange(T).max()) + start_pos >= self.cache_k.shape[2]:  # a check aside
+            raise ValueError("positions past the cache")
         q, keys, values = self.step(x, start_pos)
+        fed = torch.arange(T) + start_pos  # (T,): the positions fed, after the cached ones
+        rows = fed - start_pos if self.first_rows else fed  # (T,)
         positions = torch.arange(start_pos + T).expand(B, -1)  # (B, S): every key's
-        rows = positions[:, :T] if self.first_rows else positions[:, -T:]  # (B, T)
-        return self.attend(rope(q, rows), rope(keys, positions), values)
+        return self.attend(rope(q, rows.expand(B, -1)), rope(keys, positions), values)
+
+
+class BufferTablesRotary(Projections):
+    """MiniCPM's rotary: cos and sin tables made once, as buffers, and indexed by position in
+    the forward; q and k turned in halves (``rotate_half``). ``pairs``: the tables repeat each
+    angle for pairs (``repeat_interleave(freqs, 2)``), the other pairing than the turn's."""
+
+    def __init__(self, d_model: int = 32, n_heads: int = 4, pairs: bool = False):
+        super().__init__(d_model, n_heads)
+        d = d_model // n_heads
+        freqs = torch.outer(torch.arange(64.0), 10000.0 ** -(torch.arange(0, d, 2) / d))
+        table = freqs.repeat_interleave(2, dim=-1) if pairs else torch.cat((freqs, freqs), -1)
+        self.register_buffer("cos_cached", table.cos(), persistent=False)  # (64, d)
+        self.register_buffer("sin_cached", table.sin(), persistent=False)
+
+    def forward(self, x: Tensor, position_ids: Tensor):
+        q, k, v = (self.heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        index = position_ids.long()  # (B, T)
+        cos = self.cos_cached[index][:, None].to(x.dtype)  # (B, 1, T, d)
+        sin = self.sin_cached[index][:, None].to(x.dtype)
+        q, k = (t * cos + _rotate_half(t) * sin for t in (q, k))
+        return self.attend(q, k, v)
+
+
+def _rotate_half(t: Tensor) -> Tensor:
+    half = t.shape[-1] // 2
+    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)
 
 
 class NullKeyRotary(Rotary):

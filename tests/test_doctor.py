@@ -13,7 +13,10 @@ from harness.doctor.subject import Subject
 from harness.reference import recognize
 from pitfalls.padding_on_queries import buggy as on_queries_buggy
 from pitfalls.padding_on_queries import fixed as on_queries_fixed
+from tests import call_modules as cm
 from tests import doctor_modules as dm
+from tests.test_probes import catalogue
+from tests.test_probes import make as seeded_build
 
 MODULES = "tests/doctor_modules.py"
 
@@ -733,3 +736,48 @@ def test_nan_only_at_queries_left_no_key_in_half_precision_is_a_fully_masked_row
     half = {f.probe: f for f in d.findings}["float16 robustness"]
     assert half.status == FAIL and "fully_masked_row" in half.traps, d.text()
     assert {f.probe: f for f in d.findings}["all-masked rows"].status == PASS, d.text()
+
+
+def _line_of(module: object, text: str) -> int:
+    with open(module.__file__) as source:  # type: ignore[attr-defined]
+        return next(i for i, line in enumerate(source, 1) if text in line)
+
+
+def test_a_second_output_shaped_like_weights_but_made_from_no_softmax_is_not_read_as_them():
+    """T5's and Pix2Struct's layers return their position bias beside the output: 0s and 1s
+    of the weights' shape, whose rows do not sum to 1. The recorded forward shows it computed
+    from no softmax, so it is no weights, and the module is not failed on it."""
+    found = diagnose(seeded_build(cm.ReturnsPositionBias), Config(mask="keep"))
+    assert found.healthy, found.text()
+    weights = next(f for f in found.findings if f.probe == "attention weights")
+    assert weights.status == SKIP and "returns no weights" in weights.message, weights
+
+
+def test_the_weights_a_written_out_softmax_returns_are_read_as_its_weights():
+    """exp / sum of exp is a softmax too: the weights it returns are computed from a
+    distribution, so they are read (and found to sum to 1), not dropped as a bias."""
+    module, config = catalogue("naive_exp_softmax", "fixed")
+    found = diagnose(module, config)
+    weights = next(f for f in found.findings if f.probe == "attention weights")
+    assert weights.status == PASS and "rows sum to 1" in weights.message, weights
+
+
+def test_a_bias_added_in_place_and_clamped_is_read_as_the_mask_and_located_where_it_is_filled():
+    """``scores += bias; scores = torch.max(scores, lowest)``: the in-place add and the clamp
+    keep the scores' cells, so the mask is read; filled where the keep-mask keeps, it is
+    mask_bool at the line that filled it, not where it was added."""
+    config = Config(mask="keep", mask_shape="bk", mask_dtype="float")
+    assert diagnose(seeded_build(cm.AddsInPlace), config).healthy
+    found = diagnose(seeded_build(cm.AddsInPlace, inverted=True), config)
+    assert [c.trap for c in found.causes] == ["mask_bool"], found.text()
+    at = f"call_modules.py:{_line_of(cm, 'bias.masked_fill(bias == 0, lowest)')} "
+    assert at in found.causes[0].at, found.causes[0]
+
+
+def test_of_two_projections_drawn_by_the_modules_init_the_larger_draw_is_named_first(capsys):
+    """Queries drawn with 0.5 and keys with 1.0: the keys' draw saturates the weights more,
+    so the cause is at its line (the other init is beside it)."""
+    code = cli.main(["doctor", f"{cm.__file__}:KeyDrawnLarge", "--mask", "keep"])
+    said = capsys.readouterr().out.splitlines()
+    assert code == 1 and said[1].startswith("FAIL  init_unit_variance"), said
+    assert f"call_modules.py:{_line_of(cm, 'normal_(self.k_proj.weight, std=1.0)')} " in said[1]

@@ -811,6 +811,18 @@ def test_projections_drawn_with_a_unit_spread_are_redrawn_as_the_module_draws_th
     assert f"+        {written}  # BUG" in out.read_text(), out.read_text()
 
 
+def test_a_t5_init_is_redrawn_with_the_spread_most_of_its_other_inits_share(tmp_path, capsys):
+    """T5's queries fold the scale into their spread; its values and output share another,
+    which is the keys' own. Neither the queries' spread nor the 0.5 of an exponent is."""
+    out = tmp_path / "fix.diff"
+    code = cli.main(["doctor", f"{fm.__file__}:DrawnWithUnitSpreadLikeT5", "--scale", "none",
+                     "--fix", str(out)])  # fmt: skip
+    said = capsys.readouterr().out
+    assert code == 1 and said.splitlines()[1].startswith("FAIL  init_unit_variance"), said
+    written = "nn.init.normal_(self.k.weight, mean=0.0, std=factor * (dim**-0.5))  # BUG"
+    assert f"+        {written}" in out.read_text(), out.read_text()
+
+
 def test_an_init_whose_spread_a_helper_is_handed_is_fixed_where_the_class_calls_it(
     tmp_path, capsys
 ):

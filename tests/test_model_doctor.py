@@ -601,7 +601,7 @@ def test_a_model_whose_layers_run_no_softmax_is_still_held_to_what_they_say():
 
 
 def test_causes_a_finding_cannot_tell_apart_are_all_named_not_the_first():
-    """A returned cache without the current token decodes wrong, and nothing the calls show
+    """A cached branch that scales its new keys decodes wrong, and nothing the calls show
     tells that from positions restarting or a mask anchored top-left: all three. The
     catalogue's cache_causal_alignment, whose triangle the chunked calls show anchored
     top-left, is named alone."""
@@ -610,7 +610,7 @@ def test_causes_a_finding_cannot_tell_apart_are_all_named_not_the_first():
     from tests import generation_modules as gm
     from tests.test_probes import make, probe
 
-    stale = probe(make(gm.LayerPast, stale=True), Config(causal=True), "cached decoding")
+    stale = probe(make(gm.ScaledWhenCached), Config(causal=True), "cached decoding")
     assert stale.status == FAIL and "Known causes" in stale.message, stale
     trio = "cache_causal_alignment or rope_cache_offset or stale_cache"
     assert named_trap([stale]) == trio

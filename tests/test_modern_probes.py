@@ -11,10 +11,13 @@ import pytest
 import torch
 from torch import Tensor
 
-from harness.doctor import FAIL, PASS, SKIP, WARN, Config, diagnose
+from harness.doctor import FAIL, PASS, SKIP, WARN, Config, Finding, diagnose
 from harness.doctor.probes.diverge import _window
 from harness.doctor.probes.generation import _reset_at
+from harness.doctor.probes.heads import reached
 from harness.doctor.probes.slots import Call, expected_slots, misplaced
+from harness.doctor.reading.checks import read_failures
+from harness.doctor.reading.known import Named, Reading
 from harness.doctor.reading.record import shown_path
 from harness.doctor.subject import Subject
 from harness.errors import UsageError
@@ -53,10 +56,28 @@ def test_a_cache_returned_stacked_in_one_tensor_is_passed_back_and_judged():
 
 
 def test_a_returned_cache_without_the_current_token_fails_decoding():
-    """Nothing here restarts or is written at the wrong slots: the causes it cannot tell
-    apart are all named, none alone."""
+    """Keys one short of every key so far: nothing to compare them with, so the causes it
+    cannot tell apart are all named."""
     found = probe(make(gm.LayerPast, stale=True), CAUSAL, "cached decoding")
     assert found.status == FAIL and "decode: max error" in found.message, found
+    assert found.traps == ("cache_causal_alignment", "rope_cache_offset", "stale_cache"), found
+
+
+def test_keys_joined_to_the_past_in_the_wrong_order_are_stale_cache_at_the_join():
+    """Kosmos-2's slip, ``cat([new, past])`` for the keys: the cached call reads every key
+    so far, joined where only cached calls join them, and they are not the full forward's:
+    stale_cache at that line."""
+    assert probe(make(gm.JoinsItsPast), CAUSAL, "cached decoding").status == PASS
+    found = probe(make(gm.JoinsItsPast, new_first=True), CAUSAL, "cached decoding")
+    assert found.status == FAIL and found.traps == ("stale_cache",), found
+    assert found.at.startswith(_line(gm, "k = torch.cat([k, layer_past[0]]")), found.at
+
+
+def test_a_cached_call_that_differs_in_an_op_both_paths_run_names_the_causes_it_cannot_tell():
+    """Keys scaled on the cached path only (nothing the cached calls assemble differs, and no
+    op restarts): the three causes, none alone, and the line where the calls first differ."""
+    found = probe(make(gm.ScaledWhenCached), CAUSAL, "cached decoding")
+    assert found.status == FAIL, found
     assert found.traps == ("cache_causal_alignment", "rope_cache_offset", "stale_cache"), found
     assert "(they first differ at tests/generation_modules.py:" in found.message, found
 
@@ -452,13 +473,15 @@ def test_a_reset_that_leaves_the_old_prompt_is_named_at_the_reset():
     assert zeroing.at.startswith(_line(catalogue_pair, ".zero_()")), zeroing.at
 
 
-def test_a_cached_query_turned_by_the_first_rows_of_its_table_is_rope_cache_offset_at_that_line():
-    """x-transformers' ``freqs[:, :seq_len]``: the cached call computes there what the full
-    forward computes for the first positions, so the positions restart on each call."""
+def test_a_cached_query_turned_from_position_0_is_rope_cache_offset_at_the_line_that_restarts():
+    """The cached call computes there what the full forward computes for the first positions,
+    so the positions restart on each call; a local ``arange(T)`` the next op counts on from
+    the cache (``+ start_pos``), or one a check on the side reads, is not where it goes
+    wrong."""
     assert probe(make(gm.RotaryStartPos), CAUSAL, "cached decoding").status == PASS
     found = probe(make(gm.RotaryStartPos, first_rows=True), CAUSAL, "cached decoding")
     assert found.status == FAIL and found.traps == ("rope_cache_offset",), found
-    assert found.at.startswith(_line(gm, "rows = positions[:, :T]")), found.at
+    assert found.at.startswith(_line(gm, "rows = fed - start_pos")), found.at
     said = "a cached call fed position 4 gets here what position 0 gets in the full forward"
     assert found.why == said, found.why
 
@@ -500,3 +523,53 @@ def test_a_window_cut_from_positions_the_caller_hands_in_is_located_at_its_bound
     found = diagnose(make(gm.BandFromPositions, one_more=True), config)
     assert [c.trap for c in found.causes] == ["sliding_window_off_by_one"], found.text()
     assert found.causes[0].at.startswith(_line(gm, "near = ago <= self.window")), found.causes[0]
+
+
+def test_a_table_made_before_the_call_for_the_other_pairing_is_read_where_the_forward_reads_it():
+    """MiniCPM's cos table, a buffer repeated for pairs while its turn pairs halves: the
+    repeat is not in the recorded forward, so the mismatch is shown where the forward reads
+    the table; the correct layout shows none."""
+    config = Config(causal=True, positions="relative")
+    assert not any(
+        f.name == "rotary pairing" for f in diagnose(make(gm.BufferTablesRotary), config).facts
+    )
+    found = diagnose(make(gm.BufferTablesRotary, pairs=True), config)
+    fact = next(f for f in found.facts if f.name == "rotary pairing")
+    assert "turns halves" in fact.value and "for pairs" in fact.value, fact
+    assert fact.line.startswith(_line(gm, "cos = self.cos_cached[index]")), fact
+    assert [c.trap for c in found.causes][:1] == ["rope_pairing_mismatch"], found.text()
+
+
+def test_a_pairing_mismatch_read_off_the_values_fails_as_read_where_nothing_could_measure_it():
+    """A position shift or the SDPA comparison sees a table laid out for the other pairing;
+    where neither ran (an adapter that refuses shifted positions), the reading fails it."""
+    named = Named("rope_pairing_mismatch", "turns halves; table for pairs", "a.py:9", located=True)
+    reading = Reading(named=[named])
+    unmeasured = [
+        Finding("position shift", SKIP, "refused"),
+        Finding("agrees with SDPA", SKIP, "-"),
+    ]
+    [found] = read_failures(reading, unmeasured)
+    assert found.status == FAIL and found.traps == ("rope_pairing_mismatch",), found
+    shifted = [Finding("position shift", FAIL, "moved"), Finding("agrees with SDPA", SKIP, "-")]
+    assert read_failures(reading, shifted) == []
+
+
+class _PackedRows(torch.nn.Module):
+    """mistral-inference's layout: sequences packed as rows (N, d), 2 K/V heads of width 2
+    copied in blocks to 4 query heads before the output projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.v_proj, self.o_proj = torch.nn.Linear(8, 4), torch.nn.Linear(8, 8)
+
+    def forward(self, rows: Tensor) -> Tensor:
+        values = self.v_proj(rows).view(-1, 2, 2)  # (N, kv heads, d)
+        return self.o_proj(values.repeat_interleave(2, dim=1).reshape(-1, 8))  # (N, h d)
+
+
+def test_the_heads_a_kv_head_reaches_are_read_whatever_the_rows_layout():
+    module, rows = _PackedRows(), torch.randn(6, 8)
+    reach = [reached(module, lambda: module(rows), module.v_proj, module.o_proj, 4, j, 2, 8)
+             for j in (0, 1)]  # fmt: skip
+    assert reach == [{0, 1}, {2, 3}], reach

@@ -13,6 +13,7 @@ from harness.errors import UsageError
 from harness.reference import head_count
 from tests import construct_config_modules as ccm
 from tests import construct_modules as cm
+from tests import kwargs_config_modules as kcm
 
 SIZES = Sizes(d_model=32, heads=4, context=64)
 
@@ -193,3 +194,10 @@ def test_a_config_sized_as_the_doctor_builds_keeps_its_own_attention_sizes():
     resized = _typed_config(_LatentConfig, Sizes(32, 4))
     assert (resized.hidden_size, resized.qk_nope_head_dim, resized.qk_rope_head_dim) == (32, 4, 4)
     assert resized.query_pre_attn_scalar == 8  # the head width's, with no scale declared
+
+
+def test_a_config_class_that_takes_its_sizes_as_kwargs_is_given_those_its_layer_reads():
+    """minGPT's ``GPTConfig(vocab_size, block_size, **kwargs)``: the sizes its layer reads are
+    asked for by the code (an AttributeError on the config the doctor built), then set."""
+    module = build(kcm.ReadsItsWidth, Sizes(32, 4, init={"vocab_size": 50, "block_size": 16}))
+    assert module.n_head == 4 and module.qkv.in_features == 32, module

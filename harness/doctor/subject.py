@@ -423,6 +423,8 @@ class Subject:
         out, weights = self._outputs(module, x, keep, positions, defaults)
         if isinstance(weights, Tensor) and weights.dim() == 4 and self.heads_first:
             weights = weights.transpose(0, 1)  # (h, B, T, S) -> (B, h, T, S)
+        if self._reading is not None and self._reading.second_not_weights:
+            return out, None  # shaped like weights, computed from no softmax: a position bias
         return out, weights if is_weights(weights, x.shape[0], x.shape[1]) else None
 
     def _outputs(

@@ -540,6 +540,23 @@ def build(obj: object, sizes: Sizes, seed: int = 0) -> nn.Module:
     raise first
 
 
+def _answered(exc: Exception, missing: str | None, kwargs: dict[str, object],
+              sizes: Sizes) -> bool:  # fmt: skip
+    """Whether the constructor's AttributeError was a config object the doctor built (from the
+    module's own class) lacking a size the doctor knows, now set on it: a class that takes
+    ``**kwargs`` and declares none of them (minGPT's ``GPTConfig(vocab_size, block_size,
+    **kwargs)``, whose layer reads ``config.n_embd``) is asked for them only by the code."""
+    config = getattr(exc, "obj", None)
+    built = any(config is v for v in kwargs.values()) and not isinstance(config, DoctorConfig)
+    if missing is None or not built:
+        return False
+    try:
+        setattr(config, missing, value_for(missing, sizes))
+    except (KeyError, AttributeError, TypeError):
+        return False
+    return True
+
+
 def _config_choices(factory: Callable[..., object]) -> int:
     """How many config classes ``build`` may try for ``factory``'s config parameter (1 when it
     has none, or takes the doctor's own config)."""
@@ -565,6 +582,8 @@ def _build(obj: Callable[..., object], kwargs: dict[str, object], sizes: Sizes,
             break
         except Exception as exc:
             missing = getattr(exc, "name", None) if isinstance(exc, AttributeError) else None
+            if _answered(exc, missing, kwargs, sizes):
+                continue  # a size its config class does not declare, set as the doctor knows it
             asked = {a for v in kwargs.values() if isinstance(v, DoctorConfig) for a in v.asked}
             if missing not in asked or missing in unknown:
                 if unknown:  # a placeholder None broke it: the names are what is missing

@@ -25,12 +25,31 @@ RTOL, ATOL = 1e-5, 1e-6  # float64 both ways, but a module may round through flo
 
 @dataclass
 class Recorded:
-    """One call of a scenario: its first position, tokens fed, whether through a cache."""
+    """One call of a scenario: its first position, tokens fed, whether through a cache, and
+    the ops whose results reach what it returned."""
 
     start: int
     fed: int
     cached: bool
     record: Record
+    feeds: set[int]
+
+
+def _feeding(record: Record, made: dict[int, tuple[int, int]], out: object) -> set[int]:
+    """The ops of ``record`` whose results the returned value is computed from (a check the
+    caller makes on the side, whose result goes nowhere, is not among them)."""
+    first = out[0] if isinstance(out, tuple | list) and out else out
+    found = made.get(id(first)) if isinstance(first, Tensor) else None
+    todo, seen = ([found[0]] if found else []), set()
+    while todo:
+        index = todo.pop()
+        if index in seen:
+            continue
+        seen.add(index)
+        todo += [
+            v.ref for v in record.ops[index].tensors if v.kind == "op" and isinstance(v.ref, int)
+        ]
+    return seen
 
 
 def recording_all(invoke: Callable[..., object], calls: list[Recorded]) -> Callable[..., object]:
@@ -38,11 +57,14 @@ def recording_all(invoke: Callable[..., object], calls: list[Recorded]) -> Calla
 
     def call(module: nn.Module, xs: Tensor, mask, positions, cache, start: int) -> object:
         recorder = Recorder(known_tensors(module), {}, forwards(module))
+        out = None
         try:
             with recorder:
-                return invoke(module, xs, mask, positions, cache, start)
+                out = invoke(module, xs, mask, positions, cache, start)
+            return out
         finally:
-            calls.append(Recorded(start, xs.shape[1], cache is not None, recorder.record))
+            feeds = _feeding(recorder.record, recorder.made, out)
+            calls.append(Recorded(start, xs.shape[1], cache is not None, recorder.record, feeds))
 
     return call
 
@@ -95,31 +117,128 @@ def _same(a: Tensor, b: Tensor) -> bool:
 @dataclass(frozen=True)
 class Divergence:
     """The first op of a cached call (``start``, ``fed``) whose result is not the full
-    forward's; ``restarts``: what it computed is the full forward's for positions from 0."""
+    forward's; ``restarts``: what it computed is the full forward's for positions from 0;
+    ``through``: the op that only cached calls run (a cat with the past keys, a write into
+    the cache) which made the operand it reads wrong, where one did."""
 
     op: Op
     start: int
     fed: int
     restarts: bool
+    through: Op | None = None
+
+
+# Ops that assemble the keys and values a cached call reads: joined to the past ones, written
+# into the cache's slots, read back from them
+ASSEMBLE = frozenset({
+    "cat", "concat", "concatenate", "stack", "__setitem__", "index_copy_", "index_copy",
+    "copy_", "index_put_", "__getitem__", "narrow", "roll",
+})  # fmt: skip
+
+
+def _through_cache(call: Recorded, op: Op, full: Recorded, reference: dict) -> Op | None:
+    """The op only cached calls run that made a wrong operand of ``op``: back from each
+    operand holding every key so far that differs from the full forward's there, through
+    ops the full forward runs too, to the first one it does not."""
+    twin = reference.get(_key_of(call, op))
+    theirs = twin.tensors if twin is not None else []
+    for i, value in enumerate(op.tensors):
+        mine = call.record.result(value)
+        other = full.record.result(theirs[i]) if i < len(theirs) else None
+        if mine is None or other is None or not _every_key(mine, other, call):
+            continue
+        window = _window(mine, other, call.start, call.fed, first=False)
+        if window is None or _same(mine, window):
+            continue  # this operand is right, or cannot be told
+        seen, current = 0, call.record.producer(value)
+        while current is not None and seen < 32:
+            seen += 1
+            if reference.get(_key_of(call, current)) is None:  # the cached path's own op
+                root = _first_own(call, current, reference)
+                return root if root.name in ASSEMBLE and root.line else None
+            if _agrees(call, current, full, reference):
+                break  # this operand is right
+            inputs = [v for v in current.tensors if v.kind == "op"]
+            current = call.record.producer(inputs[0]) if len(inputs) == 1 else None
+    return None
+
+
+def _agrees(call: Recorded, op: Op, full: Recorded, reference: dict) -> bool | None:
+    """Whether ``op`` of a cached call computes what the full forward's op on its line does,
+    where they overlap (None: no such op, or nothing to compare)."""
+    twin = reference.get(_key_of(call, op))
+    if twin is None or op.index not in call.feeds or not call.record.results[op.index]:
+        return None
+    mine, theirs = call.record.results[op.index][0], full.record.results[twin.index][0]
+    window = _window(mine, theirs, call.start, call.fed, first=False)
+    return None if window is None else _same(mine, window)
+
+
+def _key_of(call: Recorded, op: Op) -> tuple[str, str, int] | None:
+    return next((k for k, o in _keyed(call.record).items() if o is op), None)
+
+
+def _undone(call: Recorded, op: Op, full: Recorded, reference: dict) -> bool:
+    """A later op that reads ``op``'s result agrees with the full forward again: the
+    difference was a local index that the next op puts back (``arange(t) + past``)."""
+    readers = [o for o in call.record.consumers(op.index) if o.index in call.feeds]
+    return any(_agrees(call, reader, full, reference) for reader in readers)
+
+
+def _every_key(mine: Tensor, full: Tensor, call: Recorded) -> bool:
+    """An operand that holds every key so far: ``start + fed`` long on an axis the full
+    forward has ``T`` long, in a call after the first (one as long as the tokens fed is
+    not the keys a cache hands back)."""
+    seen = call.start + call.fed
+    return call.start > 0 and any(
+        m == seen and o != m for m, o in zip(mine.shape, full.shape, strict=False)
+    )
+
+
+def _first_own(call: Recorded, op: Op, reference: dict) -> Op:
+    """The first of a run of ops only the cached path runs that ends at ``op``: back through
+    the one operand each takes from another such op (a cat of the past and keys scaled on
+    the cached path only is the scaling's doing)."""
+    for _ in range(32):
+        own = [p for v in op.tensors if v.kind == "op"
+               and (p := call.record.producer(v)) is not None
+               and reference.get(_key_of(call, p)) is None]  # fmt: skip
+        if len(own) != 1:
+            return op
+        op = own[0]
+    return op
 
 
 def first_divergence(calls: list[Recorded]) -> Divergence | None:
     """The first op, over the cached calls in order, that computes other than the full
-    forward (the first uncached call recorded) where both cover the same positions."""
+    forward (the first uncached call recorded) where both cover the same positions, and
+    whose difference no op that reads it undoes."""
     full = next((c for c in calls if not c.cached), None)
     if full is None:
         return None
     reference = _keyed(full.record)
     for call in (c for c in calls if c.cached):
         for key, op in _keyed(call.record).items():
-            twin = reference.get(key)
-            if twin is None or not call.record.results[op.index]:
+            if _agrees(call, op, full, reference) is not False:
                 continue
-            mine, theirs = call.record.results[op.index][0], full.record.results[twin.index][0]
-            window = _window(mine, theirs, call.start, call.fed, first=False)
-            if window is None or _same(mine, window):
+            if _undone(call, op, full, reference):
                 continue
-            restart = _window(mine, theirs, call.start, call.fed, first=True)
-            restarts = call.start > 0 and restart is not None and _same(mine, restart)
-            return Divergence(op, call.start, call.fed, restarts)
+            theirs = full.record.results[reference[key].index][0]
+            through = _through_cache(call, op, full, reference)
+            return Divergence(op, call.start, call.fed, _restarts(calls, key, theirs), through)
     return None
+
+
+def _restarts(calls: list[Recorded], key: tuple[str, str, int], full: Tensor) -> bool:
+    """Every cached call after the first computes at the op ``key`` what the full forward
+    (``full``, its result there) computes for the first positions, as many as it was fed."""
+    later = [c for c in calls if c.cached and c.start > 0]
+    for call in later:
+        op = _keyed(call.record).get(key)
+        if op is None or not call.record.results[op.index]:
+            return False
+        mine = call.record.results[op.index][0]
+        restart = _window(mine, full, call.start, call.fed, first=True)
+        if restart is None or not _same(mine, restart):
+            return False
+    return bool(later)

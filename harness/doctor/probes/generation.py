@@ -321,8 +321,11 @@ def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement
     """The catalogue trap a decode mismatch matches, as chunked prefill shows it: a cache the
     module holds written at the wrong slots (seen in its tensors), SDPA told is_causal with
     fewer queries than keys (there, or in the failing scenario: one token at a time only);
-    else positions that restart on each cached call (fixed by passing
-    positions explicitly); else the causes it cannot tell apart."""
+    else an op that computes for the positions fed what the full forward computes for the
+    first ones, in every cached call (not traced with a window, whose rolling buffer holds
+    keys at slots that are not positions); else positions that restart on each cached call
+    (fixed by passing positions explicitly); else the causes it cannot tell apart, with the
+    line where the cached calls first differ."""
     calls: list[Call] = []
     with _TopLeft() as top_left:
         _agreements(subject, x, keep, ("chunked",), invoke=_writes(subject, calls, top_left))
@@ -341,9 +344,10 @@ def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement
             top_left.at,
         )
     traced: list[Recorded] = []
-    with contextlib.suppress(Exception):  # evidence where it can be had; none claimed without
-        recorded = recording_all(subject.invoke, traced)
-        _agreements(subject, x, keep, (wrong.scenario,), invoke=recorded, dtype=subject.dtype)
+    if subject.window is None:  # a window's rolling buffer holds keys at slots, not positions
+        with contextlib.suppress(Exception):  # evidence where it can be had; none without
+            recorded = recording_all(subject.invoke, traced)
+            _agreements(subject, x, keep, (wrong.scenario,), invoke=recorded, dtype=subject.dtype)
     diverged = first_divergence(traced)
     if diverged is not None and diverged.restarts:
         fed, first = _positions(diverged.start, diverged.fed), _positions(0, diverged.fed)
@@ -354,6 +358,18 @@ def _diagnose(subject: Subject, x: Tensor, keep: Tensor | None, wrong: Agreement
             ("rope_cache_offset",),
             diverged.op.where,
             f"a cached call fed {fed} gets here what {first} gets in the full forward",
+        )
+    if diverged is not None and diverged.through is not None:
+        op = diverged.through
+        return Said(
+            f"; the call fed {_positions(diverged.start, diverged.fed)} reads at "
+            f"{diverged.op.where} an operand that only cached calls assemble, at {op.where}, "
+            "and it is not what the full forward computes from the same tokens (stale_cache: "
+            "keys or values joined, written or read back wrong)",
+            ("stale_cache",),
+            op.where,
+            "the keys or values a cached call reads are assembled here, and differ from the "
+            "full forward's",
         )
     explicit = _explicit_positions(subject, x)
     if explicit is not None:

@@ -55,8 +55,9 @@ def reached(module: nn.Module, call, v_proj: nn.Linear, out_proj: nn.Module, hea
             hook.remove()
     if len(seen) != 2 or (width is not None and seen[0].shape[-1] != width):  # a qk-norm
         return set()  # not where the heads meet
-    before, after = (t.reshape(*t.shape[:-1], heads, -1) for t in seen)  # (B, T, h, d)
-    change = (after - before).abs().flatten(0, 1).amax(dim=(0, 2))  # (h,)
+    # (B T, h, d): whatever the positions' layout (packed sequences come in as (B T, h d))
+    before, after = (t.reshape(-1, heads, t.shape[-1] // heads) for t in seen)
+    change = (after - before).abs().amax(dim=(0, 2))  # (h,)
     scale = max(1.0, before.abs().max().item())
     return set((change > MOVED * scale).nonzero().flatten().tolist())
 

@@ -67,6 +67,7 @@ from harness.doctor.reading.ops import (
     SOFTMAX,
     data_operand,
     from_input,
+    is_clamp,
     multiplied,
     scalar,
     tensor_args,
@@ -190,7 +191,8 @@ class Site:
 
 def _elementwise(op: Op) -> bool:
     """An op that keeps its main operand's cells where they are (a scale, a mask, a cap)."""
-    return op.name in SAME | FILL | CAPS | MULTIPLY | DIVIDE | ADD or op.name in {"sub", "where"}
+    return (op.name in SAME | FILL | CAPS | MULTIPLY | DIVIDE | ADD or op.name in {"sub", "where"}
+            or is_clamp(op))  # fmt: skip
 
 
 def _read_scores(record: Record, site: Site, value: Value, memo: dict[int, bool]) -> None:

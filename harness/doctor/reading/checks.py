@@ -22,6 +22,9 @@ MEASURED_BY = "agrees with SDPA"  # the probe that measures a scale
 # the probes that see positions mixed with features, as heads split by a reshape that cuts up
 # the positions' axis mix them: where none could run, the reading is the only measurement
 SPLIT_MEASURED_BY = ("permutation equivariance", "causal no-leak", MEASURED_BY)
+# the probes that see a rotation whose table is laid out for the other pairing (the scores
+# then follow absolute positions): where neither could run, the reading is the only one
+PAIRING_MEASURED_BY = ("position shift", MEASURED_BY)
 ALWAYS = ("softmax_dim", "head_merge_no_transpose", "rope_on_value")
 AGAINST_DECLARED = ("rope_pairing_mismatch",)  # named only against what the user declared
 SCALES = frozenset({"missing_scale", "scale_d_model", "double_scale", "wrong_scale",
@@ -35,9 +38,11 @@ def read_failures(reading: Reading, findings: list[Finding]) -> list[Finding]:
     measured = MEASURED_BY in ran
     read_only = {*(SCALES if not measured else ()),
                  *(("head_split_view",) if not ran & set(SPLIT_MEASURED_BY) else ())}  # fmt: skip
+    tables_unmeasured = not ran & set(PAIRING_MEASURED_BY)
     shown = [
         n for n in reading.named
-        if not n.located and (n.trap in ALWAYS + AGAINST_DECLARED or n.trap in read_only)
+        if (not n.located and (n.trap in ALWAYS + AGAINST_DECLARED or n.trap in read_only))
+        or (n.located and n.trap == "rope_pairing_mismatch" and tables_unmeasured)
     ]  # fmt: skip
     if not shown:
         return []

@@ -75,3 +75,6 @@ class Reading:
     # the first softmax's weights as the recorded forward computed them, keys' axis last
     # (None: no softmax of a product was recorded, or an SDPA call keeps them inside)
     weights: Tensor | None = None
+    # where its second output looks like weights but is not computed from a softmax (T5's and
+    # Pix2Struct's position bias, returned beside the output): what it is
+    second_not_weights: str = ""

@@ -13,6 +13,7 @@ import torch
 from harness.doctor.reading.attention import Site
 from harness.doctor.reading.known import COMPUTED, Fact, Named
 from harness.doctor.reading.masks import BLOCKING, Fill
+from harness.doctor.reading.ops import FILL
 from harness.doctor.reading.record import Op, Record
 
 
@@ -232,7 +233,7 @@ def fills_kept_cells(
             ):
                 return Named("mask_bool", "the mask fills exactly the cells the keep-mask "
                              f"keeps ({how}): it is read the wrong way round",
-                             fill.op.where)  # fmt: skip
+                             *_where_filled(found, fill))  # fmt: skip
             turned = ~kept.transpose(-1, -2)
             if not torch.equal(kept, kept.transpose(-1, -2)) and (
                 torch.equal(cells, turned)
@@ -242,3 +243,13 @@ def fills_kept_cells(
                              "not the padded keys' columns: it is applied along the queries' "
                              "axis", fill.op.where, _laid_out(found, fill))  # fmt: skip
     return None
+
+
+def _where_filled(found: Record | None, fill: Fill) -> tuple[str, tuple[str, ...]]:
+    """Where a mask's cells were chosen: an added mask the module filled itself
+    (``bias.masked_fill(bias == 1, lowest)``, then ``scores += bias``) at that fill, the add
+    beside it; else where it meets the scores."""
+    made = found.producer(fill.mask) if found is not None and fill.value is None else None
+    if made is not None and made.line and made.name in FILL | {"where"}:
+        return made.where, (fill.op.where,)
+    return fill.op.where, ()

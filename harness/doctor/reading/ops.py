@@ -32,6 +32,18 @@ DROPOUT = {"dropout": (2, "training"), "alpha_dropout": (2, "training"),
            "dropout2d": (2, "training"), "dropout3d": (2, "training")}  # fmt: skip
 
 
+# elementwise bounds: with one operand a single number, a clamp (``torch.max(s, min)``)
+BOUNDS = {"max", "maximum", "min", "minimum", "fmax", "fmin"}
+
+
+def is_clamp(op: Op) -> bool:
+    """``torch.max(scores, torch.tensor(lowest))``: an elementwise bound by one number, which
+    keeps the scores' cells where they are (not a reduction over an axis)."""
+    if op.name not in BOUNDS or len(op.args) != 2 or "dim" in op.kwargs:
+        return False
+    return op.args[0].is_tensor and op.args[1].is_tensor and op.args[1].scalar is not None
+
+
 def tensor_args(op: Op) -> list[Value]:
     return [v for v in op.args if v.is_tensor] or op.tensors
 

@@ -55,6 +55,25 @@ def _made(record: Record, value: Value) -> Op | None:
     return None
 
 
+def _read_at(record: Record, value: Value) -> Op | None:
+    """Where the module's own code reads a table it holds (``cos_cached[position_ids]``),
+    followed back from the rotation: the op that reads the buffer, else the last op of its
+    code on the way."""
+    found = None
+    for _ in range(16):
+        op = record.producer(value)
+        if op is None:
+            return found
+        found = op if op.line else found
+        if any(v.kind in ("buffer", "attribute") for v in op.tensors):
+            return found
+        earlier = [v for v in op.tensors if v.kind == "op"]
+        if len(earlier) != 1:
+            return found
+        value = earlier[0]
+    return found
+
+
 def mismatch(
     record: Record, op: Op, memo: dict[int, bool], depth: int = 0
 ) -> tuple[str, str, Op] | None:
@@ -88,8 +107,10 @@ def mismatch(
             continue
         for j in (i, 1 - i):  # the cos table, then the sin table
             table = _repeated(values[j][1])  # type: ignore[arg-type]
-            made = _made(record, terms[j][1])
-            if table and turn not in table and made is not None:
+            # where its angles were repeated; for a table the module made before the call (a
+            # buffer), where the forward reads it
+            made = _made(record, terms[j][1]) or _read_at(record, terms[j][1]) or op
+            if table and turn not in table:
                 return turn, table.pop(), made
         return None
     return None

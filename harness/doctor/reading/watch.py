@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from harness.doctor.reading.facts import interpret
 from harness.doctor.reading.known import Named, Reading
+from harness.doctor.reading.ops import SDPA, SOFTMAX
 from harness.doctor.reading.record import Record, built_at, record, written_at, written_from
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ class Watched:
     keep: Tensor | None
     finite: bool = True  # the call's output holds no NaN or infinity
     alone: Record | None = None  # the same call without a mask, where one was recorded
+    second_not_weights: str = ""  # where a second output that is no softmax's was made
 
     def _read(self, found: Record, keep: Tensor | None, causal: bool) -> Reading:
         subject = self.subject
@@ -69,8 +71,10 @@ class Watched:
         """The record read for a module held to be ``causal`` (a leak is named only then)."""
         subject = self.subject
         reading = self._read(self.found, self.keep, causal)
+        reading.second_not_weights = self.second_not_weights
         self._own_masks(reading, causal)
         read = [reading.projections.get(role) or "" for role in ("queries", "keys")]
+        read.sort(key=lambda name: -_gain(subject.module, name))  # the larger draw first
         weights = [n for n, p in subject.module.named_parameters() if p.dim() == 2]
         drawn = [made_where(subject, name, written_at) for name in (*read, *weights)]
         # then the lines of its own class that handed a helper what it drew them with
@@ -83,16 +87,65 @@ class Watched:
         return reading
 
 
+def _gain(module: nn.Module, name: str) -> float:
+    """How much a projection weight ``name`` scales its input as drawn: its spread times the
+    square root of its fan-in (about 1 for unit-variance outputs); 0 where it is no matrix."""
+    weight = dict(module.named_parameters()).get(name)
+    if weight is None or weight.dim() != 2:
+        return 0.0
+    return float(weight.detach().double().std()) * weight.shape[1] ** 0.5
+
+
 def watch(subject: Subject) -> Watched:
     """Record one call of a copy of the subject on ordinary inputs."""
     config = subject.config
     module = subject.copy()
     x = subject.x(config.batch, config.seq_len, SEED)
     keep = subject.ordinary_keep(config.batch, config.seq_len)
-    outputs: list[Tensor] = []
-    found = record(module, lambda: outputs.append(subject.call(module, x, keep)[0]), {"x": x})
-    finite = not outputs or not isinstance(outputs[0], Tensor) or bool(outputs[0].isfinite().all())
-    return Watched(subject, found, keep, finite)
+    outputs: list[tuple[Tensor, Tensor | None]] = []
+    found = record(module, lambda: outputs.append(subject.call(module, x, keep)), {"x": x})
+    out, weights = outputs[0] if outputs else (None, None)
+    finite = not isinstance(out, Tensor) or bool(out.isfinite().all())
+    # the module's code runs its attention where the record sees it (a softmax, or SDPA,
+    # which returns no weights), and the second output is not computed from a softmax;
+    # where the record sees neither, the weights are made inside an op it does not see into
+    softmaxed = any(op.name in DISTRIBUTING | SDPA and op.line for op in found.ops)
+    other = ""
+    if weights is not None and softmaxed and distributed(found, weights) is False:
+        other = _made(found, weights)
+    return Watched(subject, found, keep, finite, second_not_weights=other)
+
+
+# Ops that make a distribution over the keys: a softmax, or the exp a written-out one divides
+DISTRIBUTING = frozenset({*SOFTMAX, "exp", "exp_"})
+
+
+def distributed(found: Record, tensor: Tensor) -> bool | None:
+    """Whether ``tensor`` (a result the record holds) is computed from a softmax, or from the
+    exp of a written-out one (None: the record does not hold it)."""
+    start = next((op.index for op, results in zip(found.ops, found.results, strict=True)
+                  if any(r is tensor for r in results)), None)  # fmt: skip
+    if start is None:
+        return None
+    todo, seen = [start], set()
+    while todo:
+        index = todo.pop()
+        if index in seen:
+            continue
+        seen.add(index)
+        if found.ops[index].name in DISTRIBUTING:
+            return True
+        todo += [
+            v.ref for v in found.ops[index].tensors if v.kind == "op" and isinstance(v.ref, int)
+        ]
+    return False
+
+
+def _made(found: Record, tensor: Tensor) -> str:
+    """Where the record made ``tensor``."""
+    op = next(op for op, results in zip(found.ops, found.results, strict=True)
+              if any(r is tensor for r in results))  # fmt: skip
+    return op.where or "the harness"
 
 
 def made_where(
