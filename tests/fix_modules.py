@@ -1047,8 +1047,7 @@ class DrawnWithUnitSpreadScaledOut(nn.Module):
 class DrawnWithUnitSpreadLikeT5(nn.Module):
     """T5's and Pix2Struct's init: the queries drawn with ``factor * (d * d_head) ** -0.5``
     (the scale folded in), the values and output with ``factor * d ** -0.5``; the keys
-    drawn with std=1.0 instead (init_unit_variance). The spread most inits share is the
-    keys' own, and the 0.5 of an exponent is no spread."""
+    drawn with std=1.0 instead (init_unit_variance). The 0.5 of an exponent is no spread."""
 
     def __init__(self, dim, n_heads, factor=2.0):
         super().__init__()

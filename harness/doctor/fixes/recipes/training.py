@@ -3,7 +3,6 @@ drawn with unit spread."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 
 import libcst as cst
@@ -45,17 +44,15 @@ def drawn_smaller(line: Line) -> Iterator[str]:
     """Projection weights drawn with a spread as large as 1 (``normal_(w, std=1.0)``): the
     spread put as each number, or name worth less than 1, that the function's other inits
     draw with (the module's own ``init_std``, ``0.02``, or a number they scale:
-    ``0.02 / sqrt(2 n)``, not an exponent), then as each of their whole spreads (T5's
-    ``factor * d ** -0.5``), the one most of them draw with first, each value once, then as
-    the catalogue's fix draws them
+    ``0.02 / sqrt(2 n)``, not an exponent: T5's ``d ** -0.5`` is no 0.5 spread), each value
+    once, then as the catalogue's fix draws them
     (``xavier_uniform_``), the proof choosing. No other name in scope: any small spread passes
     the probes, and only the module's own is its meaning. A spread the function is handed
     (``std=std`` in a helper) is its caller's to change: nothing is rewritten there."""
-    spreads = [  # the spreads the function draws its weights with, each as written
+    spreads = [  # the spreads the function draws its other weights with, each as written
         spread.value for call in line.in_function(cst.Call) if called(call) in INITS  # type: ignore[arg-type]
         and (spread := _spread(line, call)) is not None
     ]  # fmt: skip
-    whole = [line.code(s) for s in spreads]
     others = [line.code(s) for s in spreads if _number(s)] + [
         line.code(o) for s in spreads if not _number(s)
         for o in (*_numbers_in(s), *variables_in(line, s))
@@ -69,13 +66,8 @@ def drawn_smaller(line: Line) -> Iterator[str]:
         tensor = call.args[0].value if line.is_function_form(call) and call.args else None
         if given is not None:
             own = line.code(given.value)
-            exprs = [w for w in dict.fromkeys(whole) if w != own and w not in others]
-            values = line.values([*dict.fromkeys(others), *exprs])
-            # then whole spreads, the one most of its other inits draw with first (T5's keys,
-            # values and output share one; its queries fold the scale in)
-            drawn = Counter(number_of(values.get(w)) for w in whole if w != own)
-            exprs.sort(key=lambda w: -drawn[number_of(values.get(w))])
-            names = [n for n in dict.fromkeys(others) if n != own] + exprs
+            names = [n for n in dict.fromkeys(others) if n != own]
+            values = line.values(names)
             tried: set[float] = set()
             for name in names:
                 spread = number_of(values.get(name))
