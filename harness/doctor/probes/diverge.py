@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor, nn
@@ -33,6 +34,11 @@ class Recorded:
     cached: bool
     record: Record
     feeds: set[int]
+
+    @cached_property
+    def keys(self) -> dict[int, tuple[str, str, int]]:
+        """Each op's key (line, op, times run there before), by its index, made once."""
+        return {op.index: key for key, op in _keyed(self.record).items()}
 
 
 def _feeding(record: Record, made: dict[int, tuple[int, int]], out: object) -> set[int]:
@@ -175,7 +181,7 @@ def _agrees(call: Recorded, op: Op, full: Recorded, reference: dict) -> bool | N
 
 
 def _key_of(call: Recorded, op: Op) -> tuple[str, str, int] | None:
-    return next((k for k, o in _keyed(call.record).items() if o is op), None)
+    return call.keys.get(op.index)
 
 
 def _undone(call: Recorded, op: Op, full: Recorded, reference: dict) -> bool:
