@@ -86,7 +86,9 @@ def attention_doctor(request: pytest.FixtureRequest) -> Callable[..., Diagnosis]
             fixes = propose(
                 diagnosis,
                 lambda: diagnose(module, config, name, timeout),
-                lambda seq_len=None: called_once(module, config, timeout, seq_len),
+                lambda seq_len=None, unpadded=False: called_once(
+                    module, config, timeout, seq_len, unpadded
+                ),
                 lambda: called_once(module, replace(config, mask="none"), timeout),
             )
             fixes.onto(diagnosis)

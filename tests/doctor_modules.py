@@ -1033,3 +1033,104 @@ class WindowMaskAddedInPlace(nn.Module):
         scores += mask
         att = scores.softmax(-1, dtype=torch.float32).to(v.dtype)
         return self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class ZeroesPaddedFrames(nn.Module):
+    """An audio encoder's layer: padded frames zeroed before attending, the padding (keep,
+    (B, T)) added as a (B, 1, T, T) mask of the dtype's minimum; ``on_queries`` transposes
+    it, so padding lands on the queries and real frames read the zeroed ones
+    (padding_on_queries, which redrawing the padded inputs cannot show)."""
+
+    def __init__(self, d_model, n_heads, on_queries=False):
+        super().__init__()
+        self.n_heads, self.on_queries = n_heads, on_queries
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        x = x * mask[..., None]  # padded frames zeroed
+        blocked = (1.0 - mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        blocked = blocked.expand(B, 1, T, T)  # (B, 1, T, T), over the keys
+        if self.on_queries:
+            blocked = blocked.transpose(-1, -2)
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)) + blocked  # (B, h, T, T)
+        out = scores.softmax(dim=-1) @ v  # (B, h, T, d)
+        return self.out(out.transpose(1, 2).reshape(B, T, C))
+
+
+class PackedRows(nn.Module):
+    """A varlen kernel's way: the batch's sequences packed into one row of B T tokens, each
+    kept to its own block by a block-diagonal causal mask; ``one_block`` masks the row as one
+    causal sequence, so each sequence reads the ones packed before it
+    (packing_cross_document)."""
+
+    def __init__(self, d_model, n_heads, one_block=False):
+        super().__init__()
+        self.n_heads, self.one_block = n_heads, one_block
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        rows = x.reshape(1, B * T, C)  # (1, B T, C): packed
+        q, k, v = self.qkv(rows).view(1, B * T, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
+        document = torch.arange(B * T) // T
+        same = document[:, None] == document[None, :]
+        if self.one_block:
+            same = torch.ones_like(same)
+        keep = same & torch.ones(B * T, B * T, dtype=torch.bool).tril()  # (B T, B T)
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))).masked_fill(~keep, -math.inf)
+        out = scores.softmax(dim=-1) @ v  # (1, h, B T, d)
+        return self.out(out.transpose(1, 2).reshape(B, T, C))
+
+
+class ClassTokenUnturned(nn.Module):
+    """EVA's rotary: a class token first, not turned, then the patches turned by their
+    positions from 0, so the first patch's angles are all 0: swapping the first two tokens
+    changes nothing later, swapping the next two does."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        head = dim // heads
+        self.register_buffer("inv_freq", 10000.0 ** -(torch.arange(0, head, 2).float() / head))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        angles = torch.arange(T - 1).float()[:, None] * self.inv_freq  # (T - 1, d / 2)
+        cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+
+        def turned(t):  # the class token as it is, the patches turned
+            half, patches = t.shape[-1] // 2, t[:, :, 1:]
+            rotated = torch.cat([-patches[..., half:], patches[..., :half]], dim=-1)
+            return torch.cat([t[:, :, :1], patches * cos + rotated * sin], dim=2)
+
+        y = F.scaled_dot_product_attention(turned(q), turned(k), v)  # (B, h, T, d)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class UnpaddedShortcut(nn.Module):
+    """CogVLM's shortcut: a batch with no padding goes to SDPA with no mask, and so must be
+    told ``is_causal``; ``forgets`` leaves it False, so an unpadded prompt reads its future
+    (causal_leak), where a padded one takes the masked branch and is right."""
+
+    def __init__(self, dim, heads, forgets=False):
+        super().__init__()
+        self.heads, self.forgets = heads, forgets
+        self.qkv, self.dense = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def attend(self, q, k, v, mask):
+        if mask.all():  # nothing padded: the plain triangle
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=None, is_causal=not self.forgets
+            )
+        causal = torch.ones(mask.shape[-1], mask.shape[-1], dtype=torch.bool).tril()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal & mask[:, None, None, :])
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        y = self.attend(q, k, v, mask)  # (B, h, T, d)
+        return self.dense(y.transpose(1, 2).reshape(B, T, C))

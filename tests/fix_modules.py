@@ -1830,3 +1830,51 @@ class TableForPairsTurnedInHalves(nn.Module):
             scores = scores + attention_mask
         out = scores.softmax(dim=-1) @ v  # (B, h, T, d)
         return self.dense(out.transpose(1, 2).reshape(B, T, C))
+
+
+class TurnedBeforeProjecting(nn.Module):
+    """Wav2Vec2-Conformer's rotary: the hidden states turned by position before the query and
+    key projections, the values projected from the states as they were; the turned states
+    also handed to the values' projection in one chained assignment (rope_on_value).
+    ``turn_values=False``: the layer as its library writes it."""
+
+    def __init__(self, hidden_size, num_heads, turn_values=True):
+        super().__init__()
+        self.num_heads, self.head_size = num_heads, hidden_size // num_heads
+        self.turn_values = turn_values
+        self.linear_q, self.linear_k = (
+            nn.Linear(hidden_size, hidden_size),
+            nn.Linear(hidden_size, hidden_size),
+        )
+        self.linear_v, self.linear_out = (
+            nn.Linear(hidden_size, hidden_size),
+            nn.Linear(hidden_size, hidden_size),
+        )
+        steps = torch.arange(0, self.head_size, 2).float() / self.head_size
+        self.register_buffer("inv_freq", 1.0 / 10000.0**steps, persistent=False)
+
+    def turned(self, hidden_states):
+        B, T, C = hidden_states.shape
+        angles = torch.arange(T).float()[:, None] * self.inv_freq  # (T, d / 2)
+        cos, sin = torch.cat((angles, angles), dim=-1).cos(), torch.cat((angles, angles), -1).sin()
+        heads = hidden_states.view(B, T, self.num_heads, self.head_size)
+        turned = heads * cos[:, None] + _rotate_half(heads) * sin[:, None]  # (B, T, h, d)
+        return turned.view(B, T, C)
+
+    def forward(self, hidden_states):
+        B, T, C = hidden_states.shape
+        query_key_states = value_states = hidden_states
+        if self.turn_values:
+            query_key_states = value_states = self.turned(query_key_states)  # BUG
+        else:
+            query_key_states = self.turned(query_key_states)
+        q, k, v = (
+            p(s).view(B, T, self.num_heads, self.head_size).transpose(1, 2)
+            for p, s in zip(
+                (self.linear_q, self.linear_k, self.linear_v),
+                (query_key_states, query_key_states, value_states),
+                strict=True,
+            )
+        )  # each (B, h, T, d)
+        probs = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.head_size), dim=-1)
+        return self.linear_out((probs @ v).transpose(1, 2).reshape(B, T, C))

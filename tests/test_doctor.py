@@ -1,6 +1,7 @@
 """The doctor on modules it has never seen, its command line, and its promises."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -501,6 +502,59 @@ def test_a_padding_mask_on_the_queries_is_named_padding_on_queries(pair):
         assert found.status == PASS, d.text()
     else:
         assert found.status == FAIL and "(padding_on_queries" in found.message, d.text()
+
+
+@pytest.mark.parametrize("on_queries", [False, True])
+def test_padding_on_the_queries_is_named_where_the_padded_frames_are_zeroed(on_queries):
+    """Padded inputs zeroed before attending: redrawing them moves nothing, yet a mask that
+    reaches the queries lets every real frame read the zeroed ones, which is what it does
+    with no mask at all."""
+    module = seeded_build(dm.ZeroesPaddedFrames, 32, 4, on_queries=on_queries)
+    d = diagnose(module, Config(mask="keep", mask_shape="bk"))
+    found = {f.probe: f for f in d.findings}["padding no-leak"]
+    assert (found.status == FAIL) == on_queries, d.text()
+    assert ("(padding_on_queries" in found.message) == on_queries, d.text()
+
+
+@pytest.mark.parametrize("one_block", [False, True])
+def test_sequences_packed_into_one_causal_row_are_named_packing_where_they_are_masked(one_block):
+    """The batch packed into one row, masked as one causal sequence: sequence 0 reads no
+    other, the last reads those packed before it; the recorded forward attends the batch as
+    one row, so the mixing is documents not kept apart, located at the mask."""
+    d = diagnose(seeded_build(dm.PackedRows, 32, 4, one_block=one_block), Config(causal=True))
+    found = {f.probe: f for f in d.findings}["batch independence"]
+    assert (found.status == FAIL) == one_block, d.text()
+    if one_block:
+        assert "output of sequence 2 depends on sequence" in found.message, d.text()
+        first = d.causes[0]
+        assert first.trap == "packing_cross_document", d.text()
+        assert "scores = (q @ k.transpose(-1, -2)" in first.at, d.text()
+    else:
+        assert d.healthy, d.text()
+
+
+def test_a_class_token_left_unturned_does_not_make_rotary_look_position_blind():
+    """EVA's class token is not turned and its first patch is turned by angles of 0: the two
+    look alike to a rotation, so a swap of them moves nothing later; the next two differ."""
+    d = diagnose(seeded_build(dm.ClassTokenUnturned, 32, 4), Config(positions="relative"))
+    order = {f.probe: f for f in d.findings}["token order"]
+    assert order.status == PASS and "swapping tokens 1 and 2" in order.message, d.text()
+
+
+@pytest.mark.parametrize("forgets", [False, True])
+def test_a_leak_from_an_attention_that_masks_nothing_is_located_there(forgets):
+    """A causal call that leaks, recorded again, attends with no mask and is_causal unset at
+    one line: the leak is causal_leak at that line, and telling SDPA is_causal is its fix."""
+    module = seeded_build(dm.UnpaddedShortcut, 32, 4, forgets=forgets)
+    d = diagnose(module, Config(causal=True, mask="keep", mask_shape="bk"))
+    if not forgets:
+        assert d.healthy, d.text()
+        return
+    first = d.causes[0]
+    number = int(first.at.split(":")[1].split()[0])
+    statement = Path(dm.__file__).read_text().splitlines()[number - 1 : number + 2]
+    assert first.trap == "causal_leak", d.text()
+    assert "attn_mask=None, is_causal=not self.forgets" in " ".join(statement), d.text()
 
 
 def test_a_padding_leak_of_keys_is_not_named_padding_on_queries():

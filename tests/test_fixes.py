@@ -11,6 +11,7 @@ import textwrap
 import types
 from pathlib import Path
 
+import libcst
 import numpy as np
 import pytest
 import torch
@@ -81,7 +82,9 @@ def test_a_students_edit_gets_a_proven_fix_that_gives_back_the_tutorials_outputs
     fixes = propose(
         d,
         lambda: diagnose(_built(target), CONFIG, target),
-        lambda seq_len=None: called_once(_built(target), CONFIG, seq_len=seq_len),
+        lambda seq_len=None, unpadded=False: called_once(
+            _built(target), CONFIG, seq_len=seq_len, unpadded=unpadded
+        ),
     )
     [fix] = fixes.fixes
     assert fix.trap == trap and fix.proof == "with this change every probe passes"
@@ -252,9 +255,20 @@ def _fixes(module, config):
     return d, propose(
         d,
         lambda: diagnose(module, config, type(module).__name__),
-        lambda seq_len=None: called_once(module, config, seq_len=seq_len),
+        lambda seq_len=None, unpadded=False: called_once(
+            module, config, seq_len=seq_len, unpadded=unpadded
+        ),
         lambda: called_once(module, bare),
     ).fixes
+
+
+def test_an_sdpa_call_given_no_mask_is_told_it_is_causal():
+    """A shortcut that hands SDPA ``attn_mask=None`` and ``is_causal`` False leaks: the fix
+    tells it ``is_causal=True``, and every probe passes."""
+    module = dm.UnpaddedShortcut(64, 4, forgets=True)
+    d, [fix] = _fixes(module, Config(causal=True, mask="keep", mask_shape="bk"))
+    assert fix.trap == "causal_leak" and fix.proof == prove.EVERY, d.text()
+    assert "is_causal=True" in " ".join(fix.after), fix
 
 
 def test_every_fix_the_diff_holds_is_printed_one_found_after_another_too():
@@ -379,6 +393,22 @@ RECIPE_CASES = [
 def test_each_recipe_rewrites_the_users_own_form(trap, source, fixed):
     candidates = list(RECIPES[trap](Line(source + "\n", 1, F_NAMES)))
     assert candidates[0] == fixed + "\n", candidates
+
+
+def test_a_node_replaced_in_its_statement_gives_the_file_the_whole_module_gives():
+    """A rewrite writes again only the statement of the module that holds the node: for every
+    call of a file of many classes, the text is the one the whole module rewritten gives."""
+    whole_file = Path(fm.__file__).read_text()
+    source = "\n\n\nclass ".join(whole_file.split("\n\n\nclass ")[:6]) + "\n"  # five classes
+    calls = [n for n, text in enumerate(source.splitlines(), 1) if "(" in text]
+    checked = 0
+    for number in calls:
+        line = Line(source, number, {})
+        for call in line.nodes(libcst.Call):
+            whole = line._wrapper.module.deep_replace(call, libcst.Name("changed")).code
+            assert line.replaced(call, libcst.Name("changed")) == whole, number
+            checked += 1
+    assert checked > 50
 
 
 def test_a_small_negative_constant_is_not_taken_for_a_fill():
@@ -527,6 +557,20 @@ def test_a_change_after_which_the_reading_shows_less_of_the_layout_proves_nothin
                         lambda where: False) is None  # fmt: skip
 
 
+def test_a_change_that_stops_turning_by_position_proves_nothing():
+    """Values turned with the queries and keys before their projections: leaving the turn
+    out altogether clears rope_on_value and every probe passes, since a module without
+    positions is healthy; it stops turning q and k, which no trap's fix does, so it is no
+    fix. Leaving out the values' share of the turn is one."""
+    config = Config(positions="absolute")
+    before = diagnose(fm.TurnedBeforeProjecting(64, 4), config)
+    twin = diagnose(fm.TurnedBeforeProjecting(64, 4, turn_values=False), config)
+    unturned = [f for f in twin.facts if f.name != "rotary before the projections"]
+    assert prove._proof(before, twin, "rope_on_value", lambda where: False) == prove.EVERY
+    assert prove._proof(before, dataclasses.replace(twin, facts=unturned), "rope_on_value",
+                        lambda where: False) is None  # fmt: skip
+
+
 def _bug_line(name: str) -> int:
     """The line of ``fix_modules``' class ``name`` marked ``# BUG``."""
     source = Path(fm.__file__).read_text().splitlines()
@@ -648,8 +692,8 @@ def test_each_catalogue_bug_gets_a_proven_fix_that_computes_what_its_fixed_twin_
 
     d = diagnosed()
     assert d.causes and d.causes[0].trap == trap, d.text()
-    fixes = propose(d, diagnosed, lambda seq_len=None: called_once(
-        build_pair(pair, "buggy"), config, seq_len=seq_len), most=1)  # fmt: skip
+    fixes = propose(d, diagnosed, lambda seq_len=None, unpadded=False: called_once(
+        build_pair(pair, "buggy"), config, seq_len=seq_len, unpadded=unpadded), most=1)  # fmt: skip
     [fix] = fixes.fixes
     twin = diagnosed("fixed")
     left = ", ".join(c.trap for c in twin.causes if c.trap)
@@ -723,7 +767,9 @@ def test_what_the_forward_reads_from_self_is_fixed_where_it_is_made(
     [fix] = propose(
         d,
         lambda: diagnose(_built(target), Config(), target),
-        lambda seq_len=None: called_once(_built(target), Config(), seq_len=seq_len),
+        lambda seq_len=None, unpadded=False: called_once(
+            _built(target), Config(), seq_len=seq_len, unpadded=unpadded
+        ),
     ).fixes
     assert (fix.number, fix.after[0].strip()) == (line, written), fix
     assert fix.proof == "with this change every probe passes"
@@ -772,7 +818,9 @@ def test_what_one_whole_fix_clears_is_shown_under_its_cause():
     d = diagnose(module, config, "triangle")
     assert "float16 robustness" not in d.causes[0].probes and d.problems > 1, d.text()
     found = propose(d, lambda: diagnose(module, config, "triangle"),
-                    lambda seq_len=None: called_once(module, config, seq_len=seq_len))  # fmt: skip
+                    lambda seq_len=None, unpadded=False: called_once(
+            module, config, seq_len=seq_len, unpadded=unpadded
+        ))  # fmt: skip
     partial = dataclasses.replace(found.fixes[0], proof="this change fixes causal_leak; ...")
     kept = list(d.causes)
     dataclasses.replace(found, fixes=[partial]).onto(d)
@@ -961,7 +1009,9 @@ def test_a_mask_read_in_two_places_is_fixed_where_it_is_made(tmp_path):
     [fix] = propose(
         d,
         lambda: diagnose(_built(target), config, target),
-        lambda seq_len=None: called_once(_built(target), config, seq_len=seq_len),
+        lambda seq_len=None, unpadded=False: called_once(
+            _built(target), config, seq_len=seq_len, unpadded=unpadded
+        ),
     ).fixes
     assert fix.proof == "with this change every probe passes", fix
     assert fix.after[0].strip() == "blocked = mask.unsqueeze(1).eq(0)  # (B, 1, T, T)"

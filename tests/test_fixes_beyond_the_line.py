@@ -219,6 +219,12 @@ from tests.test_fixes import _fixes
             "q, k = self.rotate(position_ids, q, k)",
         ),
         (
+            fm.TurnedBeforeProjecting(64, 4),
+            Config(positions="absolute"),
+            "rope_on_value",
+            "query_key_states = self.turned(query_key_states)",
+        ),
+        (
             fm.ChosenInsideCap(64, 4),
             Config(causal=True, softcap=30.0),
             "softcap_after_mask",
@@ -387,6 +393,7 @@ from tests.test_fixes import _fixes
         "normed-queries-scaled-twice",
         "weights-kept-aside",
         "rotates-three-by-helper",
+        "values-turned-before-projecting",
         "chosen-inside-cap",
         "multiplier-dropped",
         "small-added-fill-to-sdpa",

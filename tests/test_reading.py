@@ -28,6 +28,7 @@ from harness.doctor.reading.record import record
 from harness.doctor.reading.split import axis_before
 from harness.validation import build, config_for
 from tests import doctor_modules as dm
+from tests import fix_modules as fm
 from tests.helpers import TUTORIAL_EDITS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1019,6 +1020,17 @@ def test_values_taken_back_out_of_a_stack_with_the_rotated_ones_are_followed_alo
     config = Config(causal=True, positions="relative", rope_pairing="half")
     d = diagnose(dm.PackedRotary(32, 4, rotate_values=rotate_values), config)
     assert [c.trap for c in d.causes] == (["rope_on_value"] if rotate_values else []), d.text()
+
+
+@pytest.mark.parametrize("turn_values", [False, True])
+def test_values_projected_from_states_turned_before_projecting_are_rotated(turn_values):
+    """Wav2Vec2-Conformer turns the hidden states before the query and key projections: the
+    turn is read as a fact there, and values projected from the turned states are rotated
+    (rope_on_value) where values projected from the states as they were are not."""
+    d = diagnose(fm.TurnedBeforeProjecting(32, 4, turn_values=turn_values),
+                 Config(positions="absolute"))  # fmt: skip
+    assert [c.trap for c in d.causes] == (["rope_on_value"] if turn_values else []), d.text()
+    assert "rotary before the projections" in {f.name for f in d.facts}, d.text()
 
 
 INDEX_ITEMS = st.sampled_from([0, 1, -1, slice(None), slice(1, None), None, Ellipsis])

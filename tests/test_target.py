@@ -201,3 +201,10 @@ def test_a_config_class_that_takes_its_sizes_as_kwargs_is_given_those_its_layer_
     asked for by the code (an AttributeError on the config the doctor built), then set."""
     module = build(kcm.ReadsItsWidth, Sizes(32, 4, init={"vocab_size": 50, "block_size": 16}))
     assert module.n_head == 4 and module.qkv.in_features == 32, module
+
+
+def test_a_config_that_keeps_a_size_per_stage_keeps_its_lists():
+    """PVT's config holds one head count per stage (a list); its layer is handed its own: the
+    config is built with its lists as they are, the layer with the doctor's sizes."""
+    module = build(kcm.StagedAttention, Sizes(32, 4))
+    assert module.num_attention_heads == 4 and module.qkv.in_features == 32, module

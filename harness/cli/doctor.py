@@ -130,9 +130,10 @@ def _rediagnosed(args: argparse.Namespace, sizes: Sizes, config: Config) -> Diag
 
 
 def _called(args: argparse.Namespace, sizes: Sizes, config: Config,
-            seq_len: int | None = None) -> None:  # fmt: skip
-    """The target built and called once, as the probes call it (on ``seq_len`` tokens)."""
-    called_once(_built(args, sizes), config, args.timeout, seq_len)
+            seq_len: int | None = None, unpadded: bool = False) -> None:  # fmt: skip
+    """The target built and called once, as the probes call it (on ``seq_len`` tokens; with
+    nothing padded, ``unpadded``)."""
+    called_once(_built(args, sizes), config, args.timeout, seq_len, unpadded)
 
 
 def write_diff(path: Path, diff: str) -> None:

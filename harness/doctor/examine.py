@@ -89,10 +89,11 @@ FLOAT32 = "float32: in float64 an ordinary call is not finite, in float32 it is"
 
 
 def called_once(module: nn.Module, config: Config, timeout: float | None = TIMEOUT,
-                seq_len: int | None = None) -> object:  # fmt: skip
+                seq_len: int | None = None, unpadded: bool = False) -> object:  # fmt: skip
     """A copy of ``module`` called as the probes call it, once (its convention found first),
     on ``seq_len`` tokens where given: its output and weights as the probes read them; what
-    the call raises, it raises."""
+    the call raises, it raises. ``unpadded``: with a mask that pads nothing (the causal
+    probe's), which may take a branch of its own (a shortcut for a batch with no padding)."""
     if seq_len is not None:
         config = replace(config, seq_len=seq_len)
     with guarded(timeout):
@@ -100,9 +101,12 @@ def called_once(module: nn.Module, config: Config, timeout: float | None = TIMEO
         subject = Subject(module, found)
         subject.settle()
         batch, seq_len = subject.config.batch, subject.config.seq_len
+        keep = subject.ordinary_keep(batch, seq_len)
+        if unpadded and keep is not None:
+            keep = torch.ones_like(keep)
+            keep = keep.tril() if subject.config.causal else keep
         with quietly_seeded(found.seed), torch.no_grad():
-            return subject.call(subject.copy(), subject.x(batch, seq_len, 0),
-                                subject.ordinary_keep(batch, seq_len))  # fmt: skip
+            return subject.call(subject.copy(), subject.x(batch, seq_len, 0), keep)
 
 
 def diagnose(

@@ -347,7 +347,8 @@ def _typed_config(cls: type, sizes: Sizes) -> object:
     known = {
         n: value_for(n, sizes) for n in names
         if n in sizes.init
-        or (n in NAMES and not (alike and _own_default_kept(n, sizes) and _default(cls, n)))
+        or (n in NAMES and not (alike and _own_default_kept(n, sizes) and _default(cls, n))
+            and not isinstance(_default(cls, n), list | tuple))  # one size per stage (PVT's)
     }  # fmt: skip
     if (
         "sliding_window" in known

@@ -16,12 +16,64 @@ NO_SPACE = cst.AssignEqual(
 )
 
 
+# a node and where it is: its first line and column, its last line, and its place in the
+# tree's order (a node before those it holds)
+Placed = tuple[int, int, int, int, cst.CSTNode]
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """A source's tree, where each node of it is, and its nodes by their type."""
+
+    wrapper: MetadataWrapper
+    positions: Mapping[cst.CSTNode, CodeRange]
+    by_type: Mapping[type, list[Placed]]
+    # each statement of the module's body, and where its text starts and ends in the source
+    # (empty where the statements' texts do not add up to the source)
+    tops: tuple[tuple[cst.CSTNode, int, int], ...]
+
+    def top(self, node: cst.CSTNode) -> tuple[cst.CSTNode, int, int] | None:
+        """The statement of the module's body that holds ``node``, and its text's span."""
+        where = self.positions.get(node)
+        for top, start, end in self.tops if where is not None else ():
+            span = self.positions[top]
+            if span.start.line <= where.start.line and where.end.line <= span.end.line:  # type: ignore[union-attr]
+                return top, start, end
+        return None
+
+    def placed(self, kind: type | tuple[type, ...]) -> Iterator[Placed]:
+        """Every node of ``kind`` (a subclass counts), with where it is."""
+        for node_type, placed in self.by_type.items():
+            if issubclass(node_type, kind):
+                yield from placed
+
+
 @functools.lru_cache(maxsize=8)
-def _parsed(source: str) -> tuple[MetadataWrapper, Mapping[cst.CSTNode, CodeRange]]:
+def _parsed(source: str) -> _Parsed:
     """``source`` parsed, and where each node of it is: once per text, for every line of it
     the doctor reads (a tree is never changed in place, so the lines may share it)."""
     wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
-    return wrapper, wrapper.resolve(PositionProvider)
+    positions = wrapper.resolve(PositionProvider)
+    by_type: dict[type, list[Placed]] = {}
+    for order, (node, where) in enumerate(positions.items()):
+        placed = (where.start.line, where.start.column, where.end.line, order, node)
+        by_type.setdefault(type(node), []).append(placed)
+    return _Parsed(wrapper, positions, by_type, _tops(wrapper.module, source))
+
+
+def _tops(module: cst.Module, source: str) -> tuple[tuple[cst.CSTNode, int, int], ...]:
+    """Each statement of ``module``'s body and the span of its text in ``source``, where the
+    texts of the header, the statements and the footer add up to the source."""
+    header = "".join(module.code_for_node(line) for line in module.header)
+    texts = [module.code_for_node(statement) for statement in module.body]
+    footer = "".join(module.code_for_node(line) for line in module.footer)
+    if header + "".join(texts) + footer != source:
+        return ()
+    tops, start = [], len(header)
+    for statement, text in zip(module.body, texts, strict=True):
+        tops.append((statement, start, start + len(text)))
+        start += len(text)
+    return tuple(tops)
 
 
 @dataclass(frozen=True)
@@ -39,21 +91,20 @@ class Line:
 
     @property
     def _wrapper(self) -> MetadataWrapper:
-        return _parsed(self.source)[0]
+        return _parsed(self.source).wrapper
 
     @property
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        return _parsed(self.source)[1]
+        return _parsed(self.source).positions
 
     @functools.cached_property
     def _statement(self) -> tuple[int, int]:
         """The first and last line of the simple statement the line is part of (a call
         written over several lines is one statement, whichever of its lines ran)."""
         spans = [
-            (where.start.line, where.end.line)
-            for node, where in self._positions.items()
-            if isinstance(node, cst.SimpleStatementLine)
-            and where.start.line <= self.number <= where.end.line
+            (first, last)
+            for first, _, last, _, _ in _parsed(self.source).placed(cst.SimpleStatementLine)
+            if first <= self.number <= last
         ]
         return min(spans, key=lambda s: s[1] - s[0], default=(self.number, self.number))
 
@@ -66,11 +117,11 @@ class Line:
         """The nodes of ``kind`` on the line's statement or around it, outermost first."""
         first, last = self._statement
         found = [
-            (where.start.line, where.start.column, node)
-            for node, where in self._positions.items()
-            if isinstance(node, kind) and where.start.line <= last and where.end.line >= first
+            placed
+            for placed in _parsed(self.source).placed(kind)
+            if placed[0] <= last and placed[2] >= first
         ]
-        return [node for *_, node in sorted(found, key=lambda f: (f[0], f[1]))]
+        return [node for *_, node in sorted(found, key=lambda f: (f[0], f[1], f[3]))]
 
     def calls(self, *names: str) -> list[cst.Call]:
         """The calls on the line of a function or method called one of ``names``."""
@@ -80,8 +131,14 @@ class Line:
         return self._wrapper.module.code_for_node(node)
 
     def replaced(self, old: cst.CSTNode, new: cst.CSTNode) -> str:
-        """The whole source with ``old`` replaced by ``new``."""
-        return self._wrapper.module.deep_replace(old, new).code  # type: ignore[union-attr]
+        """The whole source with ``old`` replaced by ``new``: in the statement of the module
+        that holds it, whose text alone is written again (a whole module rewritten is slow)."""
+        module, top = self._wrapper.module, _parsed(self.source).top(old)
+        changed = top[0].deep_replace(old, new) if top is not None else None
+        if top is None or not isinstance(changed, cst.CSTNode):
+            return module.deep_replace(old, new).code  # type: ignore[union-attr]
+        _, start, end = top
+        return self.source[:start] + module.code_for_node(changed) + self.source[end:]
 
     def replaced_all(self, changes: Mapping[cst.CSTNode, cst.CSTNode]) -> str:
         """The whole source with each node of ``changes`` replaced by its value."""
@@ -98,11 +155,12 @@ class Line:
         if function is None:
             return self.nodes(kind)
         span = self._positions[function]
-        return [
-            node
-            for node, where in self._positions.items()
-            if isinstance(node, kind) and span.start.line <= where.start.line <= span.end.line
+        found = [
+            placed
+            for placed in _parsed(self.source).placed(kind)
+            if span.start.line <= placed[0] <= span.end.line
         ]
+        return [node for *_, node in sorted(found, key=lambda f: f[3])]
 
     def enclosing(self) -> tuple[cst.FunctionDef | None, cst.ClassDef | None]:
         """The innermost function and class around the line."""
@@ -191,8 +249,8 @@ class Line:
         if value.value not in params:
             return
         position = params.index(value.value)
-        for node in self._positions:
-            if isinstance(node, cst.Call) and called(node) == klass.name.value:
+        for *_, node in sorted(_parsed(self.source).placed(cst.Call), key=lambda f: f[3]):
+            if called(node) == klass.name.value:  # type: ignore[arg-type]
                 given = argument(node, position, value.value)
                 if given is not None:
                     yield given.value

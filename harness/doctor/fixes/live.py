@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import sys
 import types
@@ -27,8 +28,15 @@ class Owner:
 
     @property
     def span(self) -> tuple[int, int]:
-        lines, first = inspect.getsourcelines(self.function)
-        return first, first + len(lines) - 1
+        return _span(self.function.__code__)
+
+
+@functools.lru_cache(maxsize=1024)
+def _span(code: types.CodeType) -> tuple[int, int]:
+    """The first and last line of the source a function's code was compiled from (the user's
+    file is never changed, so it is read once per function)."""
+    lines, first = inspect.getsourcelines(code)
+    return first, first + len(lines) - 1
 
 
 def _functions(holder: object, path: Path, seen: set[int]) -> Iterator[Owner]:
@@ -48,14 +56,21 @@ def _functions(holder: object, path: Path, seen: set[int]) -> Iterator[Owner]:
 
 def _defined_in(function: types.FunctionType, path: Path) -> bool:
     try:
-        return Path(function.__code__.co_filename).resolve() == path
+        return _resolved(function.__code__.co_filename) == path
     except OSError:
         return False
 
 
 def _class_in(cls: type, path: Path) -> bool:
     file = _file_of(sys.modules.get(cls.__module__))
-    return file is not None and Path(file).resolve() == path
+    return file is not None and _resolved(file) == path
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolved(file: str) -> Path:
+    """A module's or a function's file, its links followed (once per name: a diagnosis asks
+    of every loaded module's file for each line it fixes)."""
+    return Path(file).resolve()
 
 
 def _file_of(module: object) -> str | None:
@@ -76,7 +91,7 @@ def owners(path: Path, line: int) -> list[Owner]:
     found = []
     for module in list(sys.modules.values()):
         file = _file_of(module)
-        if file is None or Path(file).resolve() != path:
+        if file is None or _resolved(file) != path:
             continue
         for owner in _functions(module, path, seen):
             try:

@@ -164,6 +164,8 @@ def _proof(
 # What the recorded forward shows of the attention's layout: a change after which it shows
 # less has hidden the attention from the reading, not fixed it
 LAYOUT_FACTS = frozenset({"attention", "keys' axis", "queries' axis", "softmax axis", "head width"})
+# nor is a fix one that stops turning the queries and keys by position: no trap's fix does
+KEPT_FACTS = LAYOUT_FACTS | {"rotary", "rotary before the projections"}
 
 
 def _blinded(before: Diagnosis, after: Diagnosis) -> bool:
@@ -171,7 +173,7 @@ def _blinded(before: Diagnosis, after: Diagnosis) -> bool:
     (the scores' axes moved where it cannot follow them): what it no longer names, it cannot
     be seen to have fixed."""
     read = {f.name for f in after.facts}
-    return any(f.name in LAYOUT_FACTS and f.name not in read for f in before.facts)
+    return any(f.name in KEPT_FACTS and f.name not in read for f in before.facts)
 
 
 def _touching(
@@ -195,14 +197,16 @@ def _touching(
 def propose(
     diagnosis: Diagnosis,
     rediagnose: Callable[[], Diagnosis],
-    run: Callable[..., object] = lambda seq_len=None: None,
+    run: Callable[..., object] = lambda seq_len=None, unpadded=False: None,
     bare: Callable[[], object] | None = None,
     most: int = MOST,
 ) -> Fixes:
     """The fixes of ``diagnosis``'s causes, each proven by ``rediagnose`` (the same target
     built and diagnosed again, with the same options and seed) with the fixes before it;
-    ``run(seq_len=None)`` builds and calls it once, on the probes' length or on ``seq_len``
-    tokens (where a fix reads what its code's names are worth, at two lengths);
+    ``run(seq_len=None, unpadded=False)`` builds and calls it once, on the probes' length or
+    on ``seq_len`` tokens (where a fix reads what its code's names are worth, at two lengths),
+    with the probes' ordinary mask or one that pads nothing (the lines either runs are the
+    lines a fix may change);
     ``bare`` calls it without a mask, which a fix must not break where the code takes it (the
     probes, given a mask convention, always pass one)."""
     found = Fixes()
@@ -328,7 +332,7 @@ def _proven(
             continue
         if path not in ran:
             with swapped(list(replaced.values())):
-                ran[path] = lines_run(path, run)
+                ran[path] = lines_run(path, run) | lines_run(path, lambda: run(unpadded=True))
         if ran[path] and not Line(source, number, {}).ran(ran[path]):
             continue  # a branch the probes' call never takes: no proof would cover it
 

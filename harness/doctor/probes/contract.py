@@ -112,7 +112,10 @@ def probe_batch_independence(subject: Subject) -> Outcome:
     """The loss on sequence 0 gives zero gradient to every other sequence (Karpathy's check)."""
     mixing = _mixing(subject)
     if mixing is None:
-        return passed("sequence 0's loss: zero gradient to the others")
+        return passed("sequence 0's loss and the last one's: zero gradient to the others")
+    packed = _packed(subject)
+    if packed:
+        return failed(mixing + packed)
     if not subject.sequence_first:
         turned = Subject(subject.module, replace(subject.config, sequence_first=True))
         with contextlib.suppress(Exception):
@@ -125,25 +128,50 @@ def probe_batch_independence(subject: Subject) -> Outcome:
 
 
 def _mixing(subject: Subject) -> str | None:
-    """Evidence that sequence 0's output depends on another sequence, or None."""
+    """Evidence that sequence 0's output, or the last one's, depends on another sequence (the
+    last, for sequences packed into one causal row: each reads those before it; a NaN it
+    sends back is no such evidence, and sequence 0's says so already), or None."""
     batch = seq_len = 3  # batch == seq_len: wrong-axis bugs run here instead of raising
     seq_len = subject.fixed_length or seq_len
     x = subject.x(batch, seq_len, 2)
-    grad = subject.grad_of(x, subject.ordinary_keep(batch, seq_len), lambda out: out[0])
-    others = grad[1:].flatten(1).norm(dim=1)
-    if others.isnan().any():
-        b = int(others.isnan().nonzero()[0]) + 1
-        return (
-            f"sequence 0's loss sends a NaN gradient to sequence {b}: a NaN in the forward pass "
-            "leaks backwards (no proof of mixing; see the other probes)"
-        )
-    if (others > 0).any():
-        b = int(others.argmax()) + 1
-        return (
-            f"output of sequence 0 depends on sequence {b}: "
-            f"gradient norm {others[b - 1].item():.3g}"
-        )
+    keep = subject.ordinary_keep(batch, seq_len)
+    for own in (0, batch - 1):
+        grad = subject.grad_of(x, keep, lambda out, own=own: out[own])
+        norms = grad.flatten(1).norm(dim=1)  # (B,)
+        others = [b for b in range(batch) if b != own]
+        if own == 0 and norms[others].isnan().any():  # (the last: finite mixing only)
+            b = next(b for b in others if norms[b].isnan())
+            return (
+                f"sequence {own}'s loss sends a NaN gradient to sequence {b}: a NaN in the "
+                "forward pass leaks backwards (no proof of mixing; see the other probes)"
+            )
+        if (norms[others] > 0).any():
+            b = max(others, key=lambda b: norms[b].item())
+            return (
+                f"output of sequence {own} depends on sequence {b}: "
+                f"gradient norm {norms[b].item():.3g}"
+            )
     return None
+
+
+def _packed(subject: Subject) -> Said:
+    """Where the recorded forward attends the batch's sequences as one row of them all (a
+    packed batch, as varlen kernels take it): sequences that read each other there are
+    documents not kept apart, at the mask that should have kept them (or the softmax)."""
+    cfg, reading = subject.config, subject.reading
+    weights = reading.weights
+    rows = cfg.batch * cfg.seq_len
+    if weights is None or cfg.batch < 2 or weights.dim() < 2 or weights.shape[-2] != rows:
+        return Said("")
+    lines = [f.line for name in ("mask", "attention") for f in reading.facts
+             if f.name == name and f.line]  # fmt: skip
+    where = lines[0] if lines else ""
+    said = (f": the recorded forward attends the {cfg.batch} sequences as one row of {rows} "
+            "(a packed batch), and a sequence reads the one packed before it "
+            "(packing_cross_document: block the keys of other documents, a block-diagonal "
+            "mask of their lengths)")  # fmt: skip
+    why = f"the {cfg.batch} sequences attend as one row of {rows}, not one block each"
+    return Said(said, ("packing_cross_document",), where, why)
 
 
 @probe("permutation equivariance")

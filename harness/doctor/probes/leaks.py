@@ -13,6 +13,7 @@ from torch import Tensor
 from harness.dependency import MAX_SPLITS, Leak, Redraws, as_call, future_leak, splits
 from harness.doctor.findings import Outcome, Said, failed, named, passed, skipped, warned
 from harness.doctor.probes.registry import probe
+from harness.doctor.probes.unmasked import unmasked_at
 from harness.doctor.subject import Subject
 from harness.inputs import generator
 from harness.masks import KEY_LAYOUTS
@@ -168,10 +169,12 @@ def _convention_hint(subject: Subject, check: Callable[[Subject], Said | None]) 
 
 def _on_queries(subject: Subject) -> Said:
     """A hint when the padding mask reaches the queries instead of the keys: real queries' outputs
-    are what they are with no mask at all, while padded queries' are not."""
+    are what they are with no mask at all, while padded queries' are not. The padded inputs
+    are zeroed in both calls, as an encoder that zeroes its padded frames gives them."""
     cfg = subject.config
     keep, real = _left_padded(subject)
     module, x = subject.copy(), subject.x(cfg.batch, cfg.seq_len, 4)
+    x = x * real[..., None].to(x.device, x.dtype)  # (B, T, d)
     with torch.no_grad():
         masked = subject.call(module, x, keep)[0].double()
         free = subject.call(module, x, torch.ones_like(keep))[0].double()
@@ -229,6 +232,11 @@ def probe_causal(subject: Subject) -> Outcome:
             hint = named(": the future is not masked (causal_leak: a mask dropped or built wrong, "
                          "e.g. tril(diagonal=1); keep key s for query t only when s <= t)",
                          "causal_leak")  # fmt: skip
+            keep = subject.keep("causal", cfg.batch, cfg.seq_len, 0) if subject.takes_mask else None
+            at = unmasked_at(subject, subject.x(cfg.batch, cfg.seq_len, 3), keep)
+            if at:  # the call that leaked masks nothing where it attends
+                hint = Said(hint.text, hint.traps, at, "the call that leaked attends here with "
+                            "nothing masked (no mask applied, is_causal not set)")  # fmt: skip
         return failed(leak + hint)
     if cfg.causal and subject.takes_mask and subject.plan.mask_optional:
         x = subject.x(cfg.batch, cfg.seq_len, 3)
@@ -267,6 +275,9 @@ def probe_padding(subject: Subject) -> Outcome:
         )
     if leak:
         return failed(leak + (_on_queries(subject) or _convention_hint(subject, _padding_leak)))
+    on_queries = _on_queries(subject)
+    if on_queries:  # padded inputs the caller zeroes: redrawing them shows no leak
+        return failed(Said("the padding mask changes no real output") + on_queries)
     if not _responds(subject):
         return failed(
             "real outputs do not respond to the real inputs under a padding mask: the mask hides "

@@ -48,6 +48,7 @@ from harness.doctor.reading.operands import (
     is_projection,
     normed_pieces,
     output_of,
+    projected_input,
     rotated_source,
     rotation,
     value_projection,
@@ -121,6 +122,7 @@ class Site:
     heads_for_positions: bool = False  # that op puts a piece of the features there instead
     rotated: Op | None = None  # where the queries or keys are rotated (q cos + rotate_half(q) sin)
     values_rotated: Op | None = None  # where the values are rotated as well (rope_on_value)
+    turned_before: Op | None = None  # where the queries' or keys' input is turned, unprojected
     # a rotation whose cos table repeats its angles for the other pairing: (turn, table, where)
     pairing: tuple[str, str, Op] | None = None
     # the parameter each of "queries", "keys", "values" and "output" is projected by, as read
@@ -401,6 +403,9 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
         steps += 1
         if is_projection(record, op, memo):
             site.projections[where] = weight_name(record, op, memo)
+            data = projected_input(op) if op.name in {"linear", "addmm"} else None
+            if data is not None and site.turned_before is None:  # the input turned first
+                site.turned_before = rotation(record, data, memo, projected=True)
             return True  # a projection: the operand starts here
         if _normalizes(record, op, memo):  # each of its steps: a weight, x * rsqrt(...)
             site.normed = normed = True  # the factors after it are the whole scale

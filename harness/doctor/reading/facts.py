@@ -232,6 +232,10 @@ def site_facts(
     if site.rotated is not None:
         rotated = "the queries or keys are turned by position (times tables of angles)"
         facts.append(Fact("rotary", rotated, COMPUTED, site.rotated.where))
+    if site.turned_before is not None:  # absolute positions, by rotation (Wav2Vec2-Conformer)
+        turned = "the input is turned by position before it is projected to queries or keys"
+        facts.append(Fact("rotary before the projections", turned, COMPUTED,
+                          site.turned_before.called_where))  # fmt: skip
     if site.values_rotated is not None:
         where = site.values_rotated.called_where  # the line that hands v to the rotation
         facts.append(Fact("rotary on the values", "the values are rotated too", COMPUTED, where))

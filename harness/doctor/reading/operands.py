@@ -59,12 +59,15 @@ def weighted(record: Record, op: Op, memo: dict[int, bool]) -> bool:
     return sum(from_input(record, v, memo) for v in tensors) == 1
 
 
+INPUT = -2  # a rotation's branches start at the call's input itself (no op made it)
+
+
 def branch_sources(record: Record, value: Value, memo: dict[int, bool], depth: int = 0) -> set[int]:
     """The ops a rotation's branch starts from: followed back through layout, negation,
     slicing and products with tables (tensors that do not depend on the input)."""
     op = record.producer(value)
     if op is None or depth > 16:
-        return {-1}
+        return {INPUT if value.kind == "input" and op is None else -1}
     data = [v for v in op.tensors if from_input(record, v, memo)]
     if op.name in SHAPED_LIKE_SECOND:  # reshape_as(x, like): the second gives a shape only
         data = data[:1]
@@ -181,14 +184,23 @@ def output_of(record: Record, index: int, memo: dict[int, bool]) -> tuple[str | 
     return None, None
 
 
-def rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:
-    """Where ``value`` (the values) is rotated on its way from its projection: a sum of its
+def rotation(
+    record: Record, value: Value, memo: dict[int, bool], projected: bool = False
+) -> Op | None:
+    """Where ``value`` (the values) is rotated on its way from its projection, or on the way
+    to it (Wav2Vec2-Conformer turns the hidden states before projecting them): a sum of its
     own halves of which one is turned by a table (v cos + rotate_half(v) sin), or a complex
-    turn by a table; None when it is not."""
+    turn by a table; None when it is not. ``projected``: ``value`` is a projection's input
+    (a second projection met ends the search)."""
     for _ in range(64):
         op = record.producer(value)
-        if op is None or op.name in {"linear", "addmm"}:
+        if op is None:
             return None
+        if op.name in {"linear", "addmm"}:
+            data = projected_input(op)
+            if projected or data is None:
+                return None
+            return rotation(record, data, memo, projected=True)
         if turned(record, op, memo):
             return op
         if op.name in ADD | {"sub", "cat", "stack"}:
@@ -198,6 +210,12 @@ def rotation(record: Record, value: Value, memo: dict[int, bool]) -> Op | None:
         if value is None:
             return None
     return None
+
+
+def projected_input(op: Op) -> Value | None:
+    """The data a linear op (``linear(x, W)``, ``addmm(b, x, W)``) projects."""
+    data = op.arg(0, "input") if op.name == "linear" else op.arg(1, "mat1")
+    return data if data is not None and data.is_tensor else None
 
 
 def tabled(record: Record, op: Op, memo: dict[int, bool], depth: int = 0) -> bool:
@@ -228,5 +246,10 @@ def rotated_source(record: Record, op: Op, memo: dict[int, bool]) -> Value | Non
     if len(sources) != 1 or -1 in sources:
         return None
     (index,) = sources
+    if index == INPUT:  # the input, turned before anything else is done to it
+        value = data[0]
+        while (maker := record.producer(value)) is not None:
+            value = next(v for v in maker.tensors if from_input(record, v, memo))
+        return value
     source = record.ops[index]
     return Value("op", index, 0, source.shapes[0] if source.shapes else None)

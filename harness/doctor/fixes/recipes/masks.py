@@ -155,7 +155,8 @@ def causal_leak(line: Line) -> Iterator[str]:
         if given is None or line.code(given.value).strip() != diagonal:
             yield line.replaced(call, with_argument(call, position, "diagonal", diagonal))
     for call in line.calls(*SDPA):
-        if argument(call, 3, "attn_mask") is None:
+        mask = argument(call, 3, "attn_mask")
+        if mask is None or line.code(mask.value).strip() == "None":  # given no mask
             yield line.replaced(call, with_argument(call, 5, "is_causal", "True"))
     yield from _bounds_one_off(line)
     yield from untransposed(line)  # the mask it is given turned to (keys, queries)

@@ -52,7 +52,11 @@ def rope_on_value(line: Line) -> Iterator[str]:
     """Values rotated by position: a call on the line that rotates one tensor, left out (its
     first argument kept); or, where a call rotates a pair and assigns it back
     (``q, v = rotate(q, v, ...)``), one of the pair put as a tensor made beside it
-    (``q, k, v = ...`` before it); the proof finds the one that rotates the values."""
+    (``q, k, v = ...`` before it); or, where one rotation is assigned to several names
+    (``qk = v = rotate(x)``), a name left out; the proof finds the one that rotates the
+    values."""
+    for assign in line.nodes(cst.Assign):
+        yield from _chain_less(line, assign)  # type: ignore[arg-type]
     for call in line.nodes(cst.Call):
         given = positional(call)  # type: ignore[arg-type]
         if given:
@@ -60,6 +64,16 @@ def rope_on_value(line: Line) -> Iterator[str]:
     for assign in line.nodes(cst.Assign):
         yield from _rotated_instead(line, assign)  # type: ignore[arg-type]
         yield from _one_less(line, assign)  # type: ignore[arg-type]
+
+
+def _chain_less(line: Line, assign: cst.Assign) -> Iterator[str]:
+    """``a = b = rotate(x)``: one of the names left out (the last first), which then keeps
+    what it held before."""
+    if len(assign.targets) < 2:
+        return
+    for target in reversed(assign.targets):
+        kept = [t for t in assign.targets if t is not target]
+        yield line.replaced(assign, assign.with_changes(targets=kept))
 
 
 def _one_less(line: Line, assign: cst.Assign) -> Iterator[str]:
