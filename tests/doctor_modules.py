@@ -1134,3 +1134,26 @@ class UnpaddedShortcut(nn.Module):
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
         y = self.attend(q, k, v, mask)  # (B, h, T, d)
         return self.dense(y.transpose(1, 2).reshape(B, T, C))
+
+
+class LocalBiasThenCallersMask(nn.Module):
+    """GPT-Neo's local layer: a banded buffer of ``window`` keys chosen with ``torch.where``,
+    then the caller's additive mask added; ``wide`` builds the band one key too wide
+    (sliding_window_off_by_one), which is the module's own mask, not the caller's."""
+
+    def __init__(self, dim, heads, window=4, wide=False, max_len=64):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        causal = torch.ones(max_len, max_len, dtype=torch.bool).tril()
+        band = torch.bitwise_xor(causal, causal.tril(-window - int(wide)))
+        self.register_buffer("bias", band, persistent=False)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        floor = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype)
+        scores = torch.where(self.bias[:T, :T], scores, floor)
+        scores = scores + (1.0 - mask[:, None, None, :].to(scores.dtype)) * floor
+        return self.out((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))

@@ -10,6 +10,7 @@ from torch import nn
 from harness import cli
 from harness.doctor import FAIL, PASS, SKIP, STEPS, WARN, Config, Diagnosis, Finding, diagnose
 from harness.doctor.causes import explain
+from harness.doctor.probes.unmasked import unmasked_at
 from harness.doctor.subject import Subject
 from harness.reference import recognize
 from pitfalls.padding_on_queries import buggy as on_queries_buggy
@@ -555,6 +556,36 @@ def test_a_leak_from_an_attention_that_masks_nothing_is_located_there(forgets):
     statement = Path(dm.__file__).read_text().splitlines()[number - 1 : number + 2]
     assert first.trap == "causal_leak", d.text()
     assert "attn_mask=None, is_causal=not self.forgets" in " ".join(statement), d.text()
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_a_window_a_key_too_wide_is_located_at_the_modules_own_mask(wide):
+    """A band of its own chosen by ``torch.where``, the caller's padding added after it: a
+    band one key too wide is the module's mask, located where it is applied, not where the
+    caller's is added."""
+    module = seeded_build(dm.LocalBiasThenCallersMask, 32, 4, wide=wide)
+    d = diagnose(module, Config(causal=True, mask="keep", mask_shape="bk", window=4))
+    if not wide:
+        assert d.healthy, d.text()
+        return
+    first = d.causes[0]
+    assert first.trap == "sliding_window_off_by_one", d.text()
+    assert "torch.where(self.bias[:T, :T], scores, floor)" in first.at, d.text()
+
+
+def test_an_attention_told_it_is_causal_or_given_a_mask_is_not_said_to_mask_nothing():
+    """The line of an attention that masks nothing, read off one recorded call: an SDPA call
+    told ``is_causal`` masks, one given a mask masks, one given neither does not."""
+    module = seeded_build(dm.UnpaddedShortcut, 32, 4)
+    subject = Subject(module, Config(causal=True, mask="keep", mask_shape="bk"))
+    x = subject.x(2, 6, 0)
+    padded = torch.ones(2, 6, 6, dtype=torch.bool).tril()
+    padded[1, :, 4:] = False  # the second sequence padded: the masked branch
+    assert unmasked_at(subject, x, torch.ones(2, 6, 6, dtype=torch.bool).tril()) == ""
+    assert unmasked_at(subject, x, padded) == ""
+    module.forgets = True
+    at = unmasked_at(subject, x, torch.ones(2, 6, 6, dtype=torch.bool))
+    assert "scaled_dot_product_attention(" in at and "doctor_modules.py" in at, at
 
 
 def test_a_padding_leak_of_keys_is_not_named_padding_on_queries():
