@@ -1157,3 +1157,17 @@ class LocalBiasThenCallersMask(nn.Module):
         scores = torch.where(self.bias[:T, :T], scores, floor)
         scores = scores + (1.0 - mask[:, None, None, :].to(scores.dtype)) * floor
         return self.out((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class LocalBiasInverted(LocalBiasThenCallersMask):
+    """GPT-Neo's ``torch.where`` with its two values swapped: the fill lands where the band
+    keeps, so every query reads only its future (causal_leak), in the module's own mask."""
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, h, T, T)
+        floor = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype)
+        scores = torch.where(self.bias[:T, :T], floor, scores)
+        scores = scores + (1.0 - mask[:, None, None, :].to(scores.dtype)) * floor
+        return self.out((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))

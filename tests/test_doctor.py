@@ -573,6 +573,17 @@ def test_a_window_a_key_too_wide_is_located_at_the_modules_own_mask(wide):
     assert "torch.where(self.bias[:T, :T], scores, floor)" in first.at, d.text()
 
 
+def test_a_causal_mask_filled_the_wrong_way_is_located_at_the_modules_own_mask():
+    """GPT-Neo's ``torch.where`` with its values swapped, the caller's padding added after it:
+    the fill lands where its triangle keeps, which is the module's own mask, located where it
+    is applied, not where the caller's is made."""
+    module = seeded_build(dm.LocalBiasInverted, 32, 4, window=64)  # a whole triangle
+    d = diagnose(module, Config(causal=True, mask="keep", mask_shape="bk"))
+    first = d.causes[0]
+    assert first.trap in ("mask_bool", "causal_leak"), d.text()
+    assert "torch.where(self.bias[:T, :T], floor, scores)" in first.at, d.text()
+
+
 def test_an_attention_told_it_is_causal_or_given_a_mask_is_not_said_to_mask_nothing():
     """The line of an attention that masks nothing, read off one recorded call: an SDPA call
     told ``is_causal`` masks, one given a mask masks, one given neither does not."""

@@ -148,12 +148,12 @@ class Site:
         return None if min(fq, fk) < 0 else (fq, fk)
 
     def own_fills(self, mixed: bool = False) -> list[Fill]:
-        """The fills the module made, whose cells are known; ``mixed``: with those that join
-        the caller's mask to one it made."""
-        return [
-            f for f in self.fills
-            if f.cells is not None and (f.own or (mixed and f.made_here))
-        ]  # fmt: skip
+        """The fills the module made, whose cells are known; ``mixed``: then those that join
+        the caller's mask to one it made (after its own: where a mask of the module's is
+        located, its own comes first)."""
+        known = [f for f in self.fills if f.cells is not None]
+        own = [f for f in known if f.own]
+        return own + [f for f in known if mixed and f.made_here and not f.own]
 
     def blocked(self, mixed: bool = False) -> Tensor | None:
         """(T_q, T_k): the cells the module's own fills together block in every batch and

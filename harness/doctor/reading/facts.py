@@ -326,8 +326,7 @@ def _window(site: Site, reading: Reading, blocked: torch.Tensor | None, mixable:
             made = site.own_fills(mixable)
             kept = int((~blocked[T - 1, :T]).sum())
             said = f"the module's mask keeps the last {kept} keys up to each query"
-            own = [f.op for f in made if f.own]  # its own mask before one joined to the caller's
-            built = next((f.band for f in made if f.band), None) or (own or [made[0].op])[0]
+            built = next((f.band for f in made if f.band), made[0].op)  # its own mask first
             reading.named.append(Named("sliding_window_off_by_one", said, built.where))
             return
     bands = [f.band for f in site.fills if f.band is not None and f.band.line]
