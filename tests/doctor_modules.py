@@ -1139,11 +1139,12 @@ class UnpaddedShortcut(nn.Module):
 class LocalBiasThenCallersMask(nn.Module):
     """GPT-Neo's local layer: a banded buffer of ``window`` keys chosen with ``torch.where``,
     then the caller's additive mask added; ``wide`` builds the band one key too wide
-    (sliding_window_off_by_one), which is the module's own mask, not the caller's."""
+    (sliding_window_off_by_one), ``inverted`` swaps the two values of ``torch.where``, so the
+    fill lands where the band keeps: each the module's own mask, not the caller's."""
 
-    def __init__(self, dim, heads, window=4, wide=False, max_len=64):
+    def __init__(self, dim, heads, window=4, wide=False, inverted=False, max_len=64):
         super().__init__()
-        self.heads = heads
+        self.heads, self.inverted = heads, inverted
         self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         causal = torch.ones(max_len, max_len, dtype=torch.bool).tril()
         band = torch.bitwise_xor(causal, causal.tril(-window - int(wide)))
@@ -1154,20 +1155,9 @@ class LocalBiasThenCallersMask(nn.Module):
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, h, T, T)
         floor = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype)
-        scores = torch.where(self.bias[:T, :T], scores, floor)
-        scores = scores + (1.0 - mask[:, None, None, :].to(scores.dtype)) * floor
-        return self.out((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
-
-
-class LocalBiasInverted(LocalBiasThenCallersMask):
-    """GPT-Neo's ``torch.where`` with its two values swapped: the fill lands where the band
-    keeps, so every query reads only its future (causal_leak), in the module's own mask."""
-
-    def forward(self, x, mask):
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))  # (B, h, T, T)
-        floor = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype)
-        scores = torch.where(self.bias[:T, :T], floor, scores)
+        if self.inverted:
+            scores = torch.where(self.bias[:T, :T], floor, scores)
+        else:
+            scores = torch.where(self.bias[:T, :T], scores, floor)
         scores = scores + (1.0 - mask[:, None, None, :].to(scores.dtype)) * floor
         return self.out((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))

@@ -577,7 +577,7 @@ def test_a_causal_mask_filled_the_wrong_way_is_located_at_the_modules_own_mask()
     """GPT-Neo's ``torch.where`` with its values swapped, the caller's padding added after it:
     the fill lands where its triangle keeps, which is the module's own mask, located where it
     is applied, not where the caller's is made."""
-    module = seeded_build(dm.LocalBiasInverted, 32, 4, window=64)  # a whole triangle
+    module = seeded_build(dm.LocalBiasThenCallersMask, 32, 4, window=64, inverted=True)
     d = diagnose(module, Config(causal=True, mask="keep", mask_shape="bk"))
     first = d.causes[0]
     assert first.trap in ("mask_bool", "causal_leak"), d.text()
