@@ -578,6 +578,19 @@ def _bug_line(name: str) -> int:
     return next(i for i, text in enumerate(source[start:], start + 1) if text.endswith("# BUG"))
 
 
+@pytest.mark.parametrize(("declared", "at"), [
+    ("half", "emb = torch.repeat_interleave(freqs, 2, dim=-1)"),
+    ("interleaved", "return torch.cat((-x2, x1), dim=-1)"),
+])  # fmt: skip
+def test_a_turn_and_its_table_paired_apart_are_named_at_the_one_not_declared(declared, at):
+    """rotate_half with a table repeated for pairs: declared halves, the table is off;
+    declared pairs, the turn is, located where it turns the halves."""
+    config = Config(positions="relative", rope_pairing=declared, rotary_dims=8)
+    d = diagnose(fm.TableForOtherPairs(64, 4), config)
+    first = d.causes[0]
+    assert first.trap == "rope_pairing_mismatch" and at in first.at, d.text()
+
+
 def test_of_two_rotations_the_one_not_in_the_declared_pairing_is_named():
     """q turned in halves as declared, k in pairs: the cause is at k's call, not q's."""
     d = diagnose(fm.RotaryFlagDiffers(64, 4),

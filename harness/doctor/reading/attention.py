@@ -124,7 +124,7 @@ class Site:
     values_rotated: Op | None = None  # where the values are rotated as well (rope_on_value)
     turned_before: Op | None = None  # where the queries' or keys' input is turned, unprojected
     # a rotation whose cos table repeats its angles for the other pairing: (turn, table, where)
-    pairing: tuple[str, str, Op] | None = None
+    pairing: tuple[str, str, Op, Op] | None = None
     # the parameter each of "queries", "keys", "values" and "output" is projected by, as read
     # back (forward, for the output) from the attention (None: not a parameter)
     projections: dict[str, str | None] = field(default_factory=dict)

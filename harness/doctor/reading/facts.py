@@ -260,11 +260,13 @@ def site_facts(
                            "queries first stays finite", scores_scaled[0].op.where))  # fmt: skip
     named.extend(_turned_apart(site, declared_pairing))
     if site.pairing is not None and site.rotated is not None:
-        turn, table, made = site.pairing
+        turn, table, made, turned = site.pairing
         said = f"the rotation turns {turn} together; its cos table repeats each angle for {table}"
         facts.append(Fact("rotary pairing", said, COMPUTED, made.where))
-        named.append(Named("rope_pairing_mismatch", said, made.where, (site.rotated.where,),
-                           located=True))  # fmt: skip
+        at, also = made.where, (site.rotated.where,)
+        if PAIRINGS.get(declared_pairing) == table:  # the table as declared: the turn is off
+            at, also = turned.where, (made.where, site.rotated.where)
+        named.append(Named("rope_pairing_mismatch", said, at, also, located=True))
     for cap in site.caps:
         facts.append(Fact("cap", "tanh on the scores", COMPUTED, cap.where))
         if any(fill.op.index < cap.index for fill in site.fills):

@@ -76,11 +76,11 @@ def _read_at(record: Record, value: Value) -> Op | None:
 
 def mismatch(
     record: Record, op: Op, memo: dict[int, bool], depth: int = 0
-) -> tuple[str, str, Op] | None:
+) -> tuple[str, str, Op, Op] | None:
     """A rotation ``op`` (a sum of the data and its turn, each times a table; or a cat of it
     with the dimensions left unturned, as partial rotary makes) whose cos or sin table repeats
-    its angles for the other pairing than the turn's: the turn's pairing, the table's, and
-    where the table's angles were repeated."""
+    its angles for the other pairing than the turn's: the turn's pairing, the table's, where
+    the table's angles were repeated, and where the data was turned (``rotate_half``)."""
     if op.name == "cat" and depth < 2:
         parts = (record.producer(v) for v in op.tensors)
         found = (mismatch(record, p, memo, depth + 1) for p in parts if p is not None)
@@ -111,7 +111,8 @@ def mismatch(
             # buffer), where the forward reads it
             made = _made(record, terms[j][1]) or _read_at(record, terms[j][1]) or op
             if table and turn not in table:
-                return turn, table.pop(), made
+                turned = record.producer(terms[1 - i][0]) or op
+                return turn, table.pop(), made, turned
         return None
     return None
 
