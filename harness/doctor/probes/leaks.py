@@ -75,10 +75,16 @@ def large_scales(subject: Subject) -> tuple[float, ...]:
     return (1.0, LARGE) + ((round(at, -1),) if at is not None and at > LARGE else ())
 
 
-def _future_leak(subject: Subject, scale: float) -> Leak | None:
+def _causal_inputs(subject: Subject, scale: float = 1.0) -> tuple[Tensor, Tensor | None]:
+    """The causal probe's inputs at activations times ``scale``, and its causal keep-mask
+    (None for a module that takes no mask)."""
     cfg = subject.config
     keep = subject.keep("causal", cfg.batch, cfg.seq_len, 0) if subject.takes_mask else None
-    x = subject.x(cfg.batch, cfg.seq_len, 3, scale)
+    return subject.x(cfg.batch, cfg.seq_len, 3, scale), keep
+
+
+def _future_leak(subject: Subject, scale: float) -> Leak | None:
+    x, keep = _causal_inputs(subject, scale)
     return future_leak(subject.bound(keep), x, None, MAX_SPLITS if scale == 1.0 else LARGE_SPLITS)
 
 
@@ -232,8 +238,7 @@ def probe_causal(subject: Subject) -> Outcome:
             hint = named(": the future is not masked (causal_leak: a mask dropped or built wrong, "
                          "e.g. tril(diagonal=1); keep key s for query t only when s <= t)",
                          "causal_leak")  # fmt: skip
-            keep = subject.keep("causal", cfg.batch, cfg.seq_len, 0) if subject.takes_mask else None
-            at = unmasked_at(subject, subject.x(cfg.batch, cfg.seq_len, 3), keep)
+            at = unmasked_at(subject, *_causal_inputs(subject))  # the call that leaked
             if at:  # the call that leaked masks nothing where it attends
                 hint = Said(hint.text, hint.traps, at, "the call that leaked attends here with "
                             "nothing masked (no mask applied, is_causal not set)")  # fmt: skip

@@ -8,16 +8,15 @@ from __future__ import annotations
 from torch import Tensor
 
 from harness.doctor.reading.attention import sites
-from harness.doctor.reading.record import record
+from harness.doctor.reading.watch import recorded
 from harness.doctor.subject import Subject
 
 
 def unmasked_at(subject: Subject, x: Tensor, keep: Tensor | None) -> str:
     """The line of the one attention of ``subject`` called on ``x`` and ``keep`` where nothing
     is masked; "" where it masks something, has more than one attention, or will not say."""
-    module = subject.copy()
     try:
-        found = record(module, lambda: subject.call(module, x, keep), {"x": x})
+        found = recorded(subject, x, keep)
     except Exception:
         return ""
     attentions = sites(found)

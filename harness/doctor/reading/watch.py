@@ -55,10 +55,10 @@ class Watched:
         if not reading.joins_own or self.keep is None:
             return
         if self.alone is None:
-            subject, module = self.subject, self.subject.copy()
+            subject = self.subject
             x = subject.x(subject.config.batch, subject.config.seq_len, SEED)
             try:
-                self.alone = record(module, lambda: subject.call(module, x, None), {"x": x})
+                self.alone = recorded(subject, x, None)
             except Exception:  # it needs its mask: what it joins stays hidden
                 return
         alone = self._read(self.alone, None, causal)
@@ -94,6 +94,13 @@ def _gain(module: nn.Module, name: str) -> float:
     if weight is None or weight.dim() != 2:
         return 0.0
     return float(weight.detach().double().std()) * weight.shape[1] ** 0.5
+
+
+def recorded(subject: Subject, x: Tensor, keep: Tensor | None) -> Record:
+    """One call of a copy of the subject on ``x`` under ``keep``, recorded (what the call
+    raises, it raises)."""
+    module = subject.copy()
+    return record(module, lambda: subject.call(module, x, keep), {"x": x})
 
 
 def watch(subject: Subject) -> Watched:
