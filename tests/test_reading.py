@@ -247,6 +247,19 @@ def test_the_record_keeps_each_op_its_arguments_and_the_line_that_ran_it():
     assert softmax.const(1, "dim") == 1 and softmax.code.startswith("weights = scores.softmax")
 
 
+def test_an_ops_ancestors_are_every_op_its_result_is_computed_from():
+    """The output's ancestors hold every op of an attention (its product with the values
+    takes the weights first, the values second), and an op none of it reads is not one."""
+    module = Transposed(8)
+    x = torch.randn(2, 3, 8)
+    found = record(module, lambda: module(x), {"x": x})
+    names = [op.name for op in found.ops]
+    last = max(i for i, name in enumerate(names) if name != "softmax")
+    reached = found.ancestors(last)
+    assert {0, 1, 2} <= reached, names  # q, k and v's projections: second operands too
+    assert names.index("softmax") in reached and found.ancestors(0) == {0}, names
+
+
 def test_keys_are_the_axis_the_product_with_v_sums_over_not_the_last_one():
     module = Transposed(8)
     x = torch.randn(2, 3, 8)

@@ -46,16 +46,7 @@ def _feeding(record: Record, made: dict[int, tuple[int, int]], out: object) -> s
     caller makes on the side, whose result goes nowhere, is not among them)."""
     first = out[0] if isinstance(out, tuple | list) and out else out
     found = made.get(id(first)) if isinstance(first, Tensor) else None
-    todo, seen = ([found[0]] if found else []), set()
-    while todo:
-        index = todo.pop()
-        if index in seen:
-            continue
-        seen.add(index)
-        todo += [
-            v.ref for v in record.ops[index].tensors if v.kind == "op" and isinstance(v.ref, int)
-        ]
-    return seen
+    return record.ancestors(found[0]) if found else set()
 
 
 def recording_all(invoke: Callable[..., object], calls: list[Recorded]) -> Callable[..., object]:

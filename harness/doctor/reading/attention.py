@@ -403,7 +403,7 @@ def _read_operand(record: Record, site: Site, value: Value, where: str, memo: di
         steps += 1
         if is_projection(record, op, memo):
             site.projections[where] = weight_name(record, op, memo)
-            data = projected_input(op) if op.name in {"linear", "addmm"} else None
+            data = projected_input(op)
             if data is not None and site.turned_before is None:  # the input turned first
                 site.turned_before = rotation(record, data, memo, projected=True)
             return True  # a projection: the operand starts here

@@ -28,13 +28,14 @@ from harness.doctor.reading.record import Op, Record, Value
 def is_projection(record: Record, op: Op, memo: dict[int, bool]) -> bool:
     """A linear op, data times a weight written out (x @ W), or a convolution by a kernel the
     module learns (a U-Net's 1x1 ``to_qkv``): where an operand's factors start."""
-    if op.name in {"linear", "addmm"} or (op.name in PRODUCTS and weighted(record, op, memo)):
+    if op.name in LINEAR or (op.name in PRODUCTS and weighted(record, op, memo)):
         return True
     kernel = op.arg(1, "weight")
     return op.name in CONVOLUTIONS and kernel is not None and kernel.kind == "parameter"
 
 
 CONVOLUTIONS = frozenset({"conv1d", "conv2d", "conv3d"})
+LINEAR = {"linear": (0, "input"), "addmm": (1, "mat1")}  # where each takes the data it projects
 
 
 def weight_name(record: Record, op: Op, memo: dict[int, bool]) -> str | None:
@@ -196,7 +197,7 @@ def rotation(
         op = record.producer(value)
         if op is None:
             return None
-        if op.name in {"linear", "addmm"}:
+        if op.name in LINEAR:
             data = projected_input(op)
             if projected or data is None:
                 return None
@@ -213,8 +214,9 @@ def rotation(
 
 
 def projected_input(op: Op) -> Value | None:
-    """The data a linear op (``linear(x, W)``, ``addmm(b, x, W)``) projects."""
-    data = op.arg(0, "input") if op.name == "linear" else op.arg(1, "mat1")
+    """The data a linear op (``linear(x, W)``, ``addmm(b, x, W)``) projects; None for any
+    other op."""
+    data = op.arg(*LINEAR[op.name]) if op.name in LINEAR else None
     return data if data is not None and data.is_tensor else None
 
 

@@ -148,6 +148,18 @@ class Record:
             return None
         return self.ops[value.ref]
 
+    def ancestors(self, index: int) -> set[int]:
+        """Op ``index`` and every op whose result it is computed from, by index."""
+        todo, seen = [index], set()
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            todo += [v.ref for v in self.ops[current].tensors
+                     if v.kind == "op" and isinstance(v.ref, int)]  # fmt: skip
+        return seen
+
     def consumers(self, index: int) -> Iterator[Op]:
         """The ops that take a result of op ``index``."""
         for op in self.ops[index + 1 :]:

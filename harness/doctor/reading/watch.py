@@ -134,18 +134,7 @@ def distributed(found: Record, tensor: Tensor) -> bool | None:
                   if any(r is tensor for r in results)), None)  # fmt: skip
     if start is None:
         return None
-    todo, seen = [start], set()
-    while todo:
-        index = todo.pop()
-        if index in seen:
-            continue
-        seen.add(index)
-        if found.ops[index].name in DISTRIBUTING:
-            return True
-        todo += [
-            v.ref for v in found.ops[index].tensors if v.kind == "op" and isinstance(v.ref, int)
-        ]
-    return False
+    return any(found.ops[index].name in DISTRIBUTING for index in found.ancestors(start))
 
 
 def _made(found: Record, tensor: Tensor) -> str:
